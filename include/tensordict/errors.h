@@ -1,0 +1,86 @@
+#pragma once
+/// @file errors.h
+/// The exception hierarchy of tensordict. Every exception thrown by the library on
+/// bad input derives from tensordict::Error; messages name the full key path and
+/// what was found versus what was expected.
+///
+/// Policy: errors raised by LibTorch itself inside a leaf operation (for example
+/// a dtype that an op does not support) are caught by the core and rethrown as the
+/// tensordict error of the operation with the key path prepended; the original
+/// c10::Error is kept as the nested exception (std::throw_with_nested).
+
+#include <stdexcept>
+#include <string>
+
+namespace tensordict {
+
+/// Root of every error the library throws on bad input or failed I/O.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A key (or nested key path) is missing, or already present where it must not be.
+class KeyError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An index is out of range or not of a supported form.
+class IndexError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Shapes disagree: a leaf does not start with the batch size, batch sizes of
+/// stacked or concatenated tensordicts differ, an in-place write changes a shape.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An entry is not of the kind the operation needs (a tensor where a tensordict
+/// was expected, a non-tensor where a tensor was expected, a wrong dtype).
+class TypeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A value is of the right kind but not acceptable (bad separator, bad option).
+class ValueError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The tensordict is locked and the operation would add, remove or replace storage.
+class LockedError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A device rule is broken (a tensordict with a device receives an entry that
+/// cannot be moved, mixed devices where one is required).
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A schema, a typed field or a storage name is wrong or not available.
+class SchemaError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file or directory is corrupt, truncated, foreign or of an unknown format.
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// I/O or server failure of a storage backend.
+class StorageError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace tensordict

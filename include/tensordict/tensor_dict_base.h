@@ -1,0 +1,314 @@
+#pragma once
+/// @file tensor_dict_base.h
+/// TensorDictBase: the handle every tensordict API accepts, and Value, one entry
+/// of a tensordict (a tensor, a nested tensordict or a non-tensor value).
+
+#include <ATen/TensorIndexing.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
+#include <tensordict/errors.h>
+#include <tensordict/nested_key.h>
+#include <tensordict/non_tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace tensordict {
+
+class Node;
+class Value;
+class TensorDict;
+
+/// The kind of one entry.
+enum class EntryKind : std::uint8_t { Tensor, TensorDict, NonTensor };
+
+/// "Tensor", "TensorDict" or "NonTensorData".
+const char* to_string(EntryKind kind) noexcept;
+
+/// A list of LibTorch indices, as taken by at::Tensor::index.
+using IndexList = at::ArrayRef<at::indexing::TensorIndex>;
+
+/// Which keys keys()/values()/items() visit.
+struct KeysOptions {
+  /// Descend into nested tensordicts; a nested tensordict is listed before its
+  /// own keys (unless leaves_only).
+  bool include_nested = false;
+  /// Only tensor leaves (Python's default is_leaf): nested tensordicts and,
+  /// unless non_tensor_leaves, non-tensor entries are skipped.
+  bool leaves_only = false;
+  /// With leaves_only: count non-tensor entries as leaves too
+  /// (Python's is_leaf=is_leaf_nontensor).
+  bool non_tensor_leaves = false;
+  /// Sort by the "."-joined key instead of insertion order.
+  bool sort = false;
+};
+
+/// Options of TensorDictBase::update.
+struct UpdateOptions {
+  /// Clone the source values before storing them.
+  bool clone = false;
+  /// Copy into existing leaves (like set_) where the key exists; add the others.
+  /// Allowed on a locked tensordict only when every key exists.
+  bool inplace = false;
+  /// Restrict the update to these keys of the source (empty: all keys).
+  std::vector<NestedKey> keys_to_update = {};
+  /// Bypass the lock of the destination.
+  bool ignore_lock = false;
+};
+
+/// A handle to a tensordict of any storage: a nested, ordered dictionary of
+/// tensors sharing leading batch dimensions.
+///
+/// Handles behave like torch::Tensor: copying a handle aliases the same data,
+/// clone() copies it. Every storage (in memory, memory-mapped, HDF5, Redis, lazy
+/// stacks) is reached through this type; concrete types (TensorDict, ...) derive
+/// from it and add their own constructors. is<T>() / as<T>() are checked
+/// downcasts.
+///
+/// Thread safety: like a standard container. Concurrent const calls are safe;
+/// any mutation needs external synchronization against every other call on the
+/// same tensordict or one that shares nested tensordicts with it.
+class TensorDictBase {
+ public:
+  /// A null handle; most calls on it throw. Use defined() to test.
+  TensorDictBase() = default;
+  explicit TensorDictBase(std::shared_ptr<Node> node);
+
+  bool defined() const noexcept { return node_ != nullptr; }
+  /// The storage behind this handle.
+  Node& node() const;
+  const std::shared_ptr<Node>& node_ptr() const noexcept { return node_; }
+  /// True when both handles refer to the same tensordict.
+  bool is_same(const TensorDictBase& other) const noexcept {
+    return node_ == other.node_;
+  }
+  /// The class name Python would print ("TensorDict", ...).
+  std::string type_name() const;
+
+  /// True when the storage is of the concrete type T (TensorDict, ...).
+  template <class T>
+  bool is() const {
+    return defined() && T::is_node(node());
+  }
+  /// Checked downcast; TypeError when the storage is not a T.
+  template <class T>
+  T as() const {
+    if (!is<T>())
+      throw TypeError("cannot view a " + type_name() + " as " +
+                      T::static_type_name());
+    return T(node_);
+  }
+
+  // ---- shape and device -------------------------------------------------
+  /// The leading dimensions every entry shares.
+  at::IntArrayRef batch_size() const;
+  /// Alias of batch_size().
+  at::IntArrayRef shape() const { return batch_size(); }
+  /// Sets the batch size, checking every entry (Python's batch_size setter):
+  /// each tensor must start with `new_size`; nested tensordicts with fewer dims
+  /// are resized to `new_size` first. ShapeError otherwise, and nothing changes.
+  TensorDictBase& set_batch_size(at::IntArrayRef new_size);
+  /// Number of batch dimensions.
+  int64_t batch_dims() const;
+  int64_t ndim() const { return batch_dims(); }
+  int64_t dim() const { return batch_dims(); }
+  /// Product of the batch size (1 for batch []).
+  int64_t numel() const;
+  /// batch_size()[d], d may be negative. IndexError when out of range.
+  int64_t size(int64_t d) const;
+  /// Python's len(td): batch_size()[0], 0 when there is no batch dim.
+  int64_t len() const;
+  /// The device every entry lives on, or nullopt when devices may be mixed.
+  std::optional<at::Device> device() const;
+  /// Sets the device to nullopt, recursively (entries stay where they are).
+  TensorDictBase& clear_device_();
+
+  // ---- keys and iteration -----------------------------------------------
+  std::vector<NestedKey> keys(bool include_nested = false,
+                              bool leaves_only = false) const;
+  std::vector<NestedKey> keys(const KeysOptions& options) const;
+  std::vector<Value> values(bool include_nested = false,
+                            bool leaves_only = false) const;
+  std::vector<Value> values(const KeysOptions& options) const;
+  std::vector<std::pair<NestedKey, Value>> items(
+      bool include_nested = false, bool leaves_only = false) const;
+  std::vector<std::pair<NestedKey, Value>> items(
+      const KeysOptions& options) const;
+  /// (key, value) of every non-tensor entry.
+  std::vector<std::pair<NestedKey, nlohmann::json>> non_tensor_items(
+      bool include_nested = false) const;
+  /// Calls fn(key, value) on each entry (KeysOptions as in keys()). Cheaper
+  /// than items() for large trees.
+  void for_each(const std::function<void(const NestedKey&, const Value&)>& fn,
+                const KeysOptions& options = {}) const;
+  /// Number of entries at the top level.
+  std::size_t num_keys() const;
+  bool contains(const NestedKey& key) const;
+  /// The kind of the entry at key, nullopt when missing.
+  std::optional<EntryKind> entry_kind(const NestedKey& key) const;
+  /// True when there is no leaf, recursively (non-tensors count as leaves).
+  bool is_empty() const;
+
+  // ---- reads --------------------------------------------------------------
+  /// The entry at key, whatever its kind. KeyError names the path and the keys
+  /// present at the level where the lookup failed.
+  Value at(const NestedKey& key) const;
+  /// The entry at key, or nullopt when any level is missing.
+  std::optional<Value> find(const NestedKey& key) const;
+  /// The tensor at key. KeyError when missing, TypeError when the entry is not
+  /// a tensor.
+  at::Tensor get(const NestedKey& key) const;
+  /// The tensor at key, or `default_value` when the key is missing.
+  at::Tensor get(const NestedKey& key, const at::Tensor& default_value) const;
+  /// The nested tensordict at key (KeyError / TypeError as get()).
+  TensorDictBase get_tensordict(const NestedKey& key) const;
+  /// The value of the non-tensor entry at key (KeyError / TypeError).
+  nlohmann::json get_non_tensor(const NestedKey& key) const;
+  nlohmann::json get_non_tensor(const NestedKey& key,
+                                nlohmann::json default_value) const;
+  /// True when the entry at key exists and is a non-tensor.
+  bool is_non_tensor(const NestedKey& key) const;
+  /// Shape of the entry at key without reading it (a tensordict's batch size).
+  std::vector<int64_t> get_item_shape(const NestedKey& key) const;
+
+  // ---- writes -------------------------------------------------------------
+  /// Stores `value` at key, replacing any entry. Missing intermediate levels
+  /// are created with this batch size and device. The value must start with
+  /// the batch size (ShapeError); with a device, tensors are moved there.
+  /// A nested tensordict whose batch size starts with ours is stored as the
+  /// same object; otherwise a shallow copy with our batch size is stored.
+  /// LockedError when locked.
+  TensorDictBase& set(const NestedKey& key, Value value);
+  /// With inplace=true: copies into the existing tensor when key exists (as
+  /// set_), otherwise adds it (as set). Python's set(..., inplace=True).
+  TensorDictBase& set(const NestedKey& key, Value value, bool inplace);
+  /// Copies `value` into the existing tensor at key, casting to its dtype and
+  /// broadcasting. KeyError when missing, ShapeError when the shape differs.
+  /// Allowed on locked tensordicts.
+  TensorDictBase& set_(const NestedKey& key, const at::Tensor& value);
+  /// Stores a NonTensorData holding `value` at key.
+  TensorDictBase& set_non_tensor(const NestedKey& key, nlohmann::json value);
+  /// Creates (or returns) an empty nested tensordict at key with this batch
+  /// size and device.
+  TensorDictBase create_nested(const NestedKey& key);
+  /// Recursive merge of `other` into this tensordict: keys are added or
+  /// replaced; nested tensordicts are merged. See UpdateOptions.
+  TensorDictBase& update(const TensorDictBase& other,
+                         const UpdateOptions& options = {});
+  /// Strictly in-place update: every key of `other` (or of keys_to_update)
+  /// must exist here (KeyError); values are copied into the existing storage.
+  /// Allowed on locked tensordicts.
+  TensorDictBase& update_(const TensorDictBase& other,
+                          const std::vector<NestedKey>& keys_to_update = {});
+  /// Removes the entry at key. KeyError when missing, LockedError when locked.
+  TensorDictBase& del_(const NestedKey& key);
+  /// Removes and returns the entry at key. KeyError when missing.
+  Value pop(const NestedKey& key);
+  /// Removes and returns the entry at key, or `default_value` when missing.
+  Value pop(const NestedKey& key, Value default_value);
+  /// Renames an entry; `safe` makes an existing `new_key` a KeyError instead of
+  /// being overwritten. The renamed entry moves to the end of its level.
+  TensorDictBase& rename_key_(const NestedKey& old_key, const NestedKey& new_key,
+                              bool safe = false);
+  /// A new TensorDict (sharing the tensors) with only `keys`. With strict, a
+  /// missing key is a KeyError; otherwise it is skipped.
+  TensorDict select(const std::vector<NestedKey>& keys, bool strict = true) const;
+  /// A new TensorDict (sharing the tensors) without `keys` (missing keys are
+  /// ignored).
+  TensorDict exclude(const std::vector<NestedKey>& keys) const;
+  /// In-place select: removes every other key. LockedError when locked.
+  TensorDictBase& select_(const std::vector<NestedKey>& keys, bool strict = true);
+  /// In-place exclude. LockedError when locked (Python does not check; we do).
+  TensorDictBase& exclude_(const std::vector<NestedKey>& keys);
+  /// A TensorDict with the same batch size and device and no entries; with
+  /// recurse, the nested structure is kept without leaves.
+  TensorDict empty(bool recurse = false) const;
+  /// Nested keys joined with `separator` into one level (a new TensorDict
+  /// sharing the tensors). KeyError on a collision.
+  TensorDict flatten_keys(std::string_view separator = ".") const;
+  /// The inverse of flatten_keys: keys are split on `separator`.
+  TensorDict unflatten_keys(std::string_view separator = ".") const;
+
+  // ---- copies ---------------------------------------------------------------
+  /// A new in-memory TensorDict. recurse=true clones every tensor; false
+  /// makes new containers over the same tensors. Clones are unlocked.
+  TensorDict clone(bool recurse = true) const;
+  /// clone(false).
+  TensorDict copy() const;
+  /// A dense in-memory TensorDict holding this content (no copy of tensors
+  /// that are already in memory); unlocked.
+  TensorDict to_tensordict() const;
+
+  // ---- locking --------------------------------------------------------------
+  /// Locks this tensordict and every nested one: entries can no longer be added,
+  /// removed or replaced; in-place writes (set_, update_, index_put_) still work.
+  TensorDictBase& lock_();
+  /// Unlocks this tensordict and its nested ones. LockedError when a nested
+  /// tensordict is still held by another locked tensordict ("part of a locked
+  /// graph"); then nothing changes. Unlocking clears is_shared/is_memmap.
+  TensorDictBase& unlock_();
+  bool is_locked() const;
+  /// True after share_memory_() (until unlocked).
+  bool is_shared() const;
+  /// True after memmap_()/memmap()/memmap_like() (until unlocked).
+  bool is_memmap() const;
+
+  // ---- indexing -------------------------------------------------------------
+  /// td[idx] with any LibTorch index list. The batch size follows LibTorch:
+  /// zeros(batch_size).index(idx).sizes(). Basic indices give views.
+  TensorDictBase index(IndexList index) const;
+  /// td[i]: integer index along the first batch dimension.
+  TensorDictBase operator[](int64_t i) const;
+
+  // ---- printing -------------------------------------------------------------
+  /// Python's repr layout (fields sorted alphabetically).
+  std::string repr() const;
+  std::string to_string() const { return repr(); }
+
+ protected:
+  std::shared_ptr<Node> node_;
+};
+
+std::ostream& operator<<(std::ostream& os, const TensorDictBase& td);
+
+/// One entry of a tensordict: a tensor, a nested tensordict, or a non-tensor.
+class Value {
+ public:
+  Value(at::Tensor tensor) : v_(std::move(tensor)) {}  // NOLINT(implicit)
+  Value(TensorDictBase td) : v_(std::move(td)) {}      // NOLINT(implicit)
+  Value(NonTensorData data) : v_(std::move(data)) {}   // NOLINT(implicit)
+  /// A string is stored as NonTensorData.
+  Value(const char* s) : v_(NonTensorData(nlohmann::json(s))) {}  // NOLINT
+  Value(std::string s) : v_(NonTensorData(nlohmann::json(std::move(s)))) {}  // NOLINT
+
+  EntryKind kind() const noexcept { return static_cast<EntryKind>(v_.index()); }
+  bool is_tensor() const noexcept { return v_.index() == 0; }
+  bool is_tensordict() const noexcept { return v_.index() == 1; }
+  bool is_non_tensor() const noexcept { return v_.index() == 2; }
+
+  /// The tensor; TypeError when the entry is of another kind.
+  const at::Tensor& tensor() const&;
+  at::Tensor tensor() &&;
+  /// The nested tensordict; TypeError otherwise.
+  const TensorDictBase& tensordict() const&;
+  /// The non-tensor value; TypeError otherwise.
+  const NonTensorData& non_tensor() const&;
+  NonTensorData& non_tensor() &;
+
+  using Variant = std::variant<at::Tensor, TensorDictBase, NonTensorData>;
+  const Variant& variant() const noexcept { return v_; }
+  Variant& variant() noexcept { return v_; }
+
+ private:
+  Variant v_;
+};
+
+}  // namespace tensordict

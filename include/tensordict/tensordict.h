@@ -1,0 +1,13 @@
+#pragma once
+/// @file tensordict.h
+/// Umbrella header of the core library (in-memory tensordicts and every
+/// storage that needs only LibTorch). HDF5 and Redis storages have their own
+/// headers under tensordict/storage/.
+
+#include <tensordict/errors.h>
+#include <tensordict/nested_key.h>
+#include <tensordict/node.h>
+#include <tensordict/non_tensor.h>
+#include <tensordict/tensor_dict.h>
+#include <tensordict/tensor_dict_base.h>
+#include <tensordict/version.h>

@@ -1,0 +1,55 @@
+#include <tensordict/detail/format.h>
+
+#include <sstream>
+
+namespace tensordict::detail {
+
+std::string format_shape(c10::IntArrayRef shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+std::string format_torch_size(c10::IntArrayRef shape) {
+  return "torch.Size(" + format_shape(shape) + ")";
+}
+
+std::string format_key_list(const std::vector<std::string>& keys) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i) out += ", ";
+    out += "'" + keys[i] + "'";
+  }
+  return out + "]";
+}
+
+const char* dtype_name(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Bool: return "bool";
+    case c10::ScalarType::Byte: return "uint8";
+    case c10::ScalarType::Char: return "int8";
+    case c10::ScalarType::Short: return "int16";
+    case c10::ScalarType::Int: return "int32";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::ComplexHalf: return "complex32";
+    case c10::ScalarType::ComplexFloat: return "complex64";
+    case c10::ScalarType::ComplexDouble: return "complex128";
+    case c10::ScalarType::QInt8: return "qint8";
+    case c10::ScalarType::QUInt8: return "quint8";
+    case c10::ScalarType::QInt32: return "qint32";
+    default: return c10::toString(dtype);
+  }
+}
+
+std::string torch_dtype_repr(c10::ScalarType dtype) {
+  return std::string("torch.") + dtype_name(dtype);
+}
+
+}  // namespace tensordict::detail

@@ -1,0 +1,1081 @@
+// The generic core: everything written once against the Node interface.
+#include "internal.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_set>
+
+namespace tensordict {
+namespace detail {
+
+void throw_missing(const NestedKey& key, std::size_t level, const Node& node) {
+  std::ostringstream msg;
+  msg << "key " << key.repr() << " not found in " << node.type_name();
+  if (level > 0) msg << ": " << prefix(key, level).repr() << " has keys ";
+  else msg << " with keys ";
+  msg << format_key_list(node.keys());
+  throw KeyError(msg.str());
+}
+
+void throw_locked(const NestedKey& key, const char* operation) {
+  throw LockedError(
+      std::string("Cannot modify locked TensorDict (") + operation + " " +
+      key.repr() +
+      "). For in-place modification, consider using the `set_()` method and "
+      "make sure the key is present, or unlock_() first.");
+}
+
+void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch,
+                      const NestedKey& key) {
+  auto sizes = value.sizes();
+  bool ok = sizes.size() >= batch.size() &&
+            std::equal(batch.begin(), batch.end(), sizes.begin());
+  if (!ok)
+    throw ShapeError("batch dimension mismatch for key " + key.repr() +
+                     ": got batch_size=" + format_shape(batch) +
+                     " and value.shape=" + format_shape(sizes) +
+                     " (every entry must start with the batch size)");
+}
+
+namespace {
+bool starts_with(at::IntArrayRef full, at::IntArrayRef prefix) {
+  return full.size() >= prefix.size() &&
+         std::equal(prefix.begin(), prefix.end(), full.begin());
+}
+}  // namespace
+
+Value validate_value(Value value, at::IntArrayRef batch,
+                     std::optional<at::Device> device, const NestedKey& key) {
+  switch (value.kind()) {
+    case EntryKind::Tensor: {
+      at::Tensor t = std::move(value).tensor();
+      if (!t.defined())
+        throw ValueError("cannot store an undefined tensor at key " + key.repr());
+      if (device && t.device() != *device) t = t.to(*device);
+      check_leaf_batch(t, batch, key);
+      return t;
+    }
+    case EntryKind::TensorDict: {
+      TensorDictBase td = value.tensordict();
+      if (!td.defined())
+        throw ValueError("cannot store a null tensordict at key " + key.repr());
+      if (!starts_with(td.batch_size(), batch)) {
+        // Python: a shallow copy whose batch size is reset to the parent's.
+        TensorDict copy = td.copy();
+        try {
+          copy.set_batch_size(batch);
+        } catch (const ShapeError& e) {
+          throw ShapeError("cannot store the tensordict of batch size " +
+                           format_shape(td.batch_size()) + " at key " +
+                           key.repr() + " under batch size " +
+                           format_shape(batch) + ": " + e.what());
+        }
+        td = copy;
+      }
+      if (device && td.device() != device) {
+        // Moves every leaf; the result is a new tensordict on that device.
+        TensorDict moved = make_tensordict(
+            std::vector<int64_t>(td.batch_size().begin(), td.batch_size().end()),
+            device);
+        for (auto& [k, v] : td.items())
+          moved.set(k, validate_value(v, td.batch_size(), device, key + k));
+        td = moved;
+      }
+      return td;
+    }
+    case EntryKind::NonTensor: {
+      NonTensorData d = value.non_tensor();
+      if (!starts_with(d.batch_size(), batch))
+        d.set_batch_size(std::vector<int64_t>(batch.begin(), batch.end()));
+      if (device) d.set_device(device);
+      return d;
+    }
+  }
+  return value;
+}
+
+std::vector<TensorDictBase> children(const Node& node) {
+  std::vector<TensorDictBase> out;
+  if (node.holds_values()) {
+    for (const auto& k : node.keys()) {
+      const Value* v = node.peek(k);
+      if (v && v->is_tensordict()) out.push_back(v->tensordict());
+    }
+    return out;
+  }
+  for (const auto& k : node.keys()) {
+    if (node.kind(k) == EntryKind::TensorDict)
+      out.push_back(node.find(k)->tensordict());
+  }
+  return out;
+}
+
+}  // namespace detail
+
+using detail::format_shape;
+using detail::throw_locked;
+using detail::throw_missing;
+
+namespace {
+
+// Walks to the node holding the last part of `key`. With `create`, missing
+// intermediate levels are created (lock-checked). Throws KeyError/TypeError.
+std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root,
+                                  const NestedKey& key, bool create,
+                                  const char* operation = "set") {
+  if (key.empty()) throw KeyError("empty key");
+  std::shared_ptr<Node> node = root;
+  for (std::size_t i = 0; i + 1 < key.size(); ++i) {
+    auto v = node->find(key[i]);
+    if (!v) {
+      if (!create) throw_missing(key, i, *node);
+      if (node->locked()) throw_locked(key, operation);
+      node = node->create_nested(key[i], node->batch_size(), node->device())
+                 .node_ptr();
+      continue;
+    }
+    if (!v->is_tensordict())
+      throw TypeError("key " + key.repr() + ": " +
+                      detail::prefix(key, i + 1).repr() + " is a " +
+                      tensordict::to_string(v->kind()) + ", not a TensorDict");
+    node = v->tensordict().node_ptr();
+  }
+  return node;
+}
+
+// The batch of an indexed tensordict: zeros(batch)[idx].sizes().
+std::vector<int64_t> indexed_batch(at::IntArrayRef batch, IndexList index) {
+  at::Tensor dummy = at::zeros({1}, at::kByte).expand(batch);
+  auto sizes = dummy.index(index).sizes();
+  return std::vector<int64_t>(sizes.begin(), sizes.end());
+}
+
+}  // namespace
+
+// ---- handle basics ---------------------------------------------------------
+
+TensorDictBase::TensorDictBase(std::shared_ptr<Node> node)
+    : node_(std::move(node)) {}
+
+Node& TensorDictBase::node() const {
+  if (!node_) throw ValueError("use of a null tensordict handle");
+  return *node_;
+}
+
+std::string TensorDictBase::type_name() const { return node().type_name(); }
+
+at::IntArrayRef TensorDictBase::batch_size() const { return node().batch_size(); }
+
+int64_t TensorDictBase::batch_dims() const {
+  return static_cast<int64_t>(node().batch_size().size());
+}
+
+int64_t TensorDictBase::numel() const {
+  int64_t n = 1;
+  for (auto s : node().batch_size()) n *= s;
+  return n;
+}
+
+int64_t TensorDictBase::size(int64_t d) const {
+  auto b = batch_size();
+  int64_t n = static_cast<int64_t>(b.size());
+  if (d < -n || d >= n)
+    throw IndexError("dimension " + std::to_string(d) +
+                     " out of range for batch size " + format_shape(b));
+  return b[d < 0 ? d + n : d];
+}
+
+int64_t TensorDictBase::len() const {
+  auto b = batch_size();
+  return b.empty() ? 0 : b[0];
+}
+
+std::optional<at::Device> TensorDictBase::device() const {
+  return node().device();
+}
+
+TensorDictBase& TensorDictBase::clear_device_() {
+  node().set_device(std::nullopt);
+  for (auto& c : detail::children(node())) c.clear_device_();
+  return *this;
+}
+
+// ---- batch size setter -------------------------------------------------------
+
+namespace {
+
+void check_batch_change(const Node& node, at::IntArrayRef new_size,
+                        const NestedKey& path) {
+  for (const auto& k : node.keys()) {
+    auto v = node.find(k);
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    switch (v->kind()) {
+      case EntryKind::Tensor: {
+        auto sizes = v->tensor().sizes();
+        bool ok = sizes.size() >= new_size.size() &&
+                  std::equal(new_size.begin(), new_size.end(), sizes.begin());
+        if (!ok)
+          throw ShapeError("the tensor " + key.repr() + " has shape " +
+                           format_shape(sizes) +
+                           " which is incompatible with the batch size " +
+                           format_shape(new_size));
+        break;
+      }
+      case EntryKind::TensorDict: {
+        const auto& child = v->tensordict();
+        auto cb = child.batch_size();
+        if (cb.size() < new_size.size()) {
+          check_batch_change(child.node(), new_size, key);
+        } else if (!std::equal(new_size.begin(), new_size.end(), cb.begin())) {
+          throw ShapeError("the tensordict " + key.repr() + " has batch size " +
+                           format_shape(cb) +
+                           " which is incompatible with the batch size " +
+                           format_shape(new_size));
+        }
+        break;
+      }
+      case EntryKind::NonTensor:
+        break;
+    }
+  }
+}
+
+void apply_batch_change(Node& node, at::IntArrayRef new_size) {
+  for (const auto& k : node.keys()) {
+    auto v = node.find(k);
+    if (v->is_tensordict()) {
+      const auto& child = v->tensordict();
+      if (child.batch_size().size() < new_size.size())
+        apply_batch_change(child.node(), new_size);
+    } else if (v->is_non_tensor()) {
+      auto b = v->non_tensor().batch_size();
+      if (!(b.size() >= new_size.size() &&
+            std::equal(new_size.begin(), new_size.end(), b.begin()))) {
+        NonTensorData d = v->non_tensor();
+        d.set_batch_size(std::vector<int64_t>(new_size.begin(), new_size.end()));
+        node.write(k, d);
+      }
+    }
+  }
+  node.set_batch_size(std::vector<int64_t>(new_size.begin(), new_size.end()));
+}
+
+}  // namespace
+
+TensorDictBase& TensorDictBase::set_batch_size(at::IntArrayRef new_size) {
+  for (auto s : new_size)
+    if (s < 0)
+      throw ShapeError("invalid batch size " + format_shape(new_size) +
+                       ": sizes must be non-negative");
+  check_batch_change(node(), new_size, NestedKey());
+  apply_batch_change(node(), new_size);
+  return *this;
+}
+
+// ---- keys ------------------------------------------------------------------
+
+namespace {
+
+void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
+           const std::function<void(const NestedKey&, const Value&)>& fn) {
+  auto emit_entry = [&](const std::string& k, const Value& v) {
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    switch (v.kind()) {
+      case EntryKind::Tensor:
+        fn(key, v);
+        break;
+      case EntryKind::NonTensor:
+        if (!opt.leaves_only || opt.non_tensor_leaves) fn(key, v);
+        break;
+      case EntryKind::TensorDict:
+        if (!opt.leaves_only) fn(key, v);
+        if (opt.include_nested) visit(v.tensordict().node(), key, opt, fn);
+        break;
+    }
+  };
+  if (node.holds_values()) {
+    for (const auto& k : node.keys()) emit_entry(k, *node.peek(k));
+  } else {
+    for (const auto& k : node.keys()) {
+      auto v = node.find(k);
+      if (v) emit_entry(k, *v);
+    }
+  }
+}
+
+}  // namespace
+
+void TensorDictBase::for_each(
+    const std::function<void(const NestedKey&, const Value&)>& fn,
+    const KeysOptions& options) const {
+  if (!options.sort) {
+    visit(node(), NestedKey(), options, fn);
+    return;
+  }
+  auto all = items(KeysOptions{options.include_nested, options.leaves_only,
+                               options.non_tensor_leaves, true});
+  for (const auto& [k, v] : all) fn(k, v);
+}
+
+std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(
+    const KeysOptions& options) const {
+  std::vector<std::pair<NestedKey, Value>> out;
+  KeysOptions unsorted = options;
+  unsorted.sort = false;
+  visit(node(), NestedKey(), unsorted,
+        [&](const NestedKey& k, const Value& v) { out.emplace_back(k, v); });
+  if (options.sort)
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+      return a.first.join(".") < b.first.join(".");
+    });
+  return out;
+}
+
+std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(
+    bool include_nested, bool leaves_only) const {
+  return items(KeysOptions{include_nested, leaves_only});
+}
+
+std::vector<NestedKey> TensorDictBase::keys(const KeysOptions& options) const {
+  if (!options.include_nested && !options.leaves_only && !options.sort) {
+    std::vector<NestedKey> out;
+    for (auto& k : node().keys()) out.emplace_back(std::move(k));
+    return out;
+  }
+  std::vector<NestedKey> out;
+  for (auto& [k, v] : items(options)) out.push_back(k);
+  return out;
+}
+
+std::vector<NestedKey> TensorDictBase::keys(bool include_nested,
+                                            bool leaves_only) const {
+  return keys(KeysOptions{include_nested, leaves_only});
+}
+
+std::vector<Value> TensorDictBase::values(const KeysOptions& options) const {
+  std::vector<Value> out;
+  for (auto& [k, v] : items(options)) out.push_back(v);
+  return out;
+}
+
+std::vector<Value> TensorDictBase::values(bool include_nested,
+                                          bool leaves_only) const {
+  return values(KeysOptions{include_nested, leaves_only});
+}
+
+std::vector<std::pair<NestedKey, nlohmann::json>>
+TensorDictBase::non_tensor_items(bool include_nested) const {
+  std::vector<std::pair<NestedKey, nlohmann::json>> out;
+  for (auto& [k, v] : items(KeysOptions{include_nested, true, true}))
+    if (v.is_non_tensor()) out.emplace_back(k, v.non_tensor().data());
+  return out;
+}
+
+std::size_t TensorDictBase::num_keys() const { return node().size(); }
+
+bool TensorDictBase::contains(const NestedKey& key) const {
+  return entry_kind(key).has_value();
+}
+
+std::optional<EntryKind> TensorDictBase::entry_kind(const NestedKey& key) const {
+  if (key.empty()) return std::nullopt;
+  const Node* n = &node();
+  std::shared_ptr<Node> hold;
+  for (std::size_t i = 0; i + 1 < key.size(); ++i) {
+    auto v = n->find(key[i]);
+    if (!v || !v->is_tensordict()) return std::nullopt;
+    hold = v->tensordict().node_ptr();
+    n = hold.get();
+  }
+  return n->kind(key.back());
+}
+
+bool TensorDictBase::is_empty() const {
+  for (const auto& k : node().keys()) {
+    auto v = node().find(k);
+    if (!v->is_tensordict()) return false;
+    if (!v->tensordict().is_empty()) return false;
+  }
+  return true;
+}
+
+// ---- reads -------------------------------------------------------------------
+
+std::optional<Value> TensorDictBase::find(const NestedKey& key) const {
+  if (key.empty()) return std::nullopt;
+  std::shared_ptr<Node> n = node_;
+  if (!n) throw ValueError("use of a null tensordict handle");
+  for (std::size_t i = 0; i + 1 < key.size(); ++i) {
+    auto v = n->find(key[i]);
+    if (!v || !v->is_tensordict()) return std::nullopt;
+    n = v->tensordict().node_ptr();
+  }
+  return n->find(key.back());
+}
+
+Value TensorDictBase::at(const NestedKey& key) const {
+  auto parent = walk_parent(node_ ? node_ : throw ValueError("null handle"),
+                            key, false);
+  auto v = parent->find(key.back());
+  if (!v) throw_missing(key, key.size() - 1, *parent);
+  return std::move(*v);
+}
+
+at::Tensor TensorDictBase::get(const NestedKey& key) const {
+  const Node* n = &node();
+  const std::size_t last = key.size() - 1;
+  if (key.empty()) throw KeyError("empty key");
+  // Fast path: every level keeps its entries in memory, so no handle copies.
+  for (std::size_t i = 0; n->holds_values(); ++i) {
+    const Value* v = n->peek(key[i]);
+    if (!v) throw_missing(key, i, *n);
+    if (i == last) {
+      if (!v->is_tensor())
+        throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
+                        ", not a Tensor" +
+                        (v->is_non_tensor() ? " (use get_non_tensor)"
+                                            : " (use get_tensordict)"));
+      return std::get<0>(v->variant());
+    }
+    if (!v->is_tensordict())
+      throw TypeError("key " + key.repr() + ": " +
+                      detail::prefix(key, i + 1).repr() + " is a " +
+                      tensordict::to_string(v->kind()) + ", not a TensorDict");
+    n = std::get<1>(v->variant()).node_ptr().get();
+  }
+  Value v = at(key);
+  if (!v.is_tensor())
+    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
+                    ", not a Tensor");
+  return std::move(v).tensor();
+}
+
+at::Tensor TensorDictBase::get(const NestedKey& key,
+                               const at::Tensor& default_value) const {
+  auto v = find(key);
+  if (!v) return default_value;
+  if (!v->is_tensor())
+    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
+                    ", not a Tensor");
+  return std::move(*v).tensor();
+}
+
+TensorDictBase TensorDictBase::get_tensordict(const NestedKey& key) const {
+  Value v = at(key);
+  if (!v.is_tensordict())
+    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
+                    ", not a TensorDict");
+  return v.tensordict();
+}
+
+nlohmann::json TensorDictBase::get_non_tensor(const NestedKey& key) const {
+  Value v = at(key);
+  if (!v.is_non_tensor())
+    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
+                    ", not a NonTensorData");
+  return v.non_tensor().data();
+}
+
+nlohmann::json TensorDictBase::get_non_tensor(
+    const NestedKey& key, nlohmann::json default_value) const {
+  auto v = find(key);
+  if (!v) return default_value;
+  if (!v->is_non_tensor())
+    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
+                    ", not a NonTensorData");
+  return v->non_tensor().data();
+}
+
+bool TensorDictBase::is_non_tensor(const NestedKey& key) const {
+  return entry_kind(key) == EntryKind::NonTensor;
+}
+
+std::vector<int64_t> TensorDictBase::get_item_shape(const NestedKey& key) const {
+  Value v = at(key);
+  at::IntArrayRef s;
+  switch (v.kind()) {
+    case EntryKind::Tensor: s = v.tensor().sizes(); break;
+    case EntryKind::TensorDict: s = v.tensordict().batch_size(); break;
+    case EntryKind::NonTensor: s = v.non_tensor().batch_size(); break;
+  }
+  return std::vector<int64_t>(s.begin(), s.end());
+}
+
+// ---- writes ------------------------------------------------------------------
+
+namespace {
+
+void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
+              Value value, bool check_lock) {
+  if (key.empty()) throw KeyError("empty key");
+  for (const auto& part : key)
+    if (part.empty()) throw KeyError("key " + key.repr() + " has an empty part");
+  auto parent = walk_parent(root, key, /*create=*/true);
+  if (check_lock && parent->locked()) throw_locked(key, "set");
+  Value checked = detail::validate_value(std::move(value), parent->batch_size(),
+                                         parent->device(), key);
+  parent->write(key.back(), std::move(checked));
+}
+
+void set_inplace_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
+                      const at::Tensor& value) {
+  auto parent = walk_parent(root, key, false);
+  auto kind = parent->kind(key.back());
+  if (!kind)
+    throw KeyError("key " + key.repr() +
+                   " not found: set_() writes into existing entries only; use "
+                   "set() for populating tensordict with new key-value pair. "
+                   "Keys present: " +
+                   detail::format_key_list(parent->keys()));
+  if (*kind != EntryKind::Tensor)
+    throw TypeError("set_(): entry " + key.repr() + " is a " +
+                    tensordict::to_string(*kind) + ", not a Tensor");
+  if (!value.defined())
+    throw ValueError("set_(): undefined tensor for key " + key.repr());
+  // Check the shape before touching the data so a failure writes nothing.
+  auto dest_shape = parent->holds_values()
+                        ? parent->peek(key.back())->tensor().sizes().vec()
+                        : parent->find(key.back())->tensor().sizes().vec();
+  auto vs = value.sizes();
+  bool broadcastable = vs.size() <= dest_shape.size();
+  for (std::size_t i = 0; broadcastable && i < vs.size(); ++i) {
+    int64_t d = dest_shape[dest_shape.size() - vs.size() + i];
+    if (vs[i] != d && vs[i] != 1) broadcastable = false;
+  }
+  if (!broadcastable)
+    throw ShapeError("set_(): cannot copy a value of shape " +
+                     format_shape(vs) + " into " + key.repr() + " of shape " +
+                     format_shape(dest_shape));
+  parent->write_(key.back(), value);
+}
+
+}  // namespace
+
+TensorDictBase& TensorDictBase::set(const NestedKey& key, Value value) {
+  set_impl(node_ ? node_ : throw ValueError("null handle"), key,
+           std::move(value), true);
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::set(const NestedKey& key, Value value,
+                                    bool inplace) {
+  if (inplace && value.is_tensor() &&
+      entry_kind(key) == EntryKind::Tensor) {
+    return set_(key, value.tensor());
+  }
+  return set(key, std::move(value));
+}
+
+TensorDictBase& TensorDictBase::set_(const NestedKey& key,
+                                     const at::Tensor& value) {
+  set_inplace_impl(node_ ? node_ : throw ValueError("null handle"), key, value);
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::set_non_tensor(const NestedKey& key,
+                                               nlohmann::json value) {
+  return set(key, NonTensorData(std::move(value)));
+}
+
+TensorDictBase TensorDictBase::create_nested(const NestedKey& key) {
+  auto parent = walk_parent(node_, key, true, "create_nested");
+  auto existing = parent->find(key.back());
+  if (existing) {
+    if (existing->is_tensordict()) return existing->tensordict();
+    throw TypeError("create_nested: " + key.repr() + " is a " +
+                    tensordict::to_string(existing->kind()));
+  }
+  if (parent->locked()) throw_locked(key, "create_nested");
+  return parent->create_nested(key.back(), parent->batch_size(),
+                               parent->device());
+}
+
+namespace {
+
+// Which entries of a level a key filter keeps: nullptr = all.
+struct KeyFilter {
+  bool all = false;
+  std::map<std::string, KeyFilter> children;
+  static KeyFilter from(const std::vector<NestedKey>& keys) {
+    KeyFilter f;
+    if (keys.empty()) {
+      f.all = true;
+      return f;
+    }
+    for (const auto& k : keys) {
+      KeyFilter* cur = &f;
+      for (const auto& part : k) cur = &cur->children[part];
+      cur->all = true;
+    }
+    return f;
+  }
+  const KeyFilter* child(const std::string& k) const {
+    if (all) return this;
+    auto it = children.find(k);
+    return it == children.end() ? nullptr : &it->second;
+  }
+};
+
+void update_impl(TensorDictBase& self, const TensorDictBase& other,
+                 const UpdateOptions& opt, const KeyFilter& filter,
+                 const NestedKey& path) {
+  for (const auto& k : other.node().keys()) {
+    const KeyFilter* f = filter.child(k);
+    if (!f) continue;
+    Value v = *other.node().find(k);
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    auto existing = self.node().find(k);
+    if (v.is_tensordict() && existing && existing->is_tensordict()) {
+      TensorDictBase sub = existing->tensordict();
+      update_impl(sub, v.tensordict(), opt, *f, NestedKey());
+      continue;
+    }
+    if (!f->all && v.is_tensordict()) {
+      // Only some keys of this sub-tensordict are selected.
+      TensorDictBase sub = self.create_nested(k);
+      update_impl(sub, v.tensordict(), opt, *f, NestedKey());
+      continue;
+    }
+    if (!f->all) continue;
+    if (opt.clone) {
+      if (v.is_tensor()) v = v.tensor().clone();
+      else if (v.is_tensordict()) v = TensorDictBase(v.tensordict().clone());
+    }
+    if (opt.inplace && existing && existing->is_tensor() && v.is_tensor()) {
+      self.set_(k, v.tensor());
+      continue;
+    }
+    set_impl(self.node_ptr(), NestedKey(k), std::move(v),
+             /*check_lock=*/!opt.ignore_lock);
+  }
+}
+
+}  // namespace
+
+TensorDictBase& TensorDictBase::update(const TensorDictBase& other,
+                                       const UpdateOptions& options) {
+  if (is_same(other)) return *this;
+  if (is_locked() && !options.inplace && !options.ignore_lock)
+    throw_locked(NestedKey("<update>"), "update");
+  update_impl(*this, other, options, KeyFilter::from(options.keys_to_update),
+              NestedKey());
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::update_(
+    const TensorDictBase& other, const std::vector<NestedKey>& keys_to_update) {
+  auto entries = other.items(KeysOptions{true, true, true});
+  KeyFilter filter = KeyFilter::from(keys_to_update);
+  std::vector<std::pair<NestedKey, Value>> todo;
+  for (auto& [k, v] : entries) {
+    const KeyFilter* f = &filter;
+    for (const auto& part : k) {
+      f = f ? f->child(part) : nullptr;
+    }
+    if (!f || !f->all) continue;
+    auto kind = entry_kind(k);
+    if (!kind)
+      throw KeyError("update_(): key " + k.repr() +
+                     " not found in the destination (update_ writes existing "
+                     "entries only)");
+    if (*kind != v.kind())
+      throw TypeError("update_(): entry " + k.repr() + " is a " +
+                      tensordict::to_string(*kind) + " here and a " + tensordict::to_string(v.kind()) +
+                      " in the source");
+    todo.emplace_back(k, v);
+  }
+  for (auto& [k, v] : todo) {
+    if (v.is_tensor()) {
+      set_(k, v.tensor());
+    } else {
+      // A non-tensor value is replaced in place (allowed while locked).
+      auto parent = walk_parent(node_, k, false);
+      NonTensorData d = v.non_tensor();
+      d.set_batch_size(parent->find(k.back())->non_tensor().batch_size().vec());
+      parent->write(k.back(), d);
+    }
+  }
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::del_(const NestedKey& key) {
+  auto parent = walk_parent(node_, key, false);
+  if (!parent->kind(key.back())) throw_missing(key, key.size() - 1, *parent);
+  if (parent->locked()) throw_locked(key, "del_");
+  parent->remove(key.back());
+  return *this;
+}
+
+Value TensorDictBase::pop(const NestedKey& key) {
+  auto parent = walk_parent(node_, key, false);
+  auto v = parent->find(key.back());
+  if (!v) throw_missing(key, key.size() - 1, *parent);
+  if (parent->locked()) throw_locked(key, "pop");
+  parent->remove(key.back());
+  return std::move(*v);
+}
+
+Value TensorDictBase::pop(const NestedKey& key, Value default_value) {
+  if (!contains(key)) return default_value;
+  return pop(key);
+}
+
+TensorDictBase& TensorDictBase::rename_key_(const NestedKey& old_key,
+                                            const NestedKey& new_key,
+                                            bool safe) {
+  auto parent = walk_parent(node_, old_key, false);
+  auto v = parent->find(old_key.back());
+  if (!v) throw_missing(old_key, old_key.size() - 1, *parent);
+  if (parent->locked()) throw_locked(old_key, "rename_key_");
+  if (old_key == new_key) return *this;
+  if (safe && contains(new_key))
+    throw KeyError("rename_key_: key " + new_key.repr() +
+                   " already present (safe=true)");
+  set(new_key, std::move(*v));
+  parent->remove(old_key.back());
+  return *this;
+}
+
+namespace {
+
+void select_into(const TensorDictBase& src, TensorDict& out,
+                 const KeyFilter& filter, bool strict, const NestedKey& path) {
+  for (const auto& [k, f] : filter.children) {
+    auto v = src.node().find(k);
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    if (!v) {
+      if (strict) throw_missing(key, path.size(), src.node());
+      continue;
+    }
+    if (f.all) {
+      out.node().write(k, *v);
+      continue;
+    }
+    if (!v->is_tensordict()) {
+      if (strict)
+        throw TypeError("select: " + key.repr() + " is a " +
+                        tensordict::to_string(v->kind()) + ", not a TensorDict");
+      continue;
+    }
+    const auto& sub = v->tensordict();
+    TensorDict sub_out = detail::make_tensordict(sub.batch_size().vec(),
+                                                 sub.device());
+    select_into(sub, sub_out, f, strict, key);
+    out.node().write(k, sub_out);
+  }
+}
+
+TensorDict exclude_copy(const TensorDictBase& src, const KeyFilter& filter) {
+  TensorDict out = detail::make_tensordict(src.batch_size().vec(), src.device());
+  for (const auto& k : src.node().keys()) {
+    auto it = filter.children.find(k);
+    auto v = src.node().find(k);
+    if (it == filter.children.end()) {
+      out.node().write(k, *v);
+    } else if (!it->second.all && v->is_tensordict()) {
+      out.node().write(k, exclude_copy(v->tensordict(), it->second));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorDict TensorDictBase::select(const std::vector<NestedKey>& keys,
+                                  bool strict) const {
+  TensorDict out = detail::make_tensordict(batch_size().vec(), device());
+  KeyFilter filter;
+  for (const auto& k : keys) {
+    KeyFilter* cur = &filter;
+    for (const auto& part : k) cur = &cur->children[part];
+    cur->all = true;
+  }
+  select_into(*this, out, filter, strict, NestedKey());
+  // Keep the source's key order rather than the order of `keys`.
+  TensorDict ordered = detail::make_tensordict(batch_size().vec(), device());
+  for (const auto& k : node().keys()) {
+    auto v = out.node().find(k);
+    if (v) ordered.node().write(k, *v);
+  }
+  return ordered;
+}
+
+TensorDict TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
+  KeyFilter filter;
+  for (const auto& k : keys) {
+    KeyFilter* cur = &filter;
+    for (const auto& part : k) cur = &cur->children[part];
+    cur->all = true;
+  }
+  return exclude_copy(*this, filter);
+}
+
+TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys,
+                                        bool strict) {
+  if (is_locked()) throw_locked(NestedKey("<select_>"), "select_");
+  TensorDict kept = select(keys, strict);
+  for (const auto& k : node().keys()) node().remove(k);
+  for (const auto& k : kept.node().keys()) node().write(k, *kept.node().find(k));
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::exclude_(const std::vector<NestedKey>& keys) {
+  if (is_locked()) throw_locked(NestedKey("<exclude_>"), "exclude_");
+  for (const auto& k : keys) {
+    auto kind = entry_kind(k);
+    if (kind) {
+      auto parent = walk_parent(node_, k, false);
+      if (parent->locked()) throw_locked(k, "exclude_");
+      parent->remove(k.back());
+    }
+  }
+  return *this;
+}
+
+TensorDict TensorDictBase::empty(bool recurse) const {
+  TensorDict out = detail::make_tensordict(batch_size().vec(), device());
+  if (recurse) {
+    for (const auto& k : node().keys()) {
+      auto v = node().find(k);
+      if (v->is_tensordict()) out.node().write(k, v->tensordict().empty(true));
+    }
+  }
+  return out;
+}
+
+TensorDict TensorDictBase::flatten_keys(std::string_view separator) const {
+  if (separator.empty()) throw ValueError("flatten_keys: empty separator");
+  TensorDict out = detail::make_tensordict(batch_size().vec(), device());
+  std::function<void(const TensorDictBase&, const std::string&)> rec =
+      [&](const TensorDictBase& td, const std::string& prefix) {
+        for (const auto& k : td.node().keys()) {
+          auto v = td.node().find(k);
+          std::string name = prefix.empty() ? k : prefix + std::string(separator) + k;
+          if (v->is_tensordict() && !v->tensordict().is_empty()) {
+            rec(v->tensordict(), name);
+            continue;
+          }
+          if (out.node().peek(name))
+            throw KeyError("flatten_keys: the flattened key '" + name +
+                           "' collides with an existing key");
+          out.node().write(name, *v);
+        }
+      };
+  rec(*this, "");
+  return out;
+}
+
+TensorDict TensorDictBase::unflatten_keys(std::string_view separator) const {
+  if (separator.empty()) throw ValueError("unflatten_keys: empty separator");
+  TensorDict out = detail::make_tensordict(batch_size().vec(), device());
+  for (const auto& k : node().keys()) {
+    Value v = *node().find(k);
+    if (v.is_tensordict()) v = TensorDictBase(v.tensordict().unflatten_keys(separator));
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (true) {
+      auto pos = k.find(separator, start);
+      parts.push_back(k.substr(start, pos == std::string::npos ? pos : pos - start));
+      if (pos == std::string::npos) break;
+      start = pos + separator.size();
+    }
+    NestedKey key(parts);
+    if (out.contains(key))
+      throw KeyError("unflatten_keys: key " + key.repr() + " (from '" + k +
+                     "') collides with an existing key");
+    out.set(key, std::move(v));
+  }
+  return out;
+}
+
+// ---- copies ------------------------------------------------------------------
+
+TensorDict TensorDictBase::clone(bool recurse) const {
+  const Node& src = node();
+  TensorDict out = detail::make_tensordict(src.batch_size().vec(), src.device());
+  auto& dst = static_cast<detail::MemoryNode&>(out.node());
+  dst.reserve(src.size());
+  auto copy_entry = [&](const std::string& k, const Value& v) {
+    switch (v.kind()) {
+      case EntryKind::Tensor:
+        dst.write(k, recurse ? std::get<0>(v.variant()).clone()
+                             : std::get<0>(v.variant()));
+        break;
+      case EntryKind::TensorDict:
+        dst.write(k, std::get<1>(v.variant()).clone(recurse));
+        break;
+      case EntryKind::NonTensor:
+        dst.write(k, v);
+        break;
+    }
+  };
+  if (src.holds_values()) {
+    for (const auto& [k, v] : static_cast<const detail::MemoryNode&>(src).entries())
+      copy_entry(k, v);
+  } else {
+    for (const auto& k : src.keys()) copy_entry(k, *src.find(k));
+  }
+  return out;
+}
+
+TensorDict TensorDictBase::copy() const { return clone(false); }
+
+TensorDict TensorDictBase::to_tensordict() const { return clone(true); }
+
+// ---- locking -------------------------------------------------------------------
+
+bool TensorDictBase::is_locked() const { return node().locked(); }
+bool TensorDictBase::is_shared() const { return node().shared_flag(); }
+bool TensorDictBase::is_memmap() const { return node().memmap_flag(); }
+
+namespace {
+
+void lock_rec(const std::shared_ptr<Node>& n) {
+  n->set_locked_flag(true);
+  for (auto& c : detail::children(*n)) {
+    auto& parents = c.node().lock_parents();
+    bool known = false;
+    for (auto& p : parents)
+      if (!p.owner_before(n) && !n.owner_before(p)) known = true;
+    if (!known) parents.emplace_back(n);
+    lock_rec(c.node_ptr());
+  }
+}
+
+void collect_subtree(const std::shared_ptr<Node>& n,
+                     std::unordered_set<const Node*>& seen,
+                     std::vector<std::shared_ptr<Node>>& out) {
+  if (!seen.insert(n.get()).second) return;
+  out.push_back(n);
+  for (auto& c : detail::children(*n)) collect_subtree(c.node_ptr(), seen, out);
+}
+
+}  // namespace
+
+TensorDictBase& TensorDictBase::lock_() {
+  lock_rec(node_ ? node_ : throw ValueError("null handle"));
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::unlock_() {
+  std::unordered_set<const Node*> seen;
+  std::vector<std::shared_ptr<Node>> subtree;
+  collect_subtree(node_ ? node_ : throw ValueError("null handle"), seen, subtree);
+  // Check everything first so that a refused unlock changes nothing.
+  for (auto& n : subtree) {
+    for (auto& wp : n->lock_parents()) {
+      auto p = wp.lock();
+      if (p && p->locked() && !seen.count(p.get()))
+        throw LockedError(
+            "Cannot unlock a tensordict that is part of a locked graph: a "
+            "nested tensordict is still held by a locked " +
+            p->type_name() + ". Unlock the root tensordict first.");
+    }
+  }
+  for (auto& n : subtree) {
+    n->set_locked_flag(false);
+    n->set_shared_flag(false);
+    n->set_memmap_flag(false);
+    auto& parents = n->lock_parents();
+    parents.erase(std::remove_if(parents.begin(), parents.end(),
+                                 [&](const std::weak_ptr<Node>& wp) {
+                                   auto p = wp.lock();
+                                   return !p || seen.count(p.get());
+                                 }),
+                  parents.end());
+  }
+  return *this;
+}
+
+// ---- indexing --------------------------------------------------------------------
+
+namespace {
+
+// Replaces an Ellipsis by explicit full slices over the batch dims so that the
+// same index applies to every leaf whatever its feature dims.
+std::vector<at::indexing::TensorIndex> normalize_index(IndexList index,
+                                                       int64_t batch_dims) {
+  using at::indexing::TensorIndex;
+  int64_t consumed = 0;
+  int ellipses = 0;
+  for (const auto& i : index) {
+    if (i.is_integer() || i.is_slice()) consumed += 1;
+    else if (i.is_tensor())
+      consumed += i.tensor().scalar_type() == at::kBool ? std::max<int64_t>(i.tensor().dim(), 1) : 1;
+    else if (i.is_ellipsis()) ++ellipses;
+  }
+  if (ellipses > 1) throw IndexError("an index can only have a single ellipsis");
+  if (consumed > batch_dims)
+    throw IndexError("too many indices for a tensordict with " +
+                     std::to_string(batch_dims) + " batch dimension(s): the " +
+                     "index consumes " + std::to_string(consumed));
+  std::vector<TensorIndex> out;
+  out.reserve(index.size() + static_cast<std::size_t>(batch_dims));
+  for (const auto& i : index) {
+    if (i.is_ellipsis()) {
+      for (int64_t k = 0; k < batch_dims - consumed; ++k)
+        out.emplace_back(at::indexing::Slice());
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorDictBase TensorDictBase::index(IndexList index) const {
+  const Node& src = node();
+  const int64_t B = static_cast<int64_t>(src.batch_size().size());
+  if (index.empty()) return *this;
+  if (B == 0) {
+    for (const auto& i : index)
+      if (!(i.is_none() || (i.is_boolean() && i.boolean())))
+        throw IndexError(
+            "indexing a tensordict with batch_dims==0 is not permitted (only "
+            "None or True may index it)");
+  }
+  auto norm = normalize_index(index, B);
+  std::vector<int64_t> new_batch;
+  try {
+    new_batch = indexed_batch(src.batch_size(), norm);
+  } catch (const c10::Error& e) {
+    throw IndexError("invalid index for batch size " +
+                     format_shape(src.batch_size()) + ": " + e.what_without_backtrace());
+  }
+  TensorDict out = detail::make_tensordict(new_batch, src.device());
+  auto& dst = static_cast<detail::MemoryNode&>(out.node());
+  for (const auto& k : src.keys()) {
+    auto v = src.find(k);
+    switch (v->kind()) {
+      case EntryKind::Tensor:
+        dst.write(k, src.holds_values() ? v->tensor().index(norm)
+                                        : src.read_at(k, norm));
+        break;
+      case EntryKind::TensorDict:
+        dst.write(k, v->tensordict().index(norm));
+        break;
+      case EntryKind::NonTensor: {
+        NonTensorData d = v->non_tensor();
+        auto nb = d.batch_size().vec();
+        std::vector<int64_t> extra(nb.begin() + std::min<std::size_t>(B, nb.size()), nb.end());
+        std::vector<int64_t> b = new_batch;
+        b.insert(b.end(), extra.begin(), extra.end());
+        d.set_batch_size(b);
+        dst.write(k, d);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+TensorDictBase TensorDictBase::operator[](int64_t i) const {
+  return index({at::indexing::TensorIndex(i)});
+}
+
+}  // namespace tensordict
