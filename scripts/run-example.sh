@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# README quick start, command 1: install what is missing, build, run the main example.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+  -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF -DTENSORDICT_BUILD_EXAMPLES=ON
+cmake --build "$BUILD_DIR" -j "$JOBS" --target quickstart
+"$BUILD_DIR"/examples/quickstart "$@"

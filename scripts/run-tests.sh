@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# README quick start, command 2: install what is missing, build everything, run all tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+  -DTENSORDICT_BUILD_TESTS=ON -DTENSORDICT_BUILD_EXAMPLES=ON -DTENSORDICT_BUILD_BENCHMARKS=ON
+cmake --build "$BUILD_DIR" -j "$JOBS"
+cd "$BUILD_DIR"
+ctest --output-on-failure -j "$JOBS" --timeout 900
