@@ -122,4 +122,10 @@ class TensorDict : public TensorDictBase {
   static TensorDict make(const std::vector<Item>& items, const Options& options);
 };
 
+/// Result of max(dim)/min(dim): values and their indices, same structure.
+struct TensorDictBase::ValuesIndices {
+  TensorDict values;
+  TensorDict indices;
+};
+
 }  // namespace tensordict

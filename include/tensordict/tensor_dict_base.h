@@ -267,6 +267,171 @@ class TensorDictBase {
   TensorDictBase index(IndexList index) const;
   /// td[i]: integer index along the first batch dimension.
   TensorDictBase operator[](int64_t i) const;
+  /// td[idx] = value: writes every key of `value` in place at `idx`, casting to
+  /// the destination dtype. `value`'s batch size must equal the indexed batch
+  /// size or be a suffix of it (then it is broadcast). Keys missing here are
+  /// pre-allocated as zeros of shape [*batch_size, *feature] (LockedError when
+  /// locked); keys of this tensordict absent from `value` are untouched.
+  /// Everything is checked before anything is written.
+  TensorDictBase& index_put_(IndexList index, const TensorDictBase& value);
+  /// Writes `value` (broadcast) at `idx` into every tensor leaf.
+  TensorDictBase& index_put_(IndexList index, const at::Tensor& value);
+  TensorDictBase& index_put_(IndexList index, const at::Scalar& value);
+  /// get(key)[idx], reading only those rows from storages that can.
+  at::Tensor get_at(const NestedKey& key, IndexList index) const;
+  /// Writes `value` into get(key)[idx] in place (KeyError when missing).
+  TensorDictBase& set_at_(const NestedKey& key, const at::Tensor& value,
+                          IndexList index);
+  /// index_put_ restricted to existing keys: every key of `other` must exist
+  /// here (KeyError), nothing is pre-allocated. Allowed on locked tensordicts.
+  TensorDictBase& update_at_(const TensorDictBase& other, IndexList index,
+                             const std::vector<NestedKey>& keys_to_update = {});
+
+  // ---- shape operations (on batch dims; feature dims follow) ----------------
+  /// Each leaf viewed as [*shape, *feature]; -1 is inferred. Returns this
+  /// tensordict when the shape is unchanged. Locked if this one is.
+  TensorDictBase view(at::IntArrayRef shape) const;
+  TensorDictBase reshape(at::IntArrayRef shape) const;
+  TensorDictBase flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  TensorDictBase unflatten(int64_t dim, at::IntArrayRef sizes) const;
+  /// Removes batch dim `dim` when its size is 1 (no-op otherwise).
+  TensorDictBase squeeze(int64_t dim) const;
+  /// Removes every batch dim of size 1.
+  TensorDictBase squeeze() const;
+  TensorDictBase unsqueeze(int64_t dim) const;
+  TensorDictBase permute(at::IntArrayRef dims) const;
+  TensorDictBase transpose(int64_t dim0, int64_t dim1) const;
+  /// Expands to `shape` (at least batch_dims() dims; new leading dims allowed).
+  TensorDictBase expand(at::IntArrayRef shape) const;
+  /// Views along batch dim `dim`, one per element.
+  std::vector<TensorDict> unbind(int64_t dim = 0) const;
+  std::vector<TensorDict> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<TensorDict> split(at::IntArrayRef split_sizes, int64_t dim = 0) const;
+  std::vector<TensorDict> chunk(int64_t chunks, int64_t dim = 0) const;
+  TensorDictBase narrow(int64_t dim, int64_t start, int64_t length) const;
+  /// `index` has the batch shape (up to dim `dim`) and is expanded to the right
+  /// for each leaf; the result's batch size is index.sizes().
+  TensorDict gather(int64_t dim, const at::Tensor& index) const;
+  /// td[mask] for a bool mask over the leading batch dims.
+  TensorDict masked_select(const at::Tensor& mask) const;
+  /// Leaves where `mask` (batch-shaped, expanded right) is true set to value.
+  TensorDict masked_fill(const at::Tensor& mask, const at::Scalar& value) const;
+  TensorDictBase& masked_fill_(const at::Tensor& mask, const at::Scalar& value);
+  /// torch::where(condition, this, other) per leaf; `condition` is batch-shaped.
+  TensorDict where(const at::Tensor& condition, const TensorDictBase& other) const;
+  TensorDict where(const at::Tensor& condition, const at::Scalar& other) const;
+
+  // ---- apply and arithmetic ---------------------------------------------------
+  using LeafFn = std::function<at::Tensor(const at::Tensor&)>;
+  using LeafFn2 = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+  using NamedLeafFn =
+      std::function<at::Tensor(const NestedKey&, const at::Tensor&)>;
+  /// A new TensorDict with fn applied to every tensor leaf (nested included).
+  /// A leaf for which fn returns an undefined tensor is dropped. With
+  /// `batch_size`, the result has that batch size (for shape-changing fns).
+  TensorDict apply(const LeafFn& fn,
+                   std::optional<std::vector<int64_t>> batch_size = std::nullopt) const;
+  /// fn(leaf, other_leaf) for every tensor leaf; KeyError when `other` lacks a
+  /// key of this tensordict.
+  TensorDict apply(const LeafFn2& fn, const TensorDictBase& other) const;
+  /// In place: each leaf receives fn(leaf) (copied into its storage). Allowed
+  /// on locked tensordicts.
+  TensorDictBase& apply_(const LeafFn& fn);
+  /// fn(key, leaf) with the full nested key.
+  TensorDict named_apply(const NamedLeafFn& fn) const;
+
+  TensorDict add(const TensorDictBase& other) const;
+  TensorDict add(const at::Tensor& other) const;
+  TensorDict add(const at::Scalar& other) const;
+  TensorDict sub(const TensorDictBase& other) const;
+  TensorDict sub(const at::Tensor& other) const;
+  TensorDict sub(const at::Scalar& other) const;
+  TensorDict mul(const TensorDictBase& other) const;
+  TensorDict mul(const at::Tensor& other) const;
+  TensorDict mul(const at::Scalar& other) const;
+  TensorDict div(const TensorDictBase& other) const;
+  TensorDict div(const at::Tensor& other) const;
+  TensorDict div(const at::Scalar& other) const;
+  TensorDict pow(const at::Scalar& exponent) const;
+  TensorDictBase& add_(const TensorDictBase& other);
+  TensorDictBase& add_(const at::Tensor& other);
+  TensorDictBase& add_(const at::Scalar& other);
+  TensorDictBase& sub_(const TensorDictBase& other);
+  TensorDictBase& sub_(const at::Tensor& other);
+  TensorDictBase& sub_(const at::Scalar& other);
+  TensorDictBase& mul_(const TensorDictBase& other);
+  TensorDictBase& mul_(const at::Tensor& other);
+  TensorDictBase& mul_(const at::Scalar& other);
+  TensorDictBase& div_(const TensorDictBase& other);
+  TensorDictBase& div_(const at::Tensor& other);
+  TensorDictBase& div_(const at::Scalar& other);
+  TensorDict neg() const;
+  TensorDict abs() const;
+  TensorDict exp() const;
+  TensorDict log() const;
+  TensorDict sqrt() const;
+  TensorDict sigmoid() const;
+  TensorDict clamp(std::optional<at::Scalar> min, std::optional<at::Scalar> max) const;
+
+  // ---- reductions and comparisons ---------------------------------------------
+  /// Without dims: every leaf fully reduced (batch []). With dims: those batch
+  /// dims are reduced (IndexError for a feature dim).
+  TensorDict sum(std::optional<std::vector<int64_t>> dims = std::nullopt,
+                 bool keepdim = false) const;
+  TensorDict mean(std::optional<std::vector<int64_t>> dims = std::nullopt,
+                  bool keepdim = false) const;
+  TensorDict amax(std::optional<std::vector<int64_t>> dims = std::nullopt,
+                  bool keepdim = false) const;
+  TensorDict amin(std::optional<std::vector<int64_t>> dims = std::nullopt,
+                  bool keepdim = false) const;
+  /// Values and indices of max/min along batch dim `dim` (Python's
+  /// return_indices=True result).
+  struct ValuesIndices;
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
+  /// True when every element of every leaf is non-zero.
+  bool all() const;
+  /// True when any element of any leaf is non-zero.
+  bool any() const;
+  /// all/any along batch dim `dim`: a TensorDict of bools.
+  TensorDict all(int64_t dim) const;
+  TensorDict any(int64_t dim) const;
+  /// Element-wise comparisons: TensorDicts of bools with the same structure.
+  /// Against a tensordict, the key sets must match exactly (KeyError).
+  TensorDict eq(const TensorDictBase& other) const;
+  TensorDict eq(const at::Tensor& other) const;
+  TensorDict eq(const at::Scalar& other) const;
+  TensorDict ne(const TensorDictBase& other) const;
+  TensorDict ne(const at::Tensor& other) const;
+  TensorDict ne(const at::Scalar& other) const;
+  TensorDict lt(const at::Scalar& other) const;
+  TensorDict le(const at::Scalar& other) const;
+  TensorDict gt(const at::Scalar& other) const;
+  TensorDict ge(const at::Scalar& other) const;
+  /// Same keys, shapes and close values (at::allclose per leaf).
+  bool allclose(const TensorDictBase& other, double rtol = 1e-5,
+                double atol = 1e-8, bool equal_nan = false) const;
+  /// Same keys, shapes, dtypes and values (non-tensors compared too).
+  bool equal(const TensorDictBase& other) const;
+
+  // ---- in-place fills, devices, dtypes ----------------------------------------
+  TensorDictBase& zero_();
+  TensorDictBase& fill_(const at::Scalar& value);
+  /// Fills one tensor leaf.
+  TensorDictBase& fill_(const NestedKey& key, const at::Scalar& value);
+  /// Moves every tensor to `device` and sets the device. Returns this
+  /// tensordict when it already has that device. Locked if this one is.
+  TensorDictBase to(at::Device device, bool non_blocking = false) const;
+  /// Casts every tensor leaf (integers included) to `dtype`.
+  TensorDict to(at::ScalarType dtype) const;
+  TensorDictBase cpu() const { return to(at::Device(at::kCPU)); }
+  /// A contiguous copy (leaves already contiguous are shared).
+  TensorDict contiguous() const;
+  bool is_contiguous() const;
+  TensorDict detach() const;
+  TensorDictBase& detach_();
+  /// Sets requires_grad on every floating-point leaf.
+  TensorDictBase& requires_grad_(bool requires_grad = true);
 
   // ---- printing -------------------------------------------------------------
   /// Python's repr layout (fields sorted alphabetically).
@@ -310,5 +475,33 @@ class Value {
  private:
   Variant v_;
 };
+
+// Arithmetic and comparison operators; see the named methods.
+TensorDict operator+(const TensorDictBase& a, const TensorDictBase& b);
+TensorDict operator+(const TensorDictBase& a, const at::Tensor& b);
+TensorDict operator+(const TensorDictBase& a, const at::Scalar& b);
+TensorDict operator-(const TensorDictBase& a, const TensorDictBase& b);
+TensorDict operator-(const TensorDictBase& a, const at::Tensor& b);
+TensorDict operator-(const TensorDictBase& a, const at::Scalar& b);
+TensorDict operator*(const TensorDictBase& a, const TensorDictBase& b);
+TensorDict operator*(const TensorDictBase& a, const at::Tensor& b);
+TensorDict operator*(const TensorDictBase& a, const at::Scalar& b);
+TensorDict operator/(const TensorDictBase& a, const TensorDictBase& b);
+TensorDict operator/(const TensorDictBase& a, const at::Tensor& b);
+TensorDict operator/(const TensorDictBase& a, const at::Scalar& b);
+TensorDict operator-(const TensorDictBase& a);
+TensorDictBase& operator+=(TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase& operator+=(TensorDictBase& a, const at::Scalar& b);
+TensorDictBase& operator-=(TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase& operator-=(TensorDictBase& a, const at::Scalar& b);
+TensorDictBase& operator*=(TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase& operator*=(TensorDictBase& a, const at::Scalar& b);
+TensorDictBase& operator/=(TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase& operator/=(TensorDictBase& a, const at::Scalar& b);
+/// Element-wise equality: a TensorDict of bools. Use (a == b).all() for a bool.
+TensorDict operator==(const TensorDictBase& a, const TensorDictBase& b);
+TensorDict operator==(const TensorDictBase& a, const at::Scalar& b);
+TensorDict operator!=(const TensorDictBase& a, const TensorDictBase& b);
+TensorDict operator!=(const TensorDictBase& a, const at::Scalar& b);
 
 }  // namespace tensordict

@@ -9,5 +9,6 @@
 #include <tensordict/node.h>
 #include <tensordict/non_tensor.h>
 #include <tensordict/tensor_dict.h>
+#include <tensordict/stack.h>
 #include <tensordict/tensor_dict_base.h>
 #include <tensordict/version.h>

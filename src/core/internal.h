@@ -43,3 +43,54 @@ inline TensorDict make_tensordict(std::vector<int64_t> batch,
 std::vector<TensorDictBase> children(const Node& node);
 
 }  // namespace tensordict::detail
+
+namespace tensordict::detail {
+
+/// An index translated once per call (not once per leaf): Ellipsis expanded
+/// over the batch dims, bool masks turned into long indices, and the common
+/// "one long index on the first dim" case recognised for index_select.
+struct TranslatedIndex {
+  std::vector<at::indexing::TensorIndex> items;  // applies to any leaf
+  at::Tensor first_dim_long;  // defined: the index is exactly this on dim 0
+  std::vector<int64_t> batch;  // the indexed batch size
+  bool basic = true;           // only ints, slices, None, Ellipsis
+};
+
+TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch);
+
+/// leaf[index] using the fast paths of the translation.
+at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index);
+
+/// leaf[index] = value (value already broadcastable, cast to leaf's dtype).
+void put_index(at::Tensor& leaf, const TranslatedIndex& index,
+               const at::Tensor& value);
+
+/// Copies the lock state of `src` onto `out` (shape ops propagate the lock).
+inline void propagate_lock(const TensorDictBase& src, TensorDictBase& out) {
+  if (src.is_locked() && !out.is_locked()) out.lock_();
+}
+
+/// Normalizes a batch dim in [-n, n) (n = number of dims), IndexError otherwise.
+int64_t wrap_dim(int64_t dim, int64_t n, const char* op);
+
+}  // namespace tensordict::detail
+
+namespace tensordict::detail {
+
+/// fn(leaf, key) -> new leaf; key is the full nested key.
+using MapFn = std::function<at::Tensor(const at::Tensor&, const NestedKey&)>;
+
+/// A new TensorDict whose batch size is `new_batch` (for nested tensordicts:
+/// new_batch + their own dims beyond the root's `root_dims`), with fn applied
+/// to every tensor leaf. Leaves for which fn returns an undefined tensor are
+/// dropped; non-tensors are kept with the new batch size. Leaf errors from
+/// LibTorch are rethrown as `ErrorT` naming the key.
+TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
+                      at::IntArrayRef new_batch, const MapFn& fn,
+                      const char* op, std::optional<std::optional<at::Device>> device = std::nullopt);
+
+/// Calls fn(leaf, key) on every tensor leaf, in place semantics up to fn.
+void for_each_leaf(const TensorDictBase& src,
+                   const std::function<void(const at::Tensor&, const NestedKey&)>& fn);
+
+}  // namespace tensordict::detail

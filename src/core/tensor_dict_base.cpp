@@ -147,13 +147,6 @@ std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root,
   return node;
 }
 
-// The batch of an indexed tensordict: zeros(batch)[idx].sizes().
-std::vector<int64_t> indexed_batch(at::IntArrayRef batch, IndexList index) {
-  at::Tensor dummy = at::zeros({1}, at::kByte).expand(batch);
-  auto sizes = dummy.index(index).sizes();
-  return std::vector<int64_t>(sizes.begin(), sizes.end());
-}
-
 }  // namespace
 
 // ---- handle basics ---------------------------------------------------------
@@ -989,93 +982,6 @@ TensorDictBase& TensorDictBase::unlock_() {
                   parents.end());
   }
   return *this;
-}
-
-// ---- indexing --------------------------------------------------------------------
-
-namespace {
-
-// Replaces an Ellipsis by explicit full slices over the batch dims so that the
-// same index applies to every leaf whatever its feature dims.
-std::vector<at::indexing::TensorIndex> normalize_index(IndexList index,
-                                                       int64_t batch_dims) {
-  using at::indexing::TensorIndex;
-  int64_t consumed = 0;
-  int ellipses = 0;
-  for (const auto& i : index) {
-    if (i.is_integer() || i.is_slice()) consumed += 1;
-    else if (i.is_tensor())
-      consumed += i.tensor().scalar_type() == at::kBool ? std::max<int64_t>(i.tensor().dim(), 1) : 1;
-    else if (i.is_ellipsis()) ++ellipses;
-  }
-  if (ellipses > 1) throw IndexError("an index can only have a single ellipsis");
-  if (consumed > batch_dims)
-    throw IndexError("too many indices for a tensordict with " +
-                     std::to_string(batch_dims) + " batch dimension(s): the " +
-                     "index consumes " + std::to_string(consumed));
-  std::vector<TensorIndex> out;
-  out.reserve(index.size() + static_cast<std::size_t>(batch_dims));
-  for (const auto& i : index) {
-    if (i.is_ellipsis()) {
-      for (int64_t k = 0; k < batch_dims - consumed; ++k)
-        out.emplace_back(at::indexing::Slice());
-    } else {
-      out.push_back(i);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-TensorDictBase TensorDictBase::index(IndexList index) const {
-  const Node& src = node();
-  const int64_t B = static_cast<int64_t>(src.batch_size().size());
-  if (index.empty()) return *this;
-  if (B == 0) {
-    for (const auto& i : index)
-      if (!(i.is_none() || (i.is_boolean() && i.boolean())))
-        throw IndexError(
-            "indexing a tensordict with batch_dims==0 is not permitted (only "
-            "None or True may index it)");
-  }
-  auto norm = normalize_index(index, B);
-  std::vector<int64_t> new_batch;
-  try {
-    new_batch = indexed_batch(src.batch_size(), norm);
-  } catch (const c10::Error& e) {
-    throw IndexError("invalid index for batch size " +
-                     format_shape(src.batch_size()) + ": " + e.what_without_backtrace());
-  }
-  TensorDict out = detail::make_tensordict(new_batch, src.device());
-  auto& dst = static_cast<detail::MemoryNode&>(out.node());
-  for (const auto& k : src.keys()) {
-    auto v = src.find(k);
-    switch (v->kind()) {
-      case EntryKind::Tensor:
-        dst.write(k, src.holds_values() ? v->tensor().index(norm)
-                                        : src.read_at(k, norm));
-        break;
-      case EntryKind::TensorDict:
-        dst.write(k, v->tensordict().index(norm));
-        break;
-      case EntryKind::NonTensor: {
-        NonTensorData d = v->non_tensor();
-        auto nb = d.batch_size().vec();
-        std::vector<int64_t> extra(nb.begin() + std::min<std::size_t>(B, nb.size()), nb.end());
-        std::vector<int64_t> b = new_batch;
-        b.insert(b.end(), extra.begin(), extra.end());
-        d.set_batch_size(b);
-        dst.write(k, d);
-        break;
-      }
-    }
-  }
-  return out;
-}
-
-TensorDictBase TensorDictBase::operator[](int64_t i) const {
-  return index({at::indexing::TensorIndex(i)});
 }
 
 }  // namespace tensordict

@@ -1,0 +1,517 @@
+// Indexing and index assignment: td.index({...}), td.index_put_({...}, value),
+// get_at / set_at_ / update_at_. The index is translated once per call.
+#include "internal.h"
+
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+
+#include <algorithm>
+
+namespace tensordict {
+namespace detail {
+
+using at::indexing::Slice;
+using at::indexing::TensorIndex;
+
+int64_t wrap_dim(int64_t dim, int64_t n, const char* op) {
+  if (dim < -n || dim >= n || n == 0)
+    throw IndexError(std::string(op) + ": dimension " + std::to_string(dim) +
+                     " out of range for " + std::to_string(n) +
+                     " batch dimension(s)");
+  return dim < 0 ? dim + n : dim;
+}
+
+namespace {
+
+bool is_full_slice(const TensorIndex& i) {
+  if (!i.is_slice()) return false;
+  const auto& s = i.slice();
+  return s.start() == 0 && s.stop() == at::indexing::INDEX_MAX && s.step() == 1;
+}
+
+bool is_mask(const at::Tensor& t) {
+  return t.scalar_type() == at::kBool || t.scalar_type() == at::kByte;
+}
+
+}  // namespace
+
+TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch) {
+  const int64_t B = static_cast<int64_t>(batch.size());
+  TranslatedIndex out;
+  int64_t consumed = 0;
+  int ellipses = 0;
+  for (const auto& i : index) {
+    if (i.is_integer() || i.is_slice()) {
+      consumed += 1;
+    } else if (i.is_tensor()) {
+      const auto& t = i.tensor();
+      consumed += is_mask(t) ? t.dim() : 1;
+    } else if (i.is_ellipsis()) {
+      ++ellipses;
+    }
+  }
+  if (ellipses > 1) throw IndexError("an index can only have a single ellipsis");
+  if (consumed > B)
+    throw IndexError("too many indices for a tensordict of batch size " +
+                     format_shape(batch) + ": the index consumes " +
+                     std::to_string(consumed) + " dimension(s)");
+  out.items.reserve(index.size() + static_cast<std::size_t>(B));
+  int64_t dim = 0;  // batch dim the next item applies to
+  int masks_expanded = 0;
+  for (const auto& i : index) {
+    if (i.is_ellipsis()) {
+      for (int64_t k = 0; k < B - consumed; ++k) out.items.emplace_back(Slice());
+      dim += B - consumed;
+    } else if (i.is_tensor()) {
+      out.basic = false;
+      const auto& t = i.tensor();
+      if (is_mask(t) && t.dim() > 0) {
+        // A mask becomes long indices once, not once per leaf.
+        auto expected = batch.slice(static_cast<std::size_t>(dim),
+                                    static_cast<std::size_t>(t.dim()));
+        if (t.sizes() != expected)
+          throw IndexError("the mask of shape " + format_shape(t.sizes()) +
+                           " does not match the batch dims " +
+                           format_shape(expected) + " it indexes");
+        auto nz = t.to(at::kBool).nonzero();
+        for (auto& col : nz.unbind(1)) out.items.emplace_back(col);
+        dim += t.dim();
+        ++masks_expanded;
+        if (t.dim() > 1) masks_expanded = 2;
+      } else {
+        out.items.push_back(i);
+        dim += is_mask(t) ? 0 : 1;
+      }
+    } else {
+      out.items.push_back(i);
+      if (i.is_integer() || i.is_slice()) dim += 1;
+    }
+  }
+  // One long index on dim 0 and full slices after it: index_select.
+  if (!out.items.empty() && out.items[0].is_tensor() &&
+      out.items[0].tensor().scalar_type() == at::kLong && masks_expanded < 2) {
+    bool rest_full = std::all_of(out.items.begin() + 1, out.items.end(),
+                                 [](const TensorIndex& i) { return is_full_slice(i); });
+    if (rest_full) {
+      out.first_dim_long = out.items[0].tensor();
+      if (B > 0) {
+        int64_t n = batch[0];
+        // Bounds are checked once here so that a bad index fails before any
+        // leaf is touched.
+        if (out.first_dim_long.numel() > 0) {
+          int64_t lo = out.first_dim_long.min().item<int64_t>();
+          int64_t hi = out.first_dim_long.max().item<int64_t>();
+          if (lo < -n || hi >= n)
+            throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
+                             " is out of bounds for batch dim 0 of size " +
+                             std::to_string(n));
+          if (lo < 0) out.first_dim_long = at::remainder(out.first_dim_long, n);
+        }
+      }
+      out.batch = out.first_dim_long.sizes().vec();
+      out.batch.insert(out.batch.end(), batch.begin() + 1, batch.end());
+      out.items[0] = TensorIndex(out.first_dim_long);
+      return out;
+    }
+  }
+  try {
+    at::Tensor dummy = at::zeros({1}, at::kByte).expand(batch);
+    out.batch = dummy.index(out.items).sizes().vec();
+  } catch (const c10::Error& e) {
+    throw IndexError("invalid index for a tensordict of batch size " +
+                     format_shape(batch) + ": " + e.what_without_backtrace());
+  }
+  return out;
+}
+
+at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index) {
+  if (index.first_dim_long.defined()) {
+    const auto& idx = index.first_dim_long;
+    if (idx.dim() == 1) return leaf.index_select(0, idx);
+    auto out_shape = idx.sizes().vec();
+    out_shape.insert(out_shape.end(), leaf.sizes().begin() + 1, leaf.sizes().end());
+    return leaf.index_select(0, idx.reshape({-1})).view(out_shape);
+  }
+  return leaf.index(index.items);
+}
+
+void put_index(at::Tensor& leaf, const TranslatedIndex& index,
+               const at::Tensor& value) {
+  if (index.first_dim_long.defined()) {
+    const auto& idx = index.first_dim_long;
+    auto target = idx.sizes().vec();
+    target.insert(target.end(), leaf.sizes().begin() + 1, leaf.sizes().end());
+    auto src = value.expand(target);
+    if (idx.dim() != 1) {
+      auto flat = leaf.sizes().vec();
+      flat[0] = idx.numel();
+      src = src.reshape(flat);
+      leaf.index_copy_(0, idx.reshape({-1}), src);
+    } else {
+      leaf.index_copy_(0, idx, src);
+    }
+    return;
+  }
+  leaf.index_put_(index.items, value);
+}
+
+}  // namespace detail
+
+using detail::format_shape;
+using detail::TranslatedIndex;
+
+namespace {
+
+bool all_full_slices(IndexList index) {
+  for (const auto& i : index) {
+    if (i.is_ellipsis()) continue;
+    if (!i.is_slice()) return false;
+    const auto& s = i.slice();
+    if (!(s.start() == 0 && s.stop() == at::indexing::INDEX_MAX && s.step() == 1))
+      return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> concat_shape(at::IntArrayRef a, at::IntArrayRef b) {
+  std::vector<int64_t> out(a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+// Indexes `src` (batch dims of the root: B) into a new TensorDict of batch
+// new_batch + src.batch[B:].
+TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
+                      std::size_t B, const NestedKey& path) {
+  const Node& n = src.node();
+  auto b = n.batch_size();
+  TensorDict out = detail::make_tensordict(
+      concat_shape(t.batch, b.slice(std::min(B, b.size()))), n.device());
+  auto& dst = static_cast<detail::MemoryNode&>(out.node());
+  dst.reserve(n.size());
+  for (const auto& k : n.keys()) {
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    std::optional<Value> holder;
+    const Value* v = n.holds_values() ? n.peek(k) : nullptr;
+    if (!v) {
+      holder = n.find(k);
+      v = &*holder;
+    }
+    try {
+      switch (v->kind()) {
+        case EntryKind::Tensor:
+          dst.write(k, n.holds_values() ? detail::apply_index(v->tensor(), t)
+                                        : n.read_at(k, t.items));
+          break;
+        case EntryKind::TensorDict:
+          dst.write(k, index_node(v->tensordict(), t, B, key));
+          break;
+        case EntryKind::NonTensor: {
+          NonTensorData d = v->non_tensor();
+          auto nb = d.batch_size();
+          d.set_batch_size(concat_shape(t.batch, nb.slice(std::min(B, nb.size()))));
+          dst.write(k, d);
+          break;
+        }
+      }
+    } catch (const c10::Error& e) {
+      throw IndexError("indexing entry " + key.repr() + " failed: " +
+                       e.what_without_backtrace());
+    }
+  }
+  return out;
+}
+
+void check_zero_dim_index(const TensorDictBase& td, IndexList index) {
+  if (td.batch_dims() != 0) return;
+  for (const auto& i : index)
+    if (!(i.is_none() || i.is_ellipsis() || (i.is_boolean() && i.boolean())))
+      throw IndexError(
+          "indexing a tensordict with batch_dims==0 is not permitted (only "
+          "None, Ellipsis or True may index it)");
+}
+
+}  // namespace
+
+TensorDictBase TensorDictBase::index(IndexList index) const {
+  if (index.empty() || all_full_slices(index)) return *this;
+  check_zero_dim_index(*this, index);
+  TranslatedIndex t = detail::translate_index(index, batch_size());
+  return index_node(*this, t, batch_size().size(), NestedKey());
+}
+
+TensorDictBase TensorDictBase::operator[](int64_t i) const {
+  return index({at::indexing::TensorIndex(i)});
+}
+
+TensorDict TensorDictBase::masked_select(const at::Tensor& mask) const {
+  if (mask.scalar_type() != at::kBool)
+    throw TypeError("masked_select: the mask must be a bool tensor, got " +
+                    detail::torch_dtype_repr(mask.scalar_type()));
+  return TensorDict(index({at::indexing::TensorIndex(mask)}).node_ptr());
+}
+
+// ---- index assignment ---------------------------------------------------------
+
+namespace {
+
+struct PutPlan {
+  const TranslatedIndex* t;
+  std::size_t B;
+};
+
+// Walks `value` against `dest`. With dry_run, only checks (dest may be null
+// for a nested tensordict that will be created); otherwise writes.
+void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
+             const PutPlan& plan, bool dry_run, bool allow_create,
+             const NestedKey& path) {
+  const Node& vn = value.node();
+  for (const auto& k : vn.keys()) {
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    Value vv = *vn.find(k);
+    std::optional<Value> dv = dest ? dest->find(k) : std::nullopt;
+    auto refuse_new = [&]() {
+      if (!allow_create)
+        throw KeyError("update_at_(): key " + key.repr() +
+                       " not found in the destination");
+      if (dest && dest->locked())
+        detail::throw_locked(key, "index_put_ (pre-allocating a new key)");
+    };
+    switch (vv.kind()) {
+      case EntryKind::Tensor: {
+        const at::Tensor& src = vv.tensor();
+        if (dv && !dv->is_tensor())
+          throw TypeError("index_put_: " + key.repr() + " is a " +
+                          to_string(dv->kind()) + " here and a Tensor in the value");
+        if (dv) {
+          at::Tensor leaf = dv->tensor();
+          auto target = concat_shape(plan.t->batch, leaf.sizes().slice(plan.B));
+          if (!at::is_expandable_to(src.sizes(), target))
+            throw ShapeError("index_put_: cannot write a value of shape " +
+                             format_shape(src.sizes()) + " into " + key.repr() +
+                             " at an index of shape " + format_shape(target));
+          if (dry_run) break;
+          at::Tensor cast = src.to(leaf.device(), leaf.scalar_type());
+          if (dest->holds_values()) detail::put_index(leaf, *plan.t, cast);
+          else dest->write_at_(k, plan.t->items, cast.expand(target));
+        } else {
+          refuse_new();
+          if (dry_run) break;
+          // Lazy pre-allocation: zeros of [*batch, *feature], then the row.
+          auto feature = src.sizes().slice(std::min(plan.t->batch.size(), src.sizes().size()));
+          auto shape = concat_shape(dest->batch_size(), feature);
+          auto device = dest->device().value_or(at::Device(at::kCPU));
+          dest->create_leaf(k, shape, src.options().device(device));
+          at::Tensor leaf = dest->find(k)->tensor();
+          if (dest->holds_values()) detail::put_index(leaf, *plan.t, src.to(device));
+          else dest->write_at_(k, plan.t->items, src.to(device));
+        }
+        break;
+      }
+      case EntryKind::TensorDict: {
+        if (dv && !dv->is_tensordict())
+          throw TypeError("index_put_: " + key.repr() + " is a " +
+                          to_string(dv->kind()) + " here and a TensorDict in the value");
+        std::shared_ptr<Node> sub;
+        if (dv) {
+          sub = dv->tensordict().node_ptr();
+        } else {
+          refuse_new();
+          if (!dry_run) {
+            auto vb = vv.tensordict().batch_size();
+            auto extra = vb.slice(std::min(plan.t->batch.size(), vb.size()));
+            sub = dest->create_nested(k, concat_shape(dest->batch_size(), extra),
+                                      dest->device())
+                      .node_ptr();
+          }
+        }
+        put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key);
+        break;
+      }
+      case EntryKind::NonTensor: {
+        if (dv && !dv->is_non_tensor())
+          throw TypeError("index_put_: " + key.repr() + " is a " +
+                          to_string(dv->kind()) + " here and a NonTensorData in the value");
+        if (dv) {
+          if (dv->non_tensor().data() != vv.non_tensor().data())
+            throw TypeError(
+                "index_put_: writing a different non-tensor value into one row "
+                "of " + key.repr() + " needs a NonTensorStack (per-row values), "
+                "which this version does not support; the tensordict holds one "
+                "value for the whole batch");
+          break;
+        }
+        refuse_new();
+        if (dry_run) break;
+        // The first write stores one value spanning the whole batch (Python).
+        dest->write(k, NonTensorData(vv.non_tensor().data(),
+                                     dest->batch_size().vec(), dest->device()));
+        break;
+      }
+    }
+  }
+}
+
+TensorDictBase broadcast_value(const TensorDictBase& value,
+                               const std::vector<int64_t>& target) {
+  auto vb = value.batch_size();
+  if (vb.equals(target)) return value;
+  bool suffix = vb.size() <= target.size() &&
+                std::equal(vb.begin(), vb.end(), target.end() - vb.size());
+  if (suffix) {
+    try {
+      return value.expand(target);
+    } catch (const Error&) {
+    }
+  }
+  TensorDict copy = value.copy();
+  try {
+    copy.set_batch_size(target);
+  } catch (const ShapeError&) {
+    throw ShapeError("indexed destination TensorDict batch size is " +
+                     format_shape(target) +
+                     " which differs from the source batch size " +
+                     format_shape(vb));
+  }
+  return copy;
+}
+
+}  // namespace
+
+TensorDictBase& TensorDictBase::index_put_(IndexList index,
+                                           const TensorDictBase& value) {
+  check_zero_dim_index(*this, index);
+  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TensorDictBase v = broadcast_value(value, t.batch);
+  PutPlan plan{&t, batch_size().size()};
+  put_rec(node_, v, plan, /*dry_run=*/true, true, NestedKey());
+  put_rec(node_, v, plan, /*dry_run=*/false, true, NestedKey());
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::update_at_(
+    const TensorDictBase& other, IndexList index,
+    const std::vector<NestedKey>& keys_to_update) {
+  check_zero_dim_index(*this, index);
+  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TensorDictBase src = keys_to_update.empty()
+                           ? other
+                           : TensorDictBase(other.select(keys_to_update));
+  TensorDictBase v = broadcast_value(src, t.batch);
+  PutPlan plan{&t, batch_size().size()};
+  put_rec(node_, v, plan, true, false, NestedKey());
+  put_rec(node_, v, plan, false, false, NestedKey());
+  return *this;
+}
+
+namespace {
+
+template <class Fn>
+void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path,
+                        const Fn& fn) {
+  for (const auto& k : n->keys()) {
+    auto v = n->find(k);
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    if (v->is_tensor()) fn(n, k, v->tensor(), key);
+    else if (v->is_tensordict()) for_each_leaf_node(v->tensordict().node_ptr(), key, fn);
+  }
+}
+
+}  // namespace
+
+TensorDictBase& TensorDictBase::index_put_(IndexList index,
+                                           const at::Tensor& value) {
+  check_zero_dim_index(*this, index);
+  TranslatedIndex t = detail::translate_index(index, batch_size());
+  const std::size_t B = batch_size().size();
+  // Check every leaf first.
+  for_each_leaf_node(node_, NestedKey(), [&](auto&, const std::string&,
+                                             const at::Tensor& leaf,
+                                             const NestedKey& key) {
+    auto target = concat_shape(t.batch, leaf.sizes().slice(B));
+    if (!at::is_expandable_to(value.sizes(), target))
+      throw ShapeError("index_put_: cannot write a tensor of shape " +
+                       format_shape(value.sizes()) + " into " + key.repr() +
+                       " at an index of shape " + format_shape(target));
+  });
+  for_each_leaf_node(node_, NestedKey(), [&](const std::shared_ptr<Node>& n,
+                                             const std::string& k,
+                                             at::Tensor leaf, const NestedKey&) {
+    at::Tensor cast = value.to(leaf.device(), leaf.scalar_type());
+    if (n->holds_values()) detail::put_index(leaf, t, cast);
+    else n->write_at_(k, t.items,
+                      cast.expand(concat_shape(t.batch, leaf.sizes().slice(B))));
+  });
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::index_put_(IndexList index,
+                                           const at::Scalar& value) {
+  auto dtype = value.isBoolean()    ? at::kBool
+               : value.isIntegral(false) ? at::kLong
+               : value.isComplex()  ? at::kComplexDouble
+                                    : at::kDouble;
+  return index_put_(index, at::scalar_tensor(value, at::TensorOptions(dtype)));
+}
+
+at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
+  check_zero_dim_index(*this, index);
+  TranslatedIndex t = detail::translate_index(index, batch_size());
+  if (key.empty()) throw KeyError("empty key");
+  std::shared_ptr<Node> n = node_;
+  for (std::size_t i = 0; i + 1 < key.size(); ++i) {
+    auto v = n->find(key[i]);
+    if (!v) detail::throw_missing(key, i, *n);
+    if (!v->is_tensordict())
+      throw TypeError("key " + key.repr() + ": " + detail::prefix(key, i + 1).repr() +
+                      " is not a TensorDict");
+    n = v->tensordict().node_ptr();
+  }
+  auto v = n->find(key.back());
+  if (!v) detail::throw_missing(key, key.size() - 1, *n);
+  if (!v->is_tensor())
+    throw TypeError("get_at: entry " + key.repr() + " is a " +
+                    tensordict::to_string(v->kind()) + ", not a Tensor");
+  try {
+    return n->holds_values() ? detail::apply_index(v->tensor(), t)
+                             : n->read_at(key.back(), t.items);
+  } catch (const c10::Error& e) {
+    throw IndexError("get_at " + key.repr() + ": " + e.what_without_backtrace());
+  }
+}
+
+TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
+                                        const at::Tensor& value,
+                                        IndexList index) {
+  check_zero_dim_index(*this, index);
+  TranslatedIndex t = detail::translate_index(index, batch_size());
+  if (key.empty()) throw KeyError("empty key");
+  std::shared_ptr<Node> n = node_;
+  for (std::size_t i = 0; i + 1 < key.size(); ++i) {
+    auto v = n->find(key[i]);
+    if (!v) detail::throw_missing(key, i, *n);
+    if (!v->is_tensordict())
+      throw TypeError("key " + key.repr() + ": " + detail::prefix(key, i + 1).repr() +
+                      " is not a TensorDict");
+    n = v->tensordict().node_ptr();
+  }
+  auto v = n->find(key.back());
+  if (!v)
+    throw KeyError("set_at_(): key " + key.repr() +
+                   " not found (set_at_ writes existing entries only)");
+  if (!v->is_tensor())
+    throw TypeError("set_at_: entry " + key.repr() + " is a " +
+                    tensordict::to_string(v->kind()) + ", not a Tensor");
+  at::Tensor leaf = v->tensor();
+  auto target = concat_shape(t.batch, leaf.sizes().slice(batch_size().size()));
+  if (!at::is_expandable_to(value.sizes(), target))
+    throw ShapeError("set_at_: cannot write a value of shape " +
+                     format_shape(value.sizes()) + " into " + key.repr() +
+                     " at an index of shape " + format_shape(target));
+  at::Tensor cast = value.to(leaf.device(), leaf.scalar_type());
+  if (n->holds_values()) detail::put_index(leaf, t, cast);
+  else n->write_at_(key.back(), t.items, cast.expand(target));
+  return *this;
+}
+
+}  // namespace tensordict

@@ -1,0 +1,485 @@
+// apply, arithmetic, reductions, comparisons, fills, devices and dtypes.
+#include "internal.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+namespace tensordict {
+
+using detail::format_shape;
+using detail::map_leaves;
+
+namespace {
+
+std::size_t B_of(const TensorDictBase& td) { return td.batch_size().size(); }
+
+// The tensor leaf at `key` of `other`, with an error naming the key.
+at::Tensor other_leaf(const TensorDictBase& other, const NestedKey& key,
+                      const char* op) {
+  auto v = other.find(key);
+  if (!v)
+    throw KeyError(std::string(op) + ": key " + key.repr() +
+                   " is missing from the other tensordict");
+  if (!v->is_tensor())
+    throw TypeError(std::string(op) + ": entry " + key.repr() +
+                    " of the other tensordict is a " + to_string(v->kind()));
+  return std::move(*v).tensor();
+}
+
+// Both tensordicts must have exactly the same tensor leaves.
+void check_same_keys(const TensorDictBase& a, const TensorDictBase& b,
+                     const char* op) {
+  auto ka = a.keys(true, true);
+  auto kb = b.keys(true, true);
+  std::set<NestedKey> sa(ka.begin(), ka.end()), sb(kb.begin(), kb.end());
+  if (sa == sb) return;
+  std::string only_a, only_b;
+  for (const auto& k : sa)
+    if (!sb.count(k)) only_a += (only_a.empty() ? "" : ", ") + k.repr();
+  for (const auto& k : sb)
+    if (!sa.count(k)) only_b += (only_b.empty() ? "" : ", ") + k.repr();
+  throw KeyError(std::string(op) + ": keys in tensordicts mismatch (only in the "
+                 "first: [" + only_a + "]; only in the second: [" + only_b + "])");
+}
+
+// A tensor operand broadcast left to the batch shape, then right per leaf.
+at::Tensor batch_operand(const at::Tensor& t, const TensorDictBase& td,
+                         const at::Tensor& leaf) {
+  auto b = td.batch_size();
+  if (t.dim() > static_cast<int64_t>(b.size()))
+    throw ShapeError("a tensor operand of shape " + format_shape(t.sizes()) +
+                     " has more dims than the batch size " + format_shape(b));
+  at::Tensor e = t.expand(b);
+  std::vector<int64_t> shape = b.vec();
+  shape.resize(leaf.dim(), 1);
+  return e.reshape(shape);
+}
+
+using BinOp = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
+
+TensorDict binary(const TensorDictBase& a, const TensorDictBase& b,
+                  const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& op,
+                  const char* name) {
+  check_same_keys(a, b, name);
+  return map_leaves(a, B_of(a), a.batch_size(),
+                    [&](const at::Tensor& t, const NestedKey& k) {
+                      return op(t, other_leaf(b, k, name));
+                    }, name);
+}
+
+TensorDict binary(const TensorDictBase& a, const at::Tensor& b,
+                  const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& op,
+                  const char* name) {
+  return map_leaves(a, B_of(a), a.batch_size(),
+                    [&](const at::Tensor& t, const NestedKey&) {
+                      return op(t, batch_operand(b, a, t));
+                    }, name);
+}
+
+TensorDict unary(const TensorDictBase& a,
+                 const std::function<at::Tensor(const at::Tensor&)>& op,
+                 const char* name) {
+  return map_leaves(a, B_of(a), a.batch_size(),
+                    [&](const at::Tensor& t, const NestedKey&) { return op(t); }, name);
+}
+
+void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const NestedKey&)>& op) {
+  detail::for_each_leaf(a, [&](const at::Tensor& t, const NestedKey& k) {
+    at::Tensor leaf = t;
+    op(leaf, k);
+  });
+}
+
+}  // namespace
+
+// ---- apply -------------------------------------------------------------------
+
+TensorDict TensorDictBase::apply(const LeafFn& fn,
+                                 std::optional<std::vector<int64_t>> batch_size) const {
+  if (!batch_size) {
+    TensorDict out = map_leaves(*this, B_of(*this), this->batch_size(),
+                                [&](const at::Tensor& t, const NestedKey&) { return fn(t); },
+                                "apply");
+    // A function that changes the batch dims must say so with batch_size.
+    return out;
+  }
+  TensorDict raw = map_leaves(*this, B_of(*this), {},
+                              [&](const at::Tensor& t, const NestedKey&) { return fn(t); },
+                              "apply");
+  // Nested tensordicts were given batch [] + own extra dims; rebuild with the
+  // requested batch size, checking every leaf.
+  TensorDict out = detail::make_tensordict(*batch_size, device());
+  for (auto& [k, v] : raw.items(true, true)) out.set(k, v);
+  for (auto& [k, v] : raw.items(KeysOptions{true, true, true}))
+    if (v.is_non_tensor()) out.set(k, v);
+  return out;
+}
+
+TensorDict TensorDictBase::apply(const LeafFn2& fn,
+                                 const TensorDictBase& other) const {
+  return map_leaves(*this, B_of(*this), batch_size(),
+                    [&](const at::Tensor& t, const NestedKey& k) {
+                      return fn(t, other_leaf(other, k, "apply"));
+                    }, "apply");
+}
+
+TensorDictBase& TensorDictBase::apply_(const LeafFn& fn) {
+  inplace(*this, [&](at::Tensor& t, const NestedKey& k) {
+    at::Tensor r = fn(t);
+    if (!r.defined()) return;
+    if (!r.is_same(t)) {
+      try {
+        t.copy_(r);
+      } catch (const c10::Error& e) {
+        throw ShapeError("apply_: the result for " + k.repr() + " of shape " +
+                         format_shape(r.sizes()) + " cannot be copied into the leaf of shape " +
+                         format_shape(t.sizes()) + ": " + e.what_without_backtrace());
+      }
+    }
+  });
+  return *this;
+}
+
+TensorDict TensorDictBase::named_apply(const NamedLeafFn& fn) const {
+  return map_leaves(*this, B_of(*this), batch_size(),
+                    [&](const at::Tensor& t, const NestedKey& k) { return fn(k, t); },
+                    "named_apply");
+}
+
+// ---- arithmetic ----------------------------------------------------------------
+
+#define TD_BINARY(name, expr)                                                     \
+  TensorDict TensorDictBase::name(const TensorDictBase& other) const {           \
+    return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
+  }                                                                               \
+  TensorDict TensorDictBase::name(const at::Tensor& other) const {               \
+    return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
+  }                                                                               \
+  TensorDict TensorDictBase::name(const at::Scalar& other) const {               \
+    return unary(*this, [&](const at::Tensor& a) { return a.name(other); }, #name); \
+  }
+TD_BINARY(add, a.add(b))
+TD_BINARY(sub, a.sub(b))
+TD_BINARY(mul, a.mul(b))
+TD_BINARY(div, a.div(b))
+#undef TD_BINARY
+
+#define TD_BINARY_INPLACE(name, base)                                             \
+  TensorDictBase& TensorDictBase::name(const TensorDictBase& other) {            \
+    check_same_keys(*this, other, #name);                                         \
+    inplace(*this, [&](at::Tensor& t, const NestedKey& k) { t.name(other_leaf(other, k, #name)); }); \
+    return *this;                                                                 \
+  }                                                                               \
+  TensorDictBase& TensorDictBase::name(const at::Tensor& other) {                \
+    inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.name(batch_operand(other, *this, t)); }); \
+    return *this;                                                                 \
+  }                                                                               \
+  TensorDictBase& TensorDictBase::name(const at::Scalar& other) {                \
+    inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.name(other); });     \
+    return *this;                                                                 \
+  }
+TD_BINARY_INPLACE(add_, add)
+TD_BINARY_INPLACE(sub_, sub)
+TD_BINARY_INPLACE(mul_, mul)
+TD_BINARY_INPLACE(div_, div)
+#undef TD_BINARY_INPLACE
+
+TensorDict TensorDictBase::pow(const at::Scalar& e) const {
+  return unary(*this, [&](const at::Tensor& t) { return t.pow(e); }, "pow");
+}
+
+#define TD_UNARY(name) \
+  TensorDict TensorDictBase::name() const { \
+    return unary(*this, [](const at::Tensor& t) { return t.name(); }, #name); \
+  }
+TD_UNARY(neg)
+TD_UNARY(abs)
+TD_UNARY(exp)
+TD_UNARY(log)
+TD_UNARY(sqrt)
+TD_UNARY(sigmoid)
+#undef TD_UNARY
+
+TensorDict TensorDictBase::clamp(std::optional<at::Scalar> min,
+                                 std::optional<at::Scalar> max) const {
+  // c10::optional is not std::optional in LibTorch 1.13.
+  c10::optional<at::Scalar> lo, hi;
+  if (min) lo = *min;
+  if (max) hi = *max;
+  return unary(*this, [&](const at::Tensor& t) { return t.clamp(lo, hi); }, "clamp");
+}
+
+TensorDict operator+(const TensorDictBase& a, const TensorDictBase& b) { return a.add(b); }
+TensorDict operator+(const TensorDictBase& a, const at::Tensor& b) { return a.add(b); }
+TensorDict operator+(const TensorDictBase& a, const at::Scalar& b) { return a.add(b); }
+TensorDict operator-(const TensorDictBase& a, const TensorDictBase& b) { return a.sub(b); }
+TensorDict operator-(const TensorDictBase& a, const at::Tensor& b) { return a.sub(b); }
+TensorDict operator-(const TensorDictBase& a, const at::Scalar& b) { return a.sub(b); }
+TensorDict operator*(const TensorDictBase& a, const TensorDictBase& b) { return a.mul(b); }
+TensorDict operator*(const TensorDictBase& a, const at::Tensor& b) { return a.mul(b); }
+TensorDict operator*(const TensorDictBase& a, const at::Scalar& b) { return a.mul(b); }
+TensorDict operator/(const TensorDictBase& a, const TensorDictBase& b) { return a.div(b); }
+TensorDict operator/(const TensorDictBase& a, const at::Tensor& b) { return a.div(b); }
+TensorDict operator/(const TensorDictBase& a, const at::Scalar& b) { return a.div(b); }
+TensorDict operator-(const TensorDictBase& a) { return a.neg(); }
+TensorDictBase& operator+=(TensorDictBase& a, const TensorDictBase& b) { return a.add_(b); }
+TensorDictBase& operator+=(TensorDictBase& a, const at::Scalar& b) { return a.add_(b); }
+TensorDictBase& operator-=(TensorDictBase& a, const TensorDictBase& b) { return a.sub_(b); }
+TensorDictBase& operator-=(TensorDictBase& a, const at::Scalar& b) { return a.sub_(b); }
+TensorDictBase& operator*=(TensorDictBase& a, const TensorDictBase& b) { return a.mul_(b); }
+TensorDictBase& operator*=(TensorDictBase& a, const at::Scalar& b) { return a.mul_(b); }
+TensorDictBase& operator/=(TensorDictBase& a, const TensorDictBase& b) { return a.div_(b); }
+TensorDictBase& operator/=(TensorDictBase& a, const at::Scalar& b) { return a.div_(b); }
+TensorDict operator==(const TensorDictBase& a, const TensorDictBase& b) { return a.eq(b); }
+TensorDict operator==(const TensorDictBase& a, const at::Scalar& b) { return a.eq(b); }
+TensorDict operator!=(const TensorDictBase& a, const TensorDictBase& b) { return a.ne(b); }
+TensorDict operator!=(const TensorDictBase& a, const at::Scalar& b) { return a.ne(b); }
+
+// ---- reductions --------------------------------------------------------------------
+
+namespace {
+
+using ReduceFn = std::function<at::Tensor(const at::Tensor&, at::IntArrayRef, bool)>;
+
+TensorDict reduce(const TensorDictBase& td, std::optional<std::vector<int64_t>> dims,
+                  bool keepdim, const ReduceFn& fn, const char* name) {
+  const int64_t B = td.batch_dims();
+  auto b = td.batch_size();
+  if (!dims) {
+    // Every leaf fully reduced; the result has batch [].
+    return map_leaves(td, b.size(), {},
+                      [&](const at::Tensor& t, const NestedKey&) {
+                        std::vector<int64_t> all(t.dim());
+                        for (int64_t i = 0; i < t.dim(); ++i) all[i] = i;
+                        return fn(t, all, false);
+                      }, name);
+  }
+  std::vector<int64_t> ds;
+  std::vector<bool> reduced(static_cast<std::size_t>(B), false);
+  for (auto d : *dims) {
+    int64_t w = detail::wrap_dim(d, B, name);
+    reduced[w] = true;
+    ds.push_back(w);
+  }
+  std::vector<int64_t> target;
+  for (int64_t i = 0; i < B; ++i) {
+    if (!reduced[i]) target.push_back(b[i]);
+    else if (keepdim) target.push_back(1);
+  }
+  return map_leaves(td, b.size(), target,
+                    [&](const at::Tensor& t, const NestedKey&) { return fn(t, ds, keepdim); },
+                    name);
+}
+
+}  // namespace
+
+TensorDict TensorDictBase::sum(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
+  return reduce(*this, dims, keepdim,
+                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.sum(d, k); }, "sum");
+}
+TensorDict TensorDictBase::mean(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
+  return reduce(*this, dims, keepdim,
+                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.mean(d, k); }, "mean");
+}
+TensorDict TensorDictBase::amax(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
+  return reduce(*this, dims, keepdim,
+                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amax(d, k); }, "amax");
+}
+TensorDict TensorDictBase::amin(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
+  return reduce(*this, dims, keepdim,
+                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amin(d, k); }, "amin");
+}
+
+namespace {
+TensorDictBase::ValuesIndices minmax(const TensorDictBase& td, int64_t dim,
+                                     bool keepdim, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  int64_t d = detail::wrap_dim(dim, td.batch_dims(), name);
+  auto target = td.batch_size().vec();
+  if (keepdim) target[d] = 1;
+  else target.erase(target.begin() + d);
+  const std::size_t B = td.batch_size().size();
+  TensorDict values = map_leaves(td, B, target,
+      [&](const at::Tensor& t, const NestedKey&) {
+        return std::get<0>(is_max ? t.max(d, keepdim) : t.min(d, keepdim));
+      }, name);
+  TensorDict indices = map_leaves(td, B, target,
+      [&](const at::Tensor& t, const NestedKey&) {
+        return std::get<1>(is_max ? t.max(d, keepdim) : t.min(d, keepdim));
+      }, name);
+  return {values, indices};
+}
+}  // namespace
+
+TensorDictBase::ValuesIndices TensorDictBase::max(int64_t dim, bool keepdim) const {
+  return minmax(*this, dim, keepdim, true);
+}
+TensorDictBase::ValuesIndices TensorDictBase::min(int64_t dim, bool keepdim) const {
+  return minmax(*this, dim, keepdim, false);
+}
+
+bool TensorDictBase::all() const {
+  bool result = true;
+  detail::for_each_leaf(*this, [&](const at::Tensor& t, const NestedKey&) {
+    if (result && !t.all().item<bool>()) result = false;
+  });
+  return result;
+}
+
+bool TensorDictBase::any() const {
+  bool result = false;
+  detail::for_each_leaf(*this, [&](const at::Tensor& t, const NestedKey&) {
+    if (!result && t.any().item<bool>()) result = true;
+  });
+  return result;
+}
+
+TensorDict TensorDictBase::all(int64_t dim) const {
+  int64_t d = detail::wrap_dim(dim, batch_dims(), "all");
+  auto target = batch_size().vec();
+  target.erase(target.begin() + d);
+  return map_leaves(*this, batch_size().size(), target,
+                    [&](const at::Tensor& t, const NestedKey&) { return t.all(d); }, "all");
+}
+
+TensorDict TensorDictBase::any(int64_t dim) const {
+  int64_t d = detail::wrap_dim(dim, batch_dims(), "any");
+  auto target = batch_size().vec();
+  target.erase(target.begin() + d);
+  return map_leaves(*this, batch_size().size(), target,
+                    [&](const at::Tensor& t, const NestedKey&) { return t.any(d); }, "any");
+}
+
+// ---- comparisons -------------------------------------------------------------------
+
+TensorDict TensorDictBase::eq(const TensorDictBase& other) const {
+  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
+}
+TensorDict TensorDictBase::eq(const at::Tensor& other) const {
+  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
+}
+TensorDict TensorDictBase::eq(const at::Scalar& other) const {
+  return unary(*this, [&](const at::Tensor& a) { return a.eq(other); }, "eq");
+}
+TensorDict TensorDictBase::ne(const TensorDictBase& other) const {
+  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
+}
+TensorDict TensorDictBase::ne(const at::Tensor& other) const {
+  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
+}
+TensorDict TensorDictBase::ne(const at::Scalar& other) const {
+  return unary(*this, [&](const at::Tensor& a) { return a.ne(other); }, "ne");
+}
+TensorDict TensorDictBase::lt(const at::Scalar& o) const {
+  return unary(*this, [&](const at::Tensor& a) { return a.lt(o); }, "lt");
+}
+TensorDict TensorDictBase::le(const at::Scalar& o) const {
+  return unary(*this, [&](const at::Tensor& a) { return a.le(o); }, "le");
+}
+TensorDict TensorDictBase::gt(const at::Scalar& o) const {
+  return unary(*this, [&](const at::Tensor& a) { return a.gt(o); }, "gt");
+}
+TensorDict TensorDictBase::ge(const at::Scalar& o) const {
+  return unary(*this, [&](const at::Tensor& a) { return a.ge(o); }, "ge");
+}
+
+bool TensorDictBase::allclose(const TensorDictBase& other, double rtol, double atol,
+                              bool equal_nan) const {
+  auto ka = keys(true, true);
+  auto kb = other.keys(true, true);
+  if (std::set<NestedKey>(ka.begin(), ka.end()) != std::set<NestedKey>(kb.begin(), kb.end()))
+    return false;
+  if (!batch_size().equals(other.batch_size())) return false;
+  for (const auto& k : ka) {
+    at::Tensor a = get(k), b = other.get(k);
+    if (!a.sizes().equals(b.sizes())) return false;
+    if (!at::allclose(a, b.to(a.device()), rtol, atol, equal_nan)) return false;
+  }
+  return true;
+}
+
+bool TensorDictBase::equal(const TensorDictBase& other) const {
+  if (!batch_size().equals(other.batch_size())) return false;
+  auto ia = items(KeysOptions{true, true, true});
+  auto ib = other.items(KeysOptions{true, true, true});
+  if (ia.size() != ib.size()) return false;
+  for (const auto& [k, v] : ia) {
+    auto o = other.find(k);
+    if (!o || o->kind() != v.kind()) return false;
+    if (v.is_tensor()) {
+      const auto& a = v.tensor();
+      const auto& b = o->tensor();
+      if (a.scalar_type() != b.scalar_type() || !a.sizes().equals(b.sizes()) ||
+          !at::equal(a, b.to(a.device())))
+        return false;
+    } else if (v.non_tensor().data() != o->non_tensor().data()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- fills, devices, dtypes ---------------------------------------------------------
+
+TensorDictBase& TensorDictBase::zero_() {
+  inplace(*this, [](at::Tensor& t, const NestedKey&) { t.zero_(); });
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::fill_(const at::Scalar& value) {
+  inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.fill_(value); });
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::fill_(const NestedKey& key, const at::Scalar& value) {
+  at::Tensor t = get(key);
+  t.fill_(value);
+  return *this;
+}
+
+TensorDictBase TensorDictBase::to(at::Device device, bool non_blocking) const {
+  if (node().device() == device) return *this;
+  TensorDictBase out = map_leaves(*this, B_of(*this), batch_size(),
+                                  [&](const at::Tensor& t, const NestedKey&) {
+                                    return t.to(device, non_blocking);
+                                  }, "to", std::optional<at::Device>(device));
+  detail::propagate_lock(*this, out);
+  return out;
+}
+
+TensorDict TensorDictBase::to(at::ScalarType dtype) const {
+  TensorDict out = unary(*this, [&](const at::Tensor& t) { return t.to(dtype); }, "to");
+  if (is_locked()) out.lock_();
+  return out;
+}
+
+bool TensorDictBase::is_contiguous() const {
+  bool ok = true;
+  detail::for_each_leaf(*this, [&](const at::Tensor& t, const NestedKey&) {
+    ok = ok && t.is_contiguous();
+  });
+  return ok;
+}
+
+TensorDict TensorDictBase::contiguous() const {
+  return unary(*this, [](const at::Tensor& t) { return t.contiguous(); }, "contiguous");
+}
+
+TensorDict TensorDictBase::detach() const {
+  return unary(*this, [](const at::Tensor& t) { return t.detach(); }, "detach");
+}
+
+TensorDictBase& TensorDictBase::detach_() {
+  inplace(*this, [](at::Tensor& t, const NestedKey&) { t.detach_(); });
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::requires_grad_(bool requires_grad) {
+  inplace(*this, [&](at::Tensor& t, const NestedKey&) {
+    if (t.is_floating_point() || t.is_complex()) t.requires_grad_(requires_grad);
+  });
+  return *this;
+}
+
+}  // namespace tensordict

@@ -1,0 +1,214 @@
+// Dense stack and cat of tensordicts.
+#include "internal.h"
+
+#include <tensordict/stack.h>
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+namespace tensordict {
+
+using detail::format_shape;
+
+namespace {
+
+[[noreturn]] void key_mismatch(const char* op, const TensorDictBase& a,
+                               const TensorDictBase& b, std::size_t which,
+                               const NestedKey& path) {
+  auto ka = a.node().keys();
+  auto kb = b.node().keys();
+  std::set<std::string> sa(ka.begin(), ka.end()), sb(kb.begin(), kb.end());
+  std::string only_a, only_b;
+  for (const auto& k : sa)
+    if (!sb.count(k)) only_a += (only_a.empty() ? "'" : ", '") + k + "'";
+  for (const auto& k : sb)
+    if (!sa.count(k)) only_b += (only_b.empty() ? "'" : ", '") + k + "'";
+  throw KeyError(std::string(op) + ": the sets of keys in the tensordicts to " + op +
+                 " differ" + (path.empty() ? std::string() : " under " + path.repr()) +
+                 ": tensordict 0 has [" + only_a + "] that tensordict " +
+                 std::to_string(which) + " lacks, and it has [" + only_b +
+                 "] that tensordict 0 lacks");
+}
+
+// Entries of `tds` at key k, checked to be of one kind.
+std::vector<Value> gather_entries(const std::vector<TensorDictBase>& tds,
+                                  const std::string& k, const char* op,
+                                  const NestedKey& key, const NestedKey& path) {
+  std::vector<Value> out;
+  out.reserve(tds.size());
+  for (std::size_t i = 0; i < tds.size(); ++i) {
+    const Node& n = tds[i].node();
+    const Value* v = n.holds_values() ? n.peek(k) : nullptr;
+    if (v) {
+      out.push_back(*v);
+    } else {
+      auto f = n.find(k);
+      if (!f) key_mismatch(op, tds[0], tds[i], i, path);
+      out.push_back(std::move(*f));
+    }
+    if (out.back().kind() != out.front().kind())
+      throw TypeError(std::string(op) + ": entry " + key.repr() + " is a " +
+                      to_string(out.front().kind()) + " in tensordict 0 and a " +
+                      to_string(out.back().kind()) + " in tensordict " + std::to_string(i));
+  }
+  return out;
+}
+
+TensorDict stack_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
+                     const NestedKey& path) {
+  const auto& first = tds[0];
+  auto b = first.batch_size();
+  for (std::size_t i = 1; i < tds.size(); ++i) {
+    if (!tds[i].batch_size().equals(b))
+      throw ShapeError("stack: stacking tensordicts requires them to have "
+                       "congruent batch sizes; tensordict 0" +
+                       (path.empty() ? std::string() : " at " + path.repr()) +
+                       " has " + format_shape(b) + " and tensordict " +
+                       std::to_string(i) + " has " +
+                       format_shape(tds[i].batch_size()));
+    if (tds[i].node().size() != first.node().size())
+      key_mismatch("stack", first, tds[i], i, path);
+  }
+  std::vector<int64_t> target = b.vec();
+  target.insert(target.begin() + dim, static_cast<int64_t>(tds.size()));
+  TensorDict out = detail::make_tensordict(target, first.device());
+  auto& dst = static_cast<detail::MemoryNode&>(out.node());
+  const auto keys = first.node().keys();
+  dst.reserve(keys.size());
+  std::vector<at::Tensor> leaves;
+  for (const auto& k : keys) {
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    auto entries = gather_entries(tds, k, "stack", key, path);
+    switch (entries[0].kind()) {
+      case EntryKind::Tensor: {
+        leaves.clear();
+        leaves.reserve(entries.size());
+        auto shape = entries[0].tensor().sizes();
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+          const auto& t = std::get<0>(entries[i].variant());
+          if (!t.sizes().equals(shape))
+            throw ShapeError("stack: the shapes of the tensors to stack are "
+                             "incompatible for key " + key.repr() + ": " +
+                             format_shape(shape) + " in tensordict 0 and " +
+                             format_shape(t.sizes()) + " in tensordict " +
+                             std::to_string(i));
+          leaves.push_back(t);
+        }
+        try {
+          dst.write(k, at::stack(leaves, dim));
+        } catch (const c10::Error& e) {
+          throw ShapeError("stack: key " + key.repr() + ": " + e.what_without_backtrace());
+        }
+        break;
+      }
+      case EntryKind::TensorDict: {
+        std::vector<TensorDictBase> subs;
+        subs.reserve(entries.size());
+        for (auto& e : entries) subs.push_back(e.tensordict());
+        dst.write(k, stack_rec(subs, dim, key));
+        break;
+      }
+      case EntryKind::NonTensor: {
+        for (std::size_t i = 1; i < entries.size(); ++i)
+          if (entries[i].non_tensor().data() != entries[0].non_tensor().data())
+            throw TypeError(
+                "stack: the non-tensor entry " + key.repr() +
+                " differs between tensordict 0 and tensordict " + std::to_string(i) +
+                "; stacking different values needs a NonTensorStack, which "
+                "this version does not support");
+        NonTensorData d = entries[0].non_tensor();
+        auto nb = d.batch_size().vec();
+        nb.insert(nb.begin() + std::min<int64_t>(dim, nb.size()),
+                  static_cast<int64_t>(tds.size()));
+        d.set_batch_size(nb);
+        dst.write(k, d);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
+                   const NestedKey& path) {
+  const auto& first = tds[0];
+  auto b = first.batch_size();
+  std::vector<int64_t> target = b.vec();
+  target[dim] = 0;
+  std::optional<at::Device> device = first.device();
+  for (std::size_t i = 0; i < tds.size(); ++i) {
+    auto bi = tds[i].batch_size();
+    bool ok = bi.size() == b.size();
+    for (std::size_t d = 0; ok && d < b.size(); ++d)
+      if (static_cast<int64_t>(d) != dim && bi[d] != b[d]) ok = false;
+    if (!ok)
+      throw ShapeError("cat: batch sizes must agree except along dim " +
+                       std::to_string(dim) + ": tensordict 0" +
+                       (path.empty() ? std::string() : " at " + path.repr()) +
+                       " has " + format_shape(b) + " and tensordict " +
+                       std::to_string(i) + " has " + format_shape(bi));
+    if (tds[i].node().size() != first.node().size())
+      key_mismatch("cat", first, tds[i], i, path);
+    if (tds[i].device() != device) device = std::nullopt;
+    target[dim] += bi[dim];
+  }
+  TensorDict out = detail::make_tensordict(target, device);
+  auto& dst = static_cast<detail::MemoryNode&>(out.node());
+  std::vector<at::Tensor> leaves;
+  for (const auto& k : first.node().keys()) {
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    auto entries = gather_entries(tds, k, "cat", key, path);
+    switch (entries[0].kind()) {
+      case EntryKind::Tensor: {
+        leaves.clear();
+        for (auto& e : entries) leaves.push_back(e.tensor());
+        try {
+          dst.write(k, at::cat(leaves, dim));
+        } catch (const c10::Error& e) {
+          throw ShapeError("cat: the shapes of the tensors to concatenate are "
+                           "incompatible for key " + key.repr() + ": " +
+                           e.what_without_backtrace());
+        }
+        break;
+      }
+      case EntryKind::TensorDict: {
+        std::vector<TensorDictBase> subs;
+        for (auto& e : entries) subs.push_back(e.tensordict());
+        dst.write(k, cat_rec(subs, dim, key));
+        break;
+      }
+      case EntryKind::NonTensor: {
+        for (std::size_t i = 1; i < entries.size(); ++i)
+          if (entries[i].non_tensor().data() != entries[0].non_tensor().data())
+            throw TypeError("cat: the non-tensor entry " + key.repr() +
+                            " differs between tensordicts; per-row values need a "
+                            "NonTensorStack, which this version does not support");
+        NonTensorData d = entries[0].non_tensor();
+        auto nb = d.batch_size().vec();
+        if (static_cast<int64_t>(nb.size()) > dim) nb[dim] = target[dim];
+        d.set_batch_size(nb);
+        dst.write(k, d);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorDict stack(const std::vector<TensorDictBase>& tds, int64_t dim) {
+  if (tds.empty()) throw ValueError("stack: expected a non-empty list of tensordicts");
+  const int64_t B = tds[0].batch_dims();
+  int64_t d = detail::wrap_dim(dim, B + 1, "stack");
+  return stack_rec(tds, d, NestedKey());
+}
+
+TensorDict cat(const std::vector<TensorDictBase>& tds, int64_t dim) {
+  if (tds.empty()) throw ValueError("cat: expected a non-empty list of tensordicts");
+  int64_t d = detail::wrap_dim(dim, tds[0].batch_dims(), "cat");
+  return cat_rec(tds, d, NestedKey());
+}
+
+}  // namespace tensordict
