@@ -23,6 +23,13 @@
 
 namespace tensordict {
 
+/// Shape, dtype and device of a tensor leaf, read without its data.
+struct TensorMeta {
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
+};
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   virtual ~Node() = default;
@@ -48,6 +55,9 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::optional<EntryKind> kind(std::string_view key) const;
 
   // -- reads ------------------------------------------------------------------
+  /// Shape, dtype and device of the tensor at key without reading its data;
+  /// nullopt when missing or not a tensor. The default calls find.
+  virtual std::optional<TensorMeta> tensor_meta(std::string_view key) const;
   /// The entry at key, nullopt when missing. For a nested tensordict this is a
   /// handle to the live child (writes through it reach this storage).
   virtual std::optional<Value> find(std::string_view key) const = 0;

@@ -194,14 +194,23 @@ TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
     std::optional<Value> holder;
     const Value* v = n.holds_values() ? n.peek(k) : nullptr;
     if (!v) {
+      // A storage reads only the rows asked for: never find() a tensor leaf.
+      if (n.kind(k) == EntryKind::Tensor) {
+        try {
+          dst.write(k, n.read_at(k, t.items));
+        } catch (const c10::Error& e) {
+          throw IndexError("indexing entry " + key.repr() + " failed: " +
+                           e.what_without_backtrace());
+        }
+        continue;
+      }
       holder = n.find(k);
       v = &*holder;
     }
     try {
       switch (v->kind()) {
         case EntryKind::Tensor:
-          dst.write(k, n.holds_values() ? detail::apply_index(v->tensor(), t)
-                                        : n.read_at(k, t.items));
+          dst.write(k, detail::apply_index(v->tensor(), t));
           break;
         case EntryKind::TensorDict:
           dst.write(k, index_node(v->tensordict(), t, B, key));
@@ -269,7 +278,27 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
   for (const auto& k : vn.keys()) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     Value vv = *vn.find(k);
-    std::optional<Value> dv = dest ? dest->find(k) : std::nullopt;
+    // Storages are asked for metadata only, never for a whole tensor leaf.
+    std::optional<Value> dv;
+    std::optional<TensorMeta> meta;
+    if (dest) {
+      if (dest->holds_values()) {
+        const Value* p = dest->peek(k);
+        if (p) dv = *p;
+      } else {
+        auto kind = dest->kind(k);
+        if (kind == EntryKind::Tensor) {
+          meta = dest->tensor_meta(k);
+          dv = Value(at::Tensor());  // placeholder: a tensor lives here
+        } else if (kind) {
+          dv = dest->find(k);
+        }
+      }
+      if (dv && dv->is_tensor() && !meta) {
+        const auto& t = dv->tensor();
+        meta = TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
+      }
+    }
     auto refuse_new = [&]() {
       if (!allow_create)
         throw KeyError("update_at_(): key " + key.repr() +
@@ -284,16 +313,20 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
           throw TypeError("index_put_: " + key.repr() + " is a " +
                           to_string(dv->kind()) + " here and a Tensor in the value");
         if (dv) {
-          at::Tensor leaf = dv->tensor();
-          auto target = concat_shape(plan.t->batch, leaf.sizes().slice(plan.B));
+          auto target = concat_shape(plan.t->batch,
+                                     at::IntArrayRef(meta->shape).slice(plan.B));
           if (!at::is_expandable_to(src.sizes(), target))
             throw ShapeError("index_put_: cannot write a value of shape " +
                              format_shape(src.sizes()) + " into " + key.repr() +
                              " at an index of shape " + format_shape(target));
           if (dry_run) break;
-          at::Tensor cast = src.to(leaf.device(), leaf.scalar_type());
-          if (dest->holds_values()) detail::put_index(leaf, *plan.t, cast);
-          else dest->write_at_(k, plan.t->items, cast.expand(target));
+          at::Tensor cast = src.to(meta->device, meta->dtype);
+          if (dest->holds_values()) {
+            at::Tensor leaf = dv->tensor();
+            detail::put_index(leaf, *plan.t, cast);
+          } else {
+            dest->write_at_(k, plan.t->items, cast.expand(target));
+          }
         } else {
           refuse_new();
           if (dry_run) break;
@@ -302,9 +335,13 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
           auto shape = concat_shape(dest->batch_size(), feature);
           auto device = dest->device().value_or(at::Device(at::kCPU));
           dest->create_leaf(k, shape, src.options().device(device));
-          at::Tensor leaf = dest->find(k)->tensor();
-          if (dest->holds_values()) detail::put_index(leaf, *plan.t, src.to(device));
-          else dest->write_at_(k, plan.t->items, src.to(device));
+          if (dest->holds_values()) {
+            at::Tensor leaf = dest->peek(k)->tensor();
+            detail::put_index(leaf, *plan.t, src.to(device));
+          } else {
+            auto target = concat_shape(plan.t->batch, feature);
+            dest->write_at_(k, plan.t->items, src.to(device).expand(target));
+          }
         }
         break;
       }
@@ -406,14 +443,19 @@ TensorDictBase& TensorDictBase::update_at_(
 
 namespace {
 
+// fn(node, key, meta, full_key) for every tensor leaf, without reading data
+// from storages.
 template <class Fn>
 void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path,
                         const Fn& fn) {
   for (const auto& k : n->keys()) {
-    auto v = n->find(k);
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    if (v->is_tensor()) fn(n, k, v->tensor(), key);
-    else if (v->is_tensordict()) for_each_leaf_node(v->tensordict().node_ptr(), key, fn);
+    auto kind = n->kind(k);
+    if (kind == EntryKind::Tensor) {
+      fn(n, k, *n->tensor_meta(k), key);
+    } else if (kind == EntryKind::TensorDict) {
+      for_each_leaf_node(n->find(k)->tensordict().node_ptr(), key, fn);
+    }
   }
 }
 
@@ -426,9 +468,9 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   const std::size_t B = batch_size().size();
   // Check every leaf first.
   for_each_leaf_node(node_, NestedKey(), [&](auto&, const std::string&,
-                                             const at::Tensor& leaf,
+                                             const TensorMeta& leaf,
                                              const NestedKey& key) {
-    auto target = concat_shape(t.batch, leaf.sizes().slice(B));
+    auto target = concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B));
     if (!at::is_expandable_to(value.sizes(), target))
       throw ShapeError("index_put_: cannot write a tensor of shape " +
                        format_shape(value.sizes()) + " into " + key.repr() +
@@ -436,11 +478,15 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   });
   for_each_leaf_node(node_, NestedKey(), [&](const std::shared_ptr<Node>& n,
                                              const std::string& k,
-                                             at::Tensor leaf, const NestedKey&) {
-    at::Tensor cast = value.to(leaf.device(), leaf.scalar_type());
-    if (n->holds_values()) detail::put_index(leaf, t, cast);
-    else n->write_at_(k, t.items,
-                      cast.expand(concat_shape(t.batch, leaf.sizes().slice(B))));
+                                             const TensorMeta& leaf, const NestedKey&) {
+    at::Tensor cast = value.to(leaf.device, leaf.dtype);
+    if (n->holds_values()) {
+      at::Tensor stored = n->peek(k)->tensor();
+      detail::put_index(stored, t, cast);
+    } else {
+      n->write_at_(k, t.items,
+                   cast.expand(concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B))));
+    }
   });
   return *this;
 }
@@ -467,13 +513,13 @@ at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
                       " is not a TensorDict");
     n = v->tensordict().node_ptr();
   }
-  auto v = n->find(key.back());
-  if (!v) detail::throw_missing(key, key.size() - 1, *n);
-  if (!v->is_tensor())
+  auto kind = n->kind(key.back());
+  if (!kind) detail::throw_missing(key, key.size() - 1, *n);
+  if (*kind != EntryKind::Tensor)
     throw TypeError("get_at: entry " + key.repr() + " is a " +
-                    tensordict::to_string(v->kind()) + ", not a Tensor");
+                    tensordict::to_string(*kind) + ", not a Tensor");
   try {
-    return n->holds_values() ? detail::apply_index(v->tensor(), t)
+    return n->holds_values() ? detail::apply_index(n->peek(key.back())->tensor(), t)
                              : n->read_at(key.back(), t.items);
   } catch (const c10::Error& e) {
     throw IndexError("get_at " + key.repr() + ": " + e.what_without_backtrace());
@@ -495,22 +541,26 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
                       " is not a TensorDict");
     n = v->tensordict().node_ptr();
   }
-  auto v = n->find(key.back());
-  if (!v)
+  auto kind = n->kind(key.back());
+  if (!kind)
     throw KeyError("set_at_(): key " + key.repr() +
                    " not found (set_at_ writes existing entries only)");
-  if (!v->is_tensor())
+  if (*kind != EntryKind::Tensor)
     throw TypeError("set_at_: entry " + key.repr() + " is a " +
-                    tensordict::to_string(v->kind()) + ", not a Tensor");
-  at::Tensor leaf = v->tensor();
-  auto target = concat_shape(t.batch, leaf.sizes().slice(batch_size().size()));
+                    tensordict::to_string(*kind) + ", not a Tensor");
+  TensorMeta meta = *n->tensor_meta(key.back());
+  auto target = concat_shape(t.batch, at::IntArrayRef(meta.shape).slice(batch_size().size()));
   if (!at::is_expandable_to(value.sizes(), target))
     throw ShapeError("set_at_: cannot write a value of shape " +
                      format_shape(value.sizes()) + " into " + key.repr() +
                      " at an index of shape " + format_shape(target));
-  at::Tensor cast = value.to(leaf.device(), leaf.scalar_type());
-  if (n->holds_values()) detail::put_index(leaf, t, cast);
-  else n->write_at_(key.back(), t.items, cast.expand(target));
+  at::Tensor cast = value.to(meta.device, meta.dtype);
+  if (n->holds_values()) {
+    at::Tensor leaf = n->peek(key.back())->tensor();
+    detail::put_index(leaf, t, cast);
+  } else {
+    n->write_at_(key.back(), t.items, cast.expand(target));
+  }
   return *this;
 }
 

@@ -60,6 +60,13 @@ std::optional<EntryKind> Node::kind(std::string_view key) const {
   return v->kind();
 }
 
+std::optional<TensorMeta> Node::tensor_meta(std::string_view key) const {
+  auto v = find(key);
+  if (!v || !v->is_tensor()) return std::nullopt;
+  const auto& t = v->tensor();
+  return TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
+}
+
 at::Tensor Node::read_at(std::string_view key, IndexList index) const {
   auto v = find(key);
   if (!v) throw KeyError("key '" + std::string(key) + "' not found");
