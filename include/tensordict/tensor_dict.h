@@ -47,23 +47,35 @@ class MemoryNode final : public Node {
   void write_(std::string_view key, const at::Tensor& value) override;
   void remove(std::string_view key) override;
   const Value* peek(std::string_view key) const override {
-    auto it = index_.find(key);
-    return it == index_.end() ? nullptr : &entries_[it->second].second;
+    auto pos = position(key);
+    return pos == npos ? nullptr : &entries_[pos].second;
   }
   /// Mutable access for the core's in-place paths.
   Value* peek_mut(std::string_view key) {
-    auto it = index_.find(key);
-    return it == index_.end() ? nullptr : &entries_[it->second].second;
+    auto pos = position(key);
+    return pos == npos ? nullptr : &entries_[pos].second;
   }
   const std::vector<std::pair<std::string, Value>>& entries() const {
     return entries_;
   }
-  void reserve(std::size_t n) {
-    entries_.reserve(n);
-    index_.reserve(n);
-  }
+  void reserve(std::size_t n) { entries_.reserve(n); }
 
  private:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  // Small levels (the common case) are scanned linearly: cheaper than hashing
+  // and no extra allocation per key. Larger ones get a hash index.
+  static constexpr std::size_t kLinearLimit = 16;
+  std::size_t position(std::string_view key) const {
+    if (index_.empty()) {
+      for (std::size_t i = 0; i < entries_.size(); ++i)
+        if (entries_[i].first == key) return i;
+      return npos;
+    }
+    auto it = index_.find(key);
+    return it == index_.end() ? npos : it->second;
+  }
+  void rebuild_index();
+
   std::vector<int64_t> batch_size_;
   std::optional<at::Device> device_;
   std::vector<std::pair<std::string, Value>> entries_;

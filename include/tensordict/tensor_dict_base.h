@@ -102,7 +102,9 @@ class TensorDictBase {
   template <class T>
   T as() const {
     if (!is<T>())
-      throw TypeError("cannot view a " + type_name() + " as " +
+      throw TypeError("cannot view a " +
+                      (defined() ? type_name() : std::string("null handle")) +
+                      " as " +
                       T::static_type_name());
     return T(node_);
   }
@@ -243,8 +245,8 @@ class TensorDictBase {
   TensorDict clone(bool recurse = true) const;
   /// clone(false).
   TensorDict copy() const;
-  /// A dense in-memory TensorDict holding this content (no copy of tensors
-  /// that are already in memory); unlocked.
+  /// A dense in-memory copy of this content (tensors are cloned, as Python's
+  /// to_tensordict does); unlocked.
   TensorDict to_tensordict() const;
 
   // ---- locking --------------------------------------------------------------

@@ -21,13 +21,61 @@ int64_t wrap_dim(int64_t dim, int64_t n, const char* op) {
   return dim < 0 ? dim + n : dim;
 }
 
-namespace {
+// Slice bounds are int64_t in LibTorch 1.x and c10::SymInt in 2.x.
+template <class T>
+int64_t as_int(const T& v) {
+  if constexpr (std::is_integral_v<T>) return v;
+  else return v.expect_int();
+}
 
 bool is_full_slice(const TensorIndex& i) {
   if (!i.is_slice()) return false;
   const auto& s = i.slice();
-  return s.start() == 0 && s.stop() == at::indexing::INDEX_MAX && s.step() == 1;
+  return as_int(s.start()) == 0 && as_int(s.stop()) == at::indexing::INDEX_MAX &&
+         as_int(s.step()) == 1;
 }
+
+// Resolves a basic index into per-leaf steps and the new batch size, without
+// touching any tensor (the dummy-tensor route costs microseconds).
+void resolve_basic(TranslatedIndex& out, at::IntArrayRef batch) {
+  using Op = TranslatedIndex::BasicOp;
+  std::size_t dim = 0;
+  out.ops.reserve(out.items.size());
+  for (const auto& i : out.items) {
+    if (i.is_integer()) {
+      int64_t n = batch[dim];
+      int64_t v = as_int(i.integer());
+      if (v < -n || v >= n)
+        throw IndexError("index " + std::to_string(v) + " is out of bounds for batch dim " +
+                         std::to_string(dim) + " of size " + std::to_string(n));
+      out.ops.push_back(Op{Op::Select, v < 0 ? v + n : v});
+      ++dim;
+    } else if (i.is_slice()) {
+      int64_t n = batch[dim];
+      const auto& sl = i.slice();
+      int64_t step = as_int(sl.step());
+      if (step <= 0) throw IndexError("slice step must be positive");
+      int64_t start = as_int(sl.start()), stop = as_int(sl.stop());
+      if (start < 0) start += n;
+      if (stop < 0) stop += n;
+      start = std::clamp<int64_t>(start, 0, n);
+      stop = std::clamp<int64_t>(stop, start, n);
+      out.ops.push_back(Op{Op::Slice, start, stop, step});
+      out.batch.push_back((stop - start + step - 1) / step);
+      ++dim;
+    } else if (i.is_none() || (i.is_boolean() && i.boolean())) {
+      out.ops.push_back(Op{Op::Unsqueeze});
+      out.batch.push_back(1);
+    } else if (i.is_boolean()) {
+      out.ops.push_back(Op{Op::Empty});
+      out.batch.push_back(0);
+    }
+  }
+  out.batch.insert(out.batch.end(), batch.begin() + static_cast<std::ptrdiff_t>(dim),
+                   batch.end());
+}
+
+namespace {
 
 bool is_mask(const at::Tensor& t) {
   return t.scalar_type() == at::kBool || t.scalar_type() == at::kByte;
@@ -35,7 +83,8 @@ bool is_mask(const at::Tensor& t) {
 
 }  // namespace
 
-TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch) {
+TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
+                                bool check_bounds) {
   const int64_t B = static_cast<int64_t>(batch.size());
   TranslatedIndex out;
   int64_t consumed = 0;
@@ -87,6 +136,10 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch) {
       if (i.is_integer() || i.is_slice()) dim += 1;
     }
   }
+  if (out.basic) {
+    resolve_basic(out, batch);
+    return out;
+  }
   // One long index on dim 0 and full slices after it: index_select.
   if (!out.items.empty() && out.items[0].is_tensor() &&
       out.items[0].tensor().scalar_type() == at::kLong && masks_expanded < 2) {
@@ -94,19 +147,17 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch) {
                                  [](const TensorIndex& i) { return is_full_slice(i); });
     if (rest_full) {
       out.first_dim_long = out.items[0].tensor();
-      if (B > 0) {
+      if (check_bounds && B > 0 && out.first_dim_long.numel() > 0) {
+        // Writes check the bounds once up front so that a bad index fails
+        // before any leaf is touched; reads let index_select check.
         int64_t n = batch[0];
-        // Bounds are checked once here so that a bad index fails before any
-        // leaf is touched.
-        if (out.first_dim_long.numel() > 0) {
-          int64_t lo = out.first_dim_long.min().item<int64_t>();
-          int64_t hi = out.first_dim_long.max().item<int64_t>();
-          if (lo < -n || hi >= n)
-            throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
-                             " is out of bounds for batch dim 0 of size " +
-                             std::to_string(n));
-          if (lo < 0) out.first_dim_long = at::remainder(out.first_dim_long, n);
-        }
+        auto [lo_t, hi_t] = at::aminmax(out.first_dim_long);
+        int64_t lo = lo_t.item<int64_t>(), hi = hi_t.item<int64_t>();
+        if (lo < -n || hi >= n)
+          throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
+                           " is out of bounds for batch dim 0 of size " +
+                           std::to_string(n));
+        if (lo < 0) out.first_dim_long = at::remainder(out.first_dim_long, n);
       }
       out.batch = out.first_dim_long.sizes().vec();
       out.batch.insert(out.batch.end(), batch.begin() + 1, batch.end());
@@ -125,18 +176,48 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch) {
 }
 
 at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index) {
+  if (index.basic) {
+    using Op = TranslatedIndex::BasicOp;
+    at::Tensor r = leaf;
+    int64_t dim = 0;
+    for (const auto& op : index.ops) {
+      switch (op.kind) {
+        case Op::Select: r = r.select(dim, op.start); break;
+        case Op::Slice: r = r.slice(dim++, op.start, op.stop, op.step); break;
+        case Op::Unsqueeze: r = r.unsqueeze(dim++); break;
+        case Op::Empty: r = r.unsqueeze(dim).slice(dim, 0, 0); ++dim; break;
+      }
+    }
+    return r;
+  }
   if (index.first_dim_long.defined()) {
     const auto& idx = index.first_dim_long;
-    if (idx.dim() == 1) return leaf.index_select(0, idx);
+    if (idx.dim() == 1) {
+      try {
+        return leaf.index_select(0, idx);
+      } catch (const c10::Error&) {
+        // Negative indices (valid in torch indexing) or out of range: the
+        // generic path handles the former and reports the latter.
+        return leaf.index(index.items);
+      }
+    }
     auto out_shape = idx.sizes().vec();
     out_shape.insert(out_shape.end(), leaf.sizes().begin() + 1, leaf.sizes().end());
-    return leaf.index_select(0, idx.reshape({-1})).view(out_shape);
+    try {
+      return leaf.index_select(0, idx.reshape({-1})).view(out_shape);
+    } catch (const c10::Error&) {
+      return leaf.index(index.items);
+    }
   }
   return leaf.index(index.items);
 }
 
 void put_index(at::Tensor& leaf, const TranslatedIndex& index,
                const at::Tensor& value) {
+  if (index.basic) {
+    apply_index(leaf, index).copy_(value);
+    return;
+  }
   if (index.first_dim_long.defined()) {
     const auto& idx = index.first_dim_long;
     auto target = idx.sizes().vec();
@@ -166,9 +247,7 @@ bool all_full_slices(IndexList index) {
   for (const auto& i : index) {
     if (i.is_ellipsis()) continue;
     if (!i.is_slice()) return false;
-    const auto& s = i.slice();
-    if (!(s.start() == 0 && s.stop() == at::indexing::INDEX_MAX && s.step() == 1))
-      return false;
+    if (!detail::is_full_slice(i)) return false;
   }
   return true;
 }
@@ -189,17 +268,23 @@ TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
       concat_shape(t.batch, b.slice(std::min(B, b.size()))), n.device());
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   dst.reserve(n.size());
-  for (const auto& k : n.keys()) {
-    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+  const auto* mem = dynamic_cast<const detail::MemoryNode*>(&n);
+  std::vector<std::string> storage_keys;
+  if (!mem) storage_keys = n.keys();
+  const std::size_t count = mem ? mem->entries().size() : storage_keys.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::string& k = mem ? mem->entries()[i].first : storage_keys[i];
     std::optional<Value> holder;
-    const Value* v = n.holds_values() ? n.peek(k) : nullptr;
+    const Value* v = mem ? &mem->entries()[i].second
+                         : (n.holds_values() ? n.peek(k) : nullptr);
+    auto key_of = [&]() { return path.empty() ? NestedKey(k) : path.child(k); };
     if (!v) {
       // A storage reads only the rows asked for: never find() a tensor leaf.
       if (n.kind(k) == EntryKind::Tensor) {
         try {
           dst.write(k, n.read_at(k, t.items));
         } catch (const c10::Error& e) {
-          throw IndexError("indexing entry " + key.repr() + " failed: " +
+          throw IndexError("indexing entry " + key_of().repr() + " failed: " +
                            e.what_without_backtrace());
         }
         continue;
@@ -213,7 +298,7 @@ TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
           dst.write(k, detail::apply_index(v->tensor(), t));
           break;
         case EntryKind::TensorDict:
-          dst.write(k, index_node(v->tensordict(), t, B, key));
+          dst.write(k, index_node(v->tensordict(), t, B, key_of()));
           break;
         case EntryKind::NonTensor: {
           NonTensorData d = v->non_tensor();
@@ -224,7 +309,7 @@ TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
         }
       }
     } catch (const c10::Error& e) {
-      throw IndexError("indexing entry " + key.repr() + " failed: " +
+      throw IndexError("indexing entry " + key_of().repr() + " failed: " +
                        e.what_without_backtrace());
     }
   }
@@ -245,7 +330,7 @@ void check_zero_dim_index(const TensorDictBase& td, IndexList index) {
 TensorDictBase TensorDictBase::index(IndexList index) const {
   if (index.empty() || all_full_slices(index)) return *this;
   check_zero_dim_index(*this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TranslatedIndex t = detail::translate_index(index, batch_size(), false);
   return index_node(*this, t, batch_size().size(), NestedKey());
 }
 
@@ -418,7 +503,7 @@ TensorDictBase broadcast_value(const TensorDictBase& value,
 TensorDictBase& TensorDictBase::index_put_(IndexList index,
                                            const TensorDictBase& value) {
   check_zero_dim_index(*this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase v = broadcast_value(value, t.batch);
   PutPlan plan{&t, batch_size().size()};
   put_rec(node_, v, plan, /*dry_run=*/true, true, NestedKey());
@@ -430,7 +515,7 @@ TensorDictBase& TensorDictBase::update_at_(
     const TensorDictBase& other, IndexList index,
     const std::vector<NestedKey>& keys_to_update) {
   check_zero_dim_index(*this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase src = keys_to_update.empty()
                            ? other
                            : TensorDictBase(other.select(keys_to_update));
@@ -464,7 +549,7 @@ void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path,
 TensorDictBase& TensorDictBase::index_put_(IndexList index,
                                            const at::Tensor& value) {
   check_zero_dim_index(*this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   const std::size_t B = batch_size().size();
   // Check every leaf first.
   for_each_leaf_node(node_, NestedKey(), [&](auto&, const std::string&,
@@ -502,7 +587,7 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
 
 at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
   check_zero_dim_index(*this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TranslatedIndex t = detail::translate_index(index, batch_size(), false);
   if (key.empty()) throw KeyError("empty key");
   std::shared_ptr<Node> n = node_;
   for (std::size_t i = 0; i + 1 < key.size(); ++i) {
@@ -530,7 +615,7 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
                                         const at::Tensor& value,
                                         IndexList index) {
   check_zero_dim_index(*this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size());
+  TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   if (key.empty()) throw KeyError("empty key");
   std::shared_ptr<Node> n = node_;
   for (std::size_t i = 0; i + 1 < key.size(); ++i) {

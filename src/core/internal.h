@@ -50,13 +50,21 @@ namespace tensordict::detail {
 /// over the batch dims, bool masks turned into long indices, and the common
 /// "one long index on the first dim" case recognised for index_select.
 struct TranslatedIndex {
+  /// One step of a basic index, with bounds already resolved.
+  struct BasicOp {
+    enum Kind : std::uint8_t { Select, Slice, Unsqueeze, Empty } kind;
+    int64_t start = 0, stop = 0, step = 1;  // Select uses start
+  };
   std::vector<at::indexing::TensorIndex> items;  // applies to any leaf
   at::Tensor first_dim_long;  // defined: the index is exactly this on dim 0
   std::vector<int64_t> batch;  // the indexed batch size
-  bool basic = true;           // only ints, slices, None, Ellipsis
+  bool basic = true;           // only ints, slices, None, Ellipsis, bools
+  std::vector<BasicOp> ops;    // when basic: select/slice/unsqueeze per leaf
 };
 
-TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch);
+/// With check_bounds (writes), a long index is bounds-checked up front.
+TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
+                                bool check_bounds);
 
 /// leaf[index] using the fast paths of the translation.
 at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index);

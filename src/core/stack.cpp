@@ -31,26 +31,33 @@ namespace {
                  "] that tensordict 0 lacks");
 }
 
-// Entries of `tds` at key k, checked to be of one kind.
-std::vector<Value> gather_entries(const std::vector<TensorDictBase>& tds,
-                                  const std::string& k, const char* op,
-                                  const NestedKey& key, const NestedKey& path) {
-  std::vector<Value> out;
+// Entries of `tds` at key k, checked to be of one kind. Pointers into the
+// inputs (valid while they are not mutated); `holders` keeps entries that a
+// storage materialized.
+std::vector<const Value*> gather_entries(const std::vector<TensorDictBase>& tds,
+                                         const std::string& k, const char* op,
+                                         const NestedKey& path,
+                                         std::vector<Value>& holders) {
+  std::vector<const Value*> out;
   out.reserve(tds.size());
+  holders.clear();
+  holders.reserve(tds.size());
   for (std::size_t i = 0; i < tds.size(); ++i) {
     const Node& n = tds[i].node();
     const Value* v = n.holds_values() ? n.peek(k) : nullptr;
-    if (v) {
-      out.push_back(*v);
-    } else {
+    if (!v) {
       auto f = n.find(k);
       if (!f) key_mismatch(op, tds[0], tds[i], i, path);
-      out.push_back(std::move(*f));
+      holders.push_back(std::move(*f));
+      v = &holders.back();
     }
-    if (out.back().kind() != out.front().kind())
+    if (!out.empty() && v->kind() != out.front()->kind()) {
+      NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
       throw TypeError(std::string(op) + ": entry " + key.repr() + " is a " +
-                      to_string(out.front().kind()) + " in tensordict 0 and a " +
-                      to_string(out.back().kind()) + " in tensordict " + std::to_string(i));
+                      to_string(out.front()->kind()) + " in tensordict 0 and a " +
+                      to_string(v->kind()) + " in tensordict " + std::to_string(i));
+    }
+    out.push_back(v);
   }
   return out;
 }
@@ -77,19 +84,20 @@ TensorDict stack_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
   const auto keys = first.node().keys();
   dst.reserve(keys.size());
   std::vector<at::Tensor> leaves;
+  std::vector<Value> holders;
   for (const auto& k : keys) {
-    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    auto entries = gather_entries(tds, k, "stack", key, path);
-    switch (entries[0].kind()) {
+    auto key_of = [&]() { return path.empty() ? NestedKey(k) : path.child(k); };
+    auto entries = gather_entries(tds, k, "stack", path, holders);
+    switch (entries[0]->kind()) {
       case EntryKind::Tensor: {
         leaves.clear();
         leaves.reserve(entries.size());
-        auto shape = entries[0].tensor().sizes();
+        auto shape = entries[0]->tensor().sizes();
         for (std::size_t i = 0; i < entries.size(); ++i) {
-          const auto& t = std::get<0>(entries[i].variant());
+          const auto& t = std::get<0>(entries[i]->variant());
           if (!t.sizes().equals(shape))
             throw ShapeError("stack: the shapes of the tensors to stack are "
-                             "incompatible for key " + key.repr() + ": " +
+                             "incompatible for key " + key_of().repr() + ": " +
                              format_shape(shape) + " in tensordict 0 and " +
                              format_shape(t.sizes()) + " in tensordict " +
                              std::to_string(i));
@@ -98,26 +106,26 @@ TensorDict stack_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
         try {
           dst.write(k, at::stack(leaves, dim));
         } catch (const c10::Error& e) {
-          throw ShapeError("stack: key " + key.repr() + ": " + e.what_without_backtrace());
+          throw ShapeError("stack: key " + key_of().repr() + ": " + e.what_without_backtrace());
         }
         break;
       }
       case EntryKind::TensorDict: {
         std::vector<TensorDictBase> subs;
         subs.reserve(entries.size());
-        for (auto& e : entries) subs.push_back(e.tensordict());
-        dst.write(k, stack_rec(subs, dim, key));
+        for (auto* e : entries) subs.push_back(e->tensordict());
+        dst.write(k, stack_rec(subs, dim, key_of()));
         break;
       }
       case EntryKind::NonTensor: {
         for (std::size_t i = 1; i < entries.size(); ++i)
-          if (entries[i].non_tensor().data() != entries[0].non_tensor().data())
+          if (entries[i]->non_tensor().data() != entries[0]->non_tensor().data())
             throw TypeError(
-                "stack: the non-tensor entry " + key.repr() +
+                "stack: the non-tensor entry " + key_of().repr() +
                 " differs between tensordict 0 and tensordict " + std::to_string(i) +
                 "; stacking different values needs a NonTensorStack, which "
                 "this version does not support");
-        NonTensorData d = entries[0].non_tensor();
+        NonTensorData d = entries[0]->non_tensor();
         auto nb = d.batch_size().vec();
         nb.insert(nb.begin() + std::min<int64_t>(dim, nb.size()),
                   static_cast<int64_t>(tds.size()));
@@ -156,13 +164,15 @@ TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
   TensorDict out = detail::make_tensordict(target, device);
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   std::vector<at::Tensor> leaves;
+  std::vector<Value> holders;
   for (const auto& k : first.node().keys()) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    auto entries = gather_entries(tds, k, "cat", key, path);
-    switch (entries[0].kind()) {
+    auto entries = gather_entries(tds, k, "cat", path, holders);
+    switch (entries[0]->kind()) {
       case EntryKind::Tensor: {
         leaves.clear();
-        for (auto& e : entries) leaves.push_back(e.tensor());
+        leaves.reserve(entries.size());
+        for (auto* e : entries) leaves.push_back(std::get<0>(e->variant()));
         try {
           dst.write(k, at::cat(leaves, dim));
         } catch (const c10::Error& e) {
@@ -174,17 +184,17 @@ TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
       }
       case EntryKind::TensorDict: {
         std::vector<TensorDictBase> subs;
-        for (auto& e : entries) subs.push_back(e.tensordict());
+        for (auto* e : entries) subs.push_back(e->tensordict());
         dst.write(k, cat_rec(subs, dim, key));
         break;
       }
       case EntryKind::NonTensor: {
         for (std::size_t i = 1; i < entries.size(); ++i)
-          if (entries[i].non_tensor().data() != entries[0].non_tensor().data())
+          if (entries[i]->non_tensor().data() != entries[0]->non_tensor().data())
             throw TypeError("cat: the non-tensor entry " + key.repr() +
                             " differs between tensordicts; per-row values need a "
                             "NonTensorStack, which this version does not support");
-        NonTensorData d = entries[0].non_tensor();
+        NonTensorData d = entries[0]->non_tensor();
         auto nb = d.batch_size().vec();
         if (static_cast<int64_t>(nb.size()) > dim) nb[dim] = target[dim];
         d.set_batch_size(nb);

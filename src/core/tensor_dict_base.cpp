@@ -22,11 +22,13 @@ void throw_missing(const NestedKey& key, std::size_t level, const Node& node) {
 }
 
 void throw_locked(const NestedKey& key, const char* operation) {
+  // Python's text first, verbatim (ported tests match it), then the details.
+  std::string what = operation;
+  if (!key.empty()) what += " " + key.repr();
   throw LockedError(
-      std::string("Cannot modify locked TensorDict (") + operation + " " +
-      key.repr() +
-      "). For in-place modification, consider using the `set_()` method and "
-      "make sure the key is present, or unlock_() first.");
+      "Cannot modify locked TensorDict. For in-place modification, consider "
+      "using the `set_()` method and make sure the key is present. (" +
+      what + "; or unlock_() first)");
 }
 
 void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch,
@@ -55,7 +57,16 @@ Value validate_value(Value value, at::IntArrayRef batch,
       at::Tensor t = std::move(value).tensor();
       if (!t.defined())
         throw ValueError("cannot store an undefined tensor at key " + key.repr());
-      if (device && t.device() != *device) t = t.to(*device);
+      if (device && t.device() != *device) {
+        try {
+          t = t.to(*device);
+        } catch (const c10::Error& e) {
+          std::throw_with_nested(DeviceError(
+              "cannot move the tensor at key " + key.repr() + " from " +
+              t.device().str() + " to " + device->str() + ": " +
+              e.what_without_backtrace()));
+        }
+      }
       check_leaf_batch(t, batch, key);
       return t;
     }
@@ -507,10 +518,28 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
   if (key.empty()) throw KeyError("empty key");
   for (const auto& part : key)
     if (part.empty()) throw KeyError("key " + key.repr() + " has an empty part");
-  auto parent = walk_parent(root, key, /*create=*/true);
+  // Find the deepest existing level first: missing levels will copy its batch
+  // size and device, so the value is validated before anything is created and
+  // a refused value leaves no empty intermediate behind.
+  std::shared_ptr<Node> parent = root;
+  std::size_t depth = 0;
+  for (; depth + 1 < key.size(); ++depth) {
+    auto v = parent->find(key[depth]);
+    if (!v) break;
+    if (!v->is_tensordict())
+      throw TypeError("key " + key.repr() + ": " +
+                      detail::prefix(key, depth + 1).repr() + " is a " +
+                      tensordict::to_string(v->kind()) + ", not a TensorDict");
+    parent = v->tensordict().node_ptr();
+  }
   if (check_lock && parent->locked()) throw_locked(key, "set");
   Value checked = detail::validate_value(std::move(value), parent->batch_size(),
                                          parent->device(), key);
+  for (; depth + 1 < key.size(); ++depth)
+    parent = parent
+                 ->create_nested(key[depth], parent->batch_size(),
+                                 parent->device())
+                 .node_ptr();
   parent->write(key.back(), std::move(checked));
 }
 
@@ -613,9 +642,10 @@ struct KeyFilter {
   }
 };
 
-void update_impl(TensorDictBase& self, const TensorDictBase& other,
-                 const UpdateOptions& opt, const KeyFilter& filter,
-                 const NestedKey& path) {
+// Writes go through `root` with the full key so that errors name the path.
+void update_impl(TensorDictBase& root, const TensorDictBase& self,
+                 const TensorDictBase& other, const UpdateOptions& opt,
+                 const KeyFilter& filter, const NestedKey& path) {
   for (const auto& k : other.node().keys()) {
     const KeyFilter* f = filter.child(k);
     if (!f) continue;
@@ -623,14 +653,13 @@ void update_impl(TensorDictBase& self, const TensorDictBase& other,
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     auto existing = self.node().find(k);
     if (v.is_tensordict() && existing && existing->is_tensordict()) {
-      TensorDictBase sub = existing->tensordict();
-      update_impl(sub, v.tensordict(), opt, *f, NestedKey());
+      update_impl(root, existing->tensordict(), v.tensordict(), opt, *f, key);
       continue;
     }
     if (!f->all && v.is_tensordict()) {
       // Only some keys of this sub-tensordict are selected.
-      TensorDictBase sub = self.create_nested(k);
-      update_impl(sub, v.tensordict(), opt, *f, NestedKey());
+      TensorDictBase sub = root.create_nested(key);
+      update_impl(root, sub, v.tensordict(), opt, *f, key);
       continue;
     }
     if (!f->all) continue;
@@ -639,12 +668,40 @@ void update_impl(TensorDictBase& self, const TensorDictBase& other,
       else if (v.is_tensordict()) v = TensorDictBase(v.tensordict().clone());
     }
     if (opt.inplace && existing && existing->is_tensor() && v.is_tensor()) {
-      self.set_(k, v.tensor());
+      root.set_(key, v.tensor());
       continue;
     }
-    set_impl(self.node_ptr(), NestedKey(k), std::move(v),
+    set_impl(root.node_ptr(), key, std::move(v),
              /*check_lock=*/!opt.ignore_lock);
   }
+}
+
+// The first key update_impl would have to add or replace in a locked
+// tensordict (nullopt: none), so that a refused update writes nothing.
+std::optional<NestedKey> first_locked_write(const TensorDictBase& self,
+                                            const TensorDictBase& other,
+                                            const UpdateOptions& opt,
+                                            const KeyFilter& filter,
+                                            const NestedKey& path) {
+  for (const auto& k : other.node().keys()) {
+    const KeyFilter* f = filter.child(k);
+    if (!f) continue;
+    Value v = *other.node().find(k);
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    auto existing = self.node().find(k);
+    if (v.is_tensordict() && existing && existing->is_tensordict()) {
+      if (auto r = first_locked_write(existing->tensordict(), v.tensordict(),
+                                      opt, *f, key))
+        return r;
+      continue;
+    }
+    if (!f->all && !v.is_tensordict()) continue;
+    if (opt.inplace && f->all && existing && existing->is_tensor() &&
+        v.is_tensor())
+      continue;
+    if (self.is_locked()) return key;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -653,9 +710,14 @@ TensorDictBase& TensorDictBase::update(const TensorDictBase& other,
                                        const UpdateOptions& options) {
   if (is_same(other)) return *this;
   if (is_locked() && !options.inplace && !options.ignore_lock)
-    throw_locked(NestedKey("<update>"), "update");
-  update_impl(*this, other, options, KeyFilter::from(options.keys_to_update),
-              NestedKey());
+    throw_locked(NestedKey(), "update");
+  KeyFilter filter = KeyFilter::from(options.keys_to_update);
+  if (is_locked() && !options.ignore_lock) {
+    if (auto refused = first_locked_write(*this, other, options, filter,
+                                          NestedKey()))
+      throw_locked(*refused, "update");
+  }
+  update_impl(*this, *this, other, options, filter, NestedKey());
   return *this;
 }
 
@@ -735,29 +797,24 @@ TensorDictBase& TensorDictBase::rename_key_(const NestedKey& old_key,
 
 namespace {
 
+// Copies the entries `filter` keeps, in the source's key order at every level.
+// Missing keys are skipped (strict mode checks every key beforehand).
 void select_into(const TensorDictBase& src, TensorDict& out,
-                 const KeyFilter& filter, bool strict, const NestedKey& path) {
-  for (const auto& [k, f] : filter.children) {
+                 const KeyFilter& filter) {
+  for (const auto& k : src.node().keys()) {
+    auto it = filter.children.find(k);
+    if (it == filter.children.end()) continue;
+    const KeyFilter& f = it->second;
     auto v = src.node().find(k);
-    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    if (!v) {
-      if (strict) throw_missing(key, path.size(), src.node());
-      continue;
-    }
     if (f.all) {
       out.node().write(k, *v);
       continue;
     }
-    if (!v->is_tensordict()) {
-      if (strict)
-        throw TypeError("select: " + key.repr() + " is a " +
-                        tensordict::to_string(v->kind()) + ", not a TensorDict");
-      continue;
-    }
+    if (!v->is_tensordict()) continue;
     const auto& sub = v->tensordict();
     TensorDict sub_out = detail::make_tensordict(sub.batch_size().vec(),
                                                  sub.device());
-    select_into(sub, sub_out, f, strict, key);
+    select_into(sub, sub_out, f);
     out.node().write(k, sub_out);
   }
 }
@@ -787,14 +844,11 @@ TensorDict TensorDictBase::select(const std::vector<NestedKey>& keys,
     for (const auto& part : k) cur = &cur->children[part];
     cur->all = true;
   }
-  select_into(*this, out, filter, strict, NestedKey());
-  // Keep the source's key order rather than the order of `keys`.
-  TensorDict ordered = detail::make_tensordict(batch_size().vec(), device());
-  for (const auto& k : node().keys()) {
-    auto v = out.node().find(k);
-    if (v) ordered.node().write(k, *v);
-  }
-  return ordered;
+  // at() names the full path in its KeyError / TypeError.
+  if (strict)
+    for (const auto& k : keys) (void)at(k);
+  select_into(*this, out, filter);
+  return out;
 }
 
 TensorDict TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
@@ -809,7 +863,7 @@ TensorDict TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
 
 TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys,
                                         bool strict) {
-  if (is_locked()) throw_locked(NestedKey("<select_>"), "select_");
+  if (is_locked()) throw_locked(NestedKey(), "select_");
   TensorDict kept = select(keys, strict);
   for (const auto& k : node().keys()) node().remove(k);
   for (const auto& k : kept.node().keys()) node().write(k, *kept.node().find(k));
@@ -817,7 +871,7 @@ TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys,
 }
 
 TensorDictBase& TensorDictBase::exclude_(const std::vector<NestedKey>& keys) {
-  if (is_locked()) throw_locked(NestedKey("<exclude_>"), "exclude_");
+  if (is_locked()) throw_locked(NestedKey(), "exclude_");
   for (const auto& k : keys) {
     auto kind = entry_kind(k);
     if (kind) {
@@ -880,6 +934,15 @@ TensorDict TensorDictBase::unflatten_keys(std::string_view separator) const {
     if (out.contains(key))
       throw KeyError("unflatten_keys: key " + key.repr() + " (from '" + k +
                      "') collides with an existing key");
+    // A prefix already stored as a leaf is a collision too, not a TypeError.
+    NestedKey level;
+    for (std::size_t i = 0; i + 1 < key.size(); ++i) {
+      level = level.child(key[i]);
+      auto kind = out.entry_kind(level);
+      if (kind && *kind != EntryKind::TensorDict)
+        throw KeyError("unflatten_keys: key " + key.repr() + " (from '" + k +
+                       "') collides with the existing leaf " + level.repr());
+    }
     out.set(key, std::move(v));
   }
   return out;
@@ -964,9 +1027,9 @@ TensorDictBase& TensorDictBase::unlock_() {
       auto p = wp.lock();
       if (p && p->locked() && !seen.count(p.get()))
         throw LockedError(
-            "Cannot unlock a tensordict that is part of a locked graph: a "
+            "Cannot unlock a tensordict that is part of a locked graph. A "
             "nested tensordict is still held by a locked " +
-            p->type_name() + ". Unlock the root tensordict first.");
+            p->type_name() + "; unlock the root tensordict first.");
     }
   }
   for (auto& n : subtree) {

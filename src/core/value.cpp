@@ -126,14 +126,22 @@ std::optional<Value> MemoryNode::find(std::string_view key) const {
   return *v;
 }
 
+void MemoryNode::rebuild_index() {
+  index_.clear();
+  if (entries_.size() <= kLinearLimit) return;
+  index_.reserve(entries_.size());
+  for (std::size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+}
+
 void MemoryNode::write(std::string_view key, Value value) {
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    entries_[it->second].second = std::move(value);
+  auto pos = position(key);
+  if (pos != npos) {
+    entries_[pos].second = std::move(value);
     return;
   }
   entries_.emplace_back(std::string(key), std::move(value));
-  index_.emplace(entries_.back().first, entries_.size() - 1);
+  if (!index_.empty()) index_.emplace(entries_.back().first, entries_.size() - 1);
+  else if (entries_.size() > kLinearLimit) rebuild_index();
 }
 
 void MemoryNode::write_(std::string_view key, const at::Tensor& value) {
@@ -143,13 +151,10 @@ void MemoryNode::write_(std::string_view key, const at::Tensor& value) {
 }
 
 void MemoryNode::remove(std::string_view key) {
-  auto it = index_.find(key);
-  if (it == index_.end()) return;
-  std::size_t pos = it->second;
-  index_.erase(it);
+  auto pos = position(key);
+  if (pos == npos) return;
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(pos));
-  for (std::size_t i = pos; i < entries_.size(); ++i)
-    index_[entries_[i].first] = i;
+  rebuild_index();
 }
 
 }  // namespace detail
