@@ -8,6 +8,7 @@
 #include <c10/core/Device.h>
 #include <c10/util/ArrayRef.h>
 #include <tensordict/errors.h>
+#include <tensordict/memmap_options.h>
 #include <tensordict/nested_key.h>
 #include <tensordict/non_tensor.h>
 
@@ -262,6 +263,32 @@ class TensorDictBase {
   bool is_shared() const;
   /// True after memmap_()/memmap()/memmap_like() (until unlocked).
   bool is_memmap() const;
+
+  // ---- memory-mapped and shared-memory storage --------------------------------
+  /// Writes this tensordict to the directory `prefix` in Python tensordict's
+  /// memmap layout (one `.memmap` file per leaf, one sub-directory per nested
+  /// tensordict, `meta.json` per directory) and returns a new TensorDict whose
+  /// leaves are mapped from those files. The result is locked and is_memmap():
+  /// write with set_, update_, index_put_; set() is refused.
+  TensorDict memmap(const std::string& prefix, const MemmapOptions& options = {}) const;
+  /// As memmap(), but this tensordict's leaves are replaced by the mapped ones
+  /// and it is locked.
+  TensorDictBase& memmap_(const std::string& prefix, const MemmapOptions& options = {});
+  /// Same layout and shapes, files allocated (zero-filled, sparse) but no data
+  /// copied: with an expanded source, nothing is allocated in RAM.
+  TensorDict memmap_like(const std::string& prefix, const MemmapOptions& options = {}) const;
+  /// memmap(prefix): Python's save().
+  TensorDict save(const std::string& prefix, const MemmapOptions& options = {}) const;
+  /// Re-reads this memmapped tensordict from the directory it was saved to
+  /// (after another process changed it). ValueError when it was never saved.
+  TensorDictBase& memmap_refresh_();
+  /// The directory this tensordict was memmapped to or loaded from, if any.
+  std::optional<std::string> saved_path() const;
+  /// Moves every leaf into POSIX shared memory (files under /dev/shm) and locks
+  /// the tensordict; another process attaches with attach_shared(shared_name()).
+  TensorDictBase& share_memory_();
+  /// The name another process passes to attach_shared() (empty if not shared).
+  std::string shared_name() const;
 
   // ---- indexing -------------------------------------------------------------
   /// td[idx] with any LibTorch index list. The batch size follows LibTorch:
