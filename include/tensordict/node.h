@@ -111,6 +111,9 @@ class Node : public std::enable_shared_from_this<Node> {
   void set_locked_flag(bool v) noexcept { locked_ = v; }
   void set_shared_flag(bool v) noexcept { is_shared_ = v; }
   void set_memmap_flag(bool v) noexcept { is_memmap_ = v; }
+  /// Directory this tensordict was memmapped to or loaded from ("" if none).
+  const std::string& saved_path() const noexcept { return saved_path_; }
+  void set_saved_path(std::string p) { saved_path_ = std::move(p); }
 
  protected:
   bool holds_values_ = false;
@@ -119,6 +122,7 @@ class Node : public std::enable_shared_from_this<Node> {
   bool locked_ = false;
   bool is_shared_ = false;
   bool is_memmap_ = false;
+  std::string saved_path_;
   std::vector<std::weak_ptr<Node>> lock_parents_;
 };
 

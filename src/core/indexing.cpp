@@ -417,7 +417,9 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
           if (dry_run) break;
           // Lazy pre-allocation: zeros of [*batch, *feature], then the row.
           auto feature = src.sizes().slice(std::min(plan.t->batch.size(), src.sizes().size()));
-          auto shape = concat_shape(dest->batch_size(), feature);
+          // `feature` already holds the extra batch dims of nested levels, so
+          // only the root's batch dims of `dest` go in front.
+          auto shape = concat_shape(dest->batch_size().slice(0, plan.B), feature);
           auto device = dest->device().value_or(at::Device(at::kCPU));
           dest->create_leaf(k, shape, src.options().device(device));
           if (dest->holds_values()) {
@@ -442,7 +444,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
           if (!dry_run) {
             auto vb = vv.tensordict().batch_size();
             auto extra = vb.slice(std::min(plan.t->batch.size(), vb.size()));
-            sub = dest->create_nested(k, concat_shape(dest->batch_size(), extra),
+            // As for leaves: `extra` includes the parent's own extra dims.
+            sub = dest->create_nested(k, concat_shape(dest->batch_size().slice(0, plan.B), extra),
                                       dest->device())
                       .node_ptr();
           }
@@ -478,7 +481,10 @@ TensorDictBase broadcast_value(const TensorDictBase& value,
                                const std::vector<int64_t>& target) {
   auto vb = value.batch_size();
   if (vb.equals(target)) return value;
-  bool suffix = vb.size() <= target.size() &&
+  // Python: value.shape == indexed_bs[-len(value.shape):], and for batch []
+  // that slice is the whole indexed_bs, so a batch-[] value is never expanded
+  // but has its batch size reset (its leaves may already fit the rows).
+  bool suffix = !vb.empty() && vb.size() <= target.size() &&
                 std::equal(vb.begin(), vb.end(), target.end() - vb.size());
   if (suffix) {
     try {

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <set>
 
 namespace tensordict {
@@ -87,7 +88,16 @@ TensorDict unary(const TensorDictBase& a,
 void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const NestedKey&)>& op) {
   detail::for_each_leaf(a, [&](const at::Tensor& t, const NestedKey& k) {
     at::Tensor leaf = t;
-    op(leaf, k);
+    try {
+      op(leaf, k);
+    } catch (const c10::Error& e) {
+      // errors.h: a LibTorch failure on a leaf is rethrown naming the key
+      // (e.g. an int64 leaf cannot hold the result of div_), like map_leaves.
+      throw ShapeError("in-place operation failed on entry " + k.repr() + " of shape " +
+                       format_shape(t.sizes()) + " and dtype " +
+                       detail::dtype_name(t.scalar_type()) + ": " +
+                       e.what_without_backtrace());
+    }
   });
 }
 
@@ -247,8 +257,10 @@ TensorDict reduce(const TensorDictBase& td, std::optional<std::vector<int64_t>> 
   const int64_t B = td.batch_dims();
   auto b = td.batch_size();
   if (!dims) {
-    // Every leaf fully reduced; the result has batch [].
-    return map_leaves(td, b.size(), {},
+    // Every leaf fully reduced; the result has batch [], and so has every
+    // nested tensordict (its extra batch dims are reduced too: root_dims is
+    // "all of them", else a nested one kept e.g. [2] over scalar leaves).
+    return map_leaves(td, std::numeric_limits<std::size_t>::max(), {},
                       [&](const at::Tensor& t, const NestedKey&) {
                         std::vector<int64_t> all(t.dim());
                         for (int64_t i = 0; i < t.dim(); ++i) all[i] = i;

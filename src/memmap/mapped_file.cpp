@@ -1,0 +1,177 @@
+// MemoryMappedTensor: tensors over mmap()ed files, and the raw file I/O the
+// memmap directories use (write() for saving, mmap() for reading).
+#include "mapped_file.h"
+
+#include <tensordict/detail/format.h>
+#include <tensordict/errors.h>
+#include <tensordict/memmap.h>
+
+#include <ATen/ATen.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tensordict {
+namespace detail {
+
+namespace {
+
+// Owned by the DataPtr of a mapped storage: unmapped when the last tensor
+// viewing it goes away. Its address identifies mapped storages (filename()).
+struct MappedFile {
+  void* addr = nullptr;
+  std::size_t length = 0;
+  std::string path;
+};
+
+void release_mapping(void* ctx) {
+  auto* m = static_cast<MappedFile*>(ctx);
+  if (m->addr) ::munmap(m->addr, m->length);
+  delete m;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::vector<int64_t> row_major_strides(at::IntArrayRef shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t s = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+at::Tensor wrap_mapping(void* addr, std::size_t length, std::string path,
+                        at::ScalarType dtype, at::IntArrayRef shape) {
+  auto* ctx = new MappedFile{addr, length, std::move(path)};
+  c10::DataPtr ptr(addr, ctx, &release_mapping, c10::Device(c10::kCPU));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), length, std::move(ptr),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  auto strides = row_major_strides(shape);
+  return at::empty({0}, at::TensorOptions().dtype(dtype))
+      .set_(storage, 0, shape, strides);
+}
+
+}  // namespace
+
+int64_t numel_of(at::IntArrayRef shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+at::Tensor map_file(const std::string& path, at::ScalarType dtype,
+                    at::IntArrayRef shape, bool writable, const std::string& what) {
+  const int64_t numel = numel_of(shape);
+  const std::size_t nbytes =
+      static_cast<std::size_t>(numel) * c10::elementSize(dtype);
+  if (nbytes == 0) return at::empty(shape, at::TensorOptions().dtype(dtype));
+  Fd f;
+  f.fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (f.fd < 0)
+    throw FormatError("cannot open " + path + what + ": " + errno_text());
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0)
+    throw StorageError("cannot stat " + path + what + ": " + errno_text());
+  if (static_cast<std::size_t>(st.st_size) < nbytes)
+    throw FormatError("truncated file " + path + what + ": it has " +
+                      std::to_string(st.st_size) + " bytes, " +
+                      std::to_string(nbytes) + " are needed for shape " +
+                      format_shape(shape) + " of " + torch_dtype_repr(dtype));
+  // Read-only opens are mapped copy-on-write so that an in-place op on the
+  // tensor cannot crash the process (as Python's from_file(shared=False)).
+  void* addr = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE,
+                      writable ? MAP_SHARED : MAP_PRIVATE, f.fd, 0);
+  if (addr == MAP_FAILED)
+    throw StorageError("cannot map " + path + what + ": " + errno_text());
+  return wrap_mapping(addr, nbytes, path, dtype, shape);
+}
+
+void write_file(const std::string& path, const at::Tensor& tensor,
+                bool copy_data, const std::string& what) {
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+    throw StorageError("refusing to write through the symbolic link " + path + what);
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (f.fd < 0)
+    throw StorageError("cannot create " + path + what + ": " + errno_text());
+  const std::size_t nbytes = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
+  if (!copy_data) {
+    if (::ftruncate(f.fd, static_cast<off_t>(nbytes)) != 0)
+      throw StorageError("cannot size " + path + what + ": " + errno_text());
+    return;
+  }
+  at::Tensor src = tensor.detach();
+  if (src.device().type() != c10::kCPU) src = src.cpu();
+  src = src.resolve_conj().resolve_neg().contiguous();
+  const char* data = static_cast<const char*>(src.data_ptr());
+  std::size_t done = 0;
+  while (done < nbytes) {
+    std::size_t chunk = std::min<std::size_t>(nbytes - done, std::size_t{1} << 30);
+    ssize_t n = ::pwrite(f.fd, data + done, chunk, static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw StorageError("cannot write " + path + what + " (" + std::to_string(done) +
+                         " of " + std::to_string(nbytes) + " bytes written): " + errno_text());
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::optional<std::string> mapped_filename(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage()) return std::nullopt;
+  const auto& ptr = tensor.storage().data_ptr();
+  if (ptr.get_deleter() != &release_mapping) return std::nullopt;
+  return static_cast<const MappedFile*>(ptr.get_context())->path;
+}
+
+bool is_whole_mapping(const at::Tensor& tensor) {
+  if (!mapped_filename(tensor)) return false;
+  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
+         static_cast<std::size_t>(tensor.nbytes()) == tensor.storage().nbytes();
+}
+
+}  // namespace detail
+
+at::Tensor MemoryMappedTensor::from_filename(const std::string& filename,
+                                             at::ScalarType dtype,
+                                             at::IntArrayRef shape, bool writable) {
+  return detail::map_file(filename, dtype, shape, writable, "");
+}
+
+at::Tensor MemoryMappedTensor::empty(const std::string& filename,
+                                     at::IntArrayRef shape, at::ScalarType dtype) {
+  at::Tensor meta = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
+  detail::write_file(filename, meta, /*copy_data=*/false, "");
+  return detail::map_file(filename, dtype, shape, true, "");
+}
+
+at::Tensor MemoryMappedTensor::zeros(const std::string& filename,
+                                     at::IntArrayRef shape, at::ScalarType dtype) {
+  return empty(filename, shape, dtype);
+}
+
+at::Tensor MemoryMappedTensor::from_tensor(const at::Tensor& tensor,
+                                           const std::string& filename) {
+  detail::write_file(filename, tensor, /*copy_data=*/true, "");
+  return detail::map_file(filename, tensor.scalar_type(), tensor.sizes(), true, "");
+}
+
+std::optional<std::string> MemoryMappedTensor::filename(const at::Tensor& tensor) {
+  return detail::mapped_filename(tensor);
+}
+
+}  // namespace tensordict

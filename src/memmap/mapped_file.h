@@ -1,0 +1,28 @@
+#pragma once
+// Raw file helpers of the memmap storage. Not installed.
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+namespace tensordict::detail {
+
+int64_t numel_of(at::IntArrayRef shape);
+
+/// Maps `path` as `shape` elements of `dtype` (numel 0: an empty tensor, no
+/// file needed). `what` is appended to error messages (" for key 'a'").
+at::Tensor map_file(const std::string& path, at::ScalarType dtype,
+                    at::IntArrayRef shape, bool writable, const std::string& what);
+
+/// Creates `path` holding `tensor`'s bytes (copy_data) or its size in zeros
+/// (sparse). Refuses symbolic links.
+void write_file(const std::string& path, const at::Tensor& tensor, bool copy_data,
+                const std::string& what);
+
+std::optional<std::string> mapped_filename(const at::Tensor& tensor);
+
+/// True when `tensor` covers its whole mapped file, row-major.
+bool is_whole_mapping(const at::Tensor& tensor);
+
+}  // namespace tensordict::detail

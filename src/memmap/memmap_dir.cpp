@@ -1,0 +1,661 @@
+// Memmap directories in Python tensordict's layout (spec: formats.md §0-1):
+// writing (memmap, memmap_, memmap_like, share_memory_) and loading.
+#include "../core/internal.h"
+#include "mapped_file.h"
+
+#include <tensordict/memmap.h>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <random>
+#include <thread>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace tensordict {
+namespace detail {
+
+// ---- key encoding (spec §0.5) ---------------------------------------------------
+
+std::string encode_key_for_filesystem(std::string_view key) {
+  if (key.empty()) return "%";
+  if (key == ".") return "%2E";
+  if (key == "..") return "%2E%2E";
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(key.size());
+  for (unsigned char c : key) {
+    bool encode = c < 0x20 || c == 0x7F || c == ' ' || c == '/' || c == '<' ||
+                  c == '>' || c == ':' || c == '"' || c == '|' || c == '?' ||
+                  c == '*' || c == '\\' || c == '%';
+    if (encode) {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 0xF];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string decode_key_from_filesystem(std::string_view name) {
+  if (name == "%") return "";
+  auto hexval = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '%' && i + 2 < name.size() + 0 && i + 2 <= name.size() - 1 + 0 &&
+        hexval(name[i + 1]) >= 0 && hexval(name[i + 2]) >= 0) {
+      out += static_cast<char>(hexval(name[i + 1]) * 16 + hexval(name[i + 2]));
+      i += 2;
+    } else {
+      out += name[i];
+    }
+  }
+  return out;
+}
+
+// ---- dtype strings (spec §0.1) -------------------------------------------------------
+
+std::string dtype_to_string(at::ScalarType dtype) { return torch_dtype_repr(dtype); }
+
+at::ScalarType dtype_from_string(const std::string& s) {
+  static const std::pair<const char*, at::ScalarType> table[] = {
+      {"torch.bool", at::kBool},         {"torch.uint8", at::kByte},
+      {"torch.int8", at::kChar},         {"torch.int16", at::kShort},
+      {"torch.int32", at::kInt},         {"torch.int64", at::kLong},
+      {"torch.float16", at::kHalf},      {"torch.bfloat16", at::kBFloat16},
+      {"torch.float32", at::kFloat},     {"torch.float64", at::kDouble},
+      {"torch.complex32", at::ScalarType::ComplexHalf},
+      {"torch.complex64", at::kComplexFloat},
+      {"torch.complex128", at::kComplexDouble},
+  };
+  for (const auto& [name, t] : table)
+    if (s == name) return t;
+  throw FormatError("unknown dtype '" + s + "'");
+}
+
+namespace {
+
+// ---- JSON ---------------------------------------------------------------------------
+
+const char* kNaN = "\x01tensordict:NaN";
+const char* kInf = "\x01tensordict:Infinity";
+const char* kNegInf = "\x01tensordict:-Infinity";
+
+// Python's json writes NaN/Infinity/-Infinity tokens; nlohmann does not read
+// them. Replace them (outside strings) by sentinel strings, then restore.
+std::string quote_special_numbers(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      out += c;
+    } else if (text.compare(i, 3, "NaN") == 0) {
+      out += std::string("\"") + "\\u0001tensordict:NaN\"";
+      i += 2;
+    } else if (text.compare(i, 8, "Infinity") == 0) {
+      out += std::string("\"") + "\\u0001tensordict:Infinity\"";
+      i += 7;
+    } else if (text.compare(i, 9, "-Infinity") == 0) {
+      out += std::string("\"") + "\\u0001tensordict:-Infinity\"";
+      i += 8;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void restore_special_numbers(ojson& j) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s == kNaN) j = std::numeric_limits<double>::quiet_NaN();
+    else if (s == kInf) j = std::numeric_limits<double>::infinity();
+    else if (s == kNegInf) j = -std::numeric_limits<double>::infinity();
+  } else if (j.is_structured()) {
+    for (auto& v : j) restore_special_numbers(v);
+  }
+}
+
+ojson read_json(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw FormatError("cannot read " + file.string() + ": missing or unreadable");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ojson j;
+  try {
+    j = ojson::parse(quote_special_numbers(ss.str()));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError("malformed JSON in " + file.string() + ": " + e.what());
+  }
+  restore_special_numbers(j);
+  if (!j.is_object()) throw FormatError("malformed " + file.string() + ": not a JSON object");
+  return j;
+}
+
+nlohmann::json to_plain(const ojson& j) {
+  return nlohmann::json::parse(j.dump(), nullptr, true, true);
+}
+
+// Written as a temporary file then renamed, so a reader never sees half a file.
+void write_json_atomic(const fs::path& file, const ojson& j) {
+  fs::path tmp = file;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw StorageError("cannot create " + tmp.string());
+    out << j.dump();
+    if (!out) throw StorageError("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, file, ec);
+  if (ec) throw StorageError("cannot rename " + tmp.string() + " to " + file.string() + ": " + ec.message());
+}
+
+const char* kTensorDictType = "<class 'tensordict._td.TensorDict'>";
+const char* kNonTensorDataType = "<class 'tensordict.tensorclass.NonTensorData'>";
+
+// ---- writing ----------------------------------------------------------------------------
+
+struct LeafJob {
+  std::string path;
+  at::Tensor source;
+  TensorDict out;    // where the mapped tensor goes
+  std::string key;   // in `out`
+  NestedKey full_key;
+  bool reuse = false;  // already mapped at this path
+};
+
+void check_writable_key(const std::string& k, const NestedKey& full, bool is_dir) {
+  if (k == "shape" || k == "device" || k == "_type")
+    throw KeyError("key " + full.repr() +
+                   " cannot be saved: 'shape', 'device' and '_type' are reserved "
+                   "names in meta.json (Python tensordict would lose it)");
+  if (is_dir && k == "meta.json")
+    throw KeyError("key " + full.repr() +
+                   " cannot be saved: a nested entry named 'meta.json' collides "
+                   "with the metadata file");
+}
+
+void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
+              const MemmapOptions& opt, std::vector<LeafJob>& jobs,
+              std::vector<std::pair<fs::path, ojson>>& metas, TensorDict& out,
+              const NestedKey& path) {
+  ojson meta = ojson::object();
+  for (const auto& [k, v] : td.items()) {
+    const std::string& name = k.front();
+    NestedKey full = path.empty() ? k : path + k;
+    check_writable_key(name, full, !v.is_tensor());
+    const std::string fname = encode_key_for_filesystem(name);
+    switch (v.kind()) {
+      case EntryKind::Tensor: {
+        const at::Tensor& t = v.tensor();
+        ojson entry = ojson::object();
+        entry["device"] = t.device().str();
+        entry["shape"] = t.sizes().vec();
+        entry["dtype"] = dtype_to_string(t.scalar_type());
+        entry["is_nested"] = false;
+        meta[name] = entry;
+        if (t.numel() == 0) {
+          out.node().write(name, at::empty(t.sizes(), t.options().device(at::kCPU)));
+          break;
+        }
+        fs::path file = dir / (fname + ".memmap");
+        LeafJob job{file.string(), t, out, name, full};
+        job.reuse = copy_data && is_whole_mapping(t) &&
+                    fs::weakly_canonical(*mapped_filename(t)) == fs::weakly_canonical(file);
+        if (!opt.existsok && !job.reuse && fs::exists(file))
+          throw StorageError("the file " + file.string() + " for key " + full.repr() +
+                             " already exists (existsok=false)");
+        jobs.push_back(std::move(job));
+        break;
+      }
+      case EntryKind::TensorDict: {
+        const auto& sub = v.tensordict();
+        meta[name] = ojson{{"type", "TensorDict"}};
+        TensorDict sub_out = make_tensordict(sub.batch_size().vec(), at::Device(at::kCPU));
+        out.node().write(name, sub_out);
+        plan_dir(sub, dir / fname, copy_data, opt, jobs, metas, sub_out, full);
+        break;
+      }
+      case EntryKind::NonTensor: {
+        meta[name] = ojson{{"type", "NonTensorData"}};
+        ojson nt = ojson::object();
+        nt["_type"] = kNonTensorDataType;
+        nt["data"] = ojson::parse(v.non_tensor().data().dump());
+        nt["_metadata"] = nullptr;
+        nt["_is_non_tensor"] = true;
+        metas.emplace_back(dir / fname / "meta.json", nt);
+        NonTensorData d = v.non_tensor();
+        d.set_device(at::Device(at::kCPU));
+        out.node().write(name, d);
+        break;
+      }
+    }
+  }
+  meta["shape"] = td.batch_size().vec();
+  meta["device"] = "cpu";
+  meta["_type"] = kTensorDictType;
+  metas.emplace_back(dir / "meta.json", std::move(meta));
+}
+
+int thread_count(int requested, std::size_t jobs) {
+  int n = requested > 0 ? requested
+                        : static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(n), std::max<std::size_t>(jobs, 1)));
+}
+
+// Writes the files and maps them; each job's result lands in its `out` node.
+void run_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads) {
+  std::vector<at::Tensor> results(jobs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex err_mutex;
+  std::exception_ptr error;
+  auto worker = [&]() {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      try {
+        auto& j = jobs[i];
+        std::string what = " for key " + j.full_key.repr();
+        if (j.reuse) {
+          results[i] = j.source;
+          continue;
+        }
+        write_file(j.path, j.source, copy_data, what);
+        results[i] = map_file(j.path, j.source.scalar_type(), j.source.sizes(), true, what);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(err_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  int n = thread_count(num_threads, jobs.size());
+  if (n <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < n; ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  }
+  if (error) std::rethrow_exception(error);
+  for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].out.node().write(jobs[i].key, results[i]);
+}
+
+TensorDict write_dir(const TensorDictBase& td, const std::string& prefix,
+                     bool copy_data, const MemmapOptions& opt) {
+  if (prefix.empty()) throw ValueError("memmap: the prefix must not be empty");
+  fs::path root(prefix);
+  std::vector<LeafJob> jobs;
+  std::vector<std::pair<fs::path, ojson>> metas;
+  TensorDict out = make_tensordict(td.batch_size().vec(), at::Device(at::kCPU));
+  plan_dir(td, root, copy_data, opt, jobs, metas, out, NestedKey());
+  // Directories first, then the leaf files, then every meta.json last so that
+  // a directory is complete once its metadata appears.
+  std::error_code ec;
+  for (const auto& [file, meta] : metas) {
+    fs::create_directories(file.parent_path(), ec);
+    if (ec) throw StorageError("cannot create directory " + file.parent_path().string() + ": " + ec.message());
+  }
+  run_jobs(jobs, copy_data, opt.num_threads);
+  for (const auto& [file, meta] : metas) write_json_atomic(file, meta);
+  out.node().set_saved_path(fs::absolute(root).string());
+  out.lock_();
+  out.node().set_memmap_flag(true);
+  return out;
+}
+
+// ---- loading -------------------------------------------------------------------------------
+
+struct Loader {
+  LoadOptions opt;
+  bool meta_device() const { return opt.device && opt.device->type() == at::kMeta; }
+};
+
+Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
+                     at::IntArrayRef parent_batch);
+
+// A safe legacy key may be found under its raw name (spec §0.5).
+fs::path locate(const fs::path& dir, const std::string& key, const std::string& suffix,
+                bool is_dir) {
+  fs::path encoded = dir / (encode_key_for_filesystem(key) + suffix);
+  if (fs::exists(encoded)) return encoded;
+  bool safe = key.find('/') == std::string::npos && key.find('\\') == std::string::npos &&
+              !(key.size() >= 2 && std::isalpha(static_cast<unsigned char>(key[0])) && key[1] == ':') &&
+              !(is_dir && (key.empty() || key == "." || key == ".."));
+  if (safe && !key.empty()) {
+    fs::path raw = dir / (key + suffix);
+    if (fs::exists(raw)) return raw;
+  }
+  return encoded;
+}
+
+std::vector<int64_t> read_shape(const ojson& j, const std::string& where) {
+  if (!j.is_array()) throw FormatError(where + ": 'shape' is not a list of integers");
+  std::vector<int64_t> out;
+  for (const auto& v : j) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw FormatError(where + ": 'shape' is not a list of non-negative integers");
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+std::optional<at::Device> read_device(const ojson& meta, const std::string& where) {
+  if (!meta.contains("device")) return std::nullopt;
+  const auto& d = meta["device"];
+  if (d.is_null()) return std::nullopt;
+  if (!d.is_string()) throw FormatError(where + ": 'device' is not a string");
+  auto s = d.get<std::string>();
+  if (s == "None") return std::nullopt;
+  try {
+    return at::Device(s);
+  } catch (const c10::Error&) {
+    throw FormatError(where + ": unknown device '" + s + "'");
+  }
+}
+
+at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& entry,
+                     const Loader& L, const NestedKey& key, const std::string& meta_file) {
+  std::string where = meta_file + ", key " + key.repr();
+  if (!entry.contains("dtype") || !entry["dtype"].is_string())
+    throw FormatError(where + ": missing or invalid 'dtype'");
+  at::ScalarType dtype;
+  try {
+    dtype = dtype_from_string(entry["dtype"].get<std::string>());
+  } catch (const FormatError& e) {
+    throw FormatError(where + ": " + e.what());
+  }
+  auto shape = read_shape(entry["shape"], where);
+  if (entry.value("is_nested", false))
+    throw FormatError(where + ": nested (torch.nested) tensors are not supported");
+  if (L.meta_device())
+    return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
+  fs::path file = locate(dir, k, ".memmap", false);
+  at::Tensor t;
+  if (numel_of(shape) == 0) {
+    t = at::empty(shape, at::TensorOptions().dtype(dtype));
+  } else {
+    if (!fs::exists(file))
+      throw FormatError("missing file " + file.string() + " for key " + key.repr() +
+                        " listed in " + meta_file);
+    t = map_file(file.string(), dtype, shape, L.opt.writable, " for key " + key.repr());
+  }
+  if (L.opt.device && L.opt.device->type() != at::kCPU) t = t.to(*L.opt.device);
+  return t;
+}
+
+TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loader& L,
+                               const NestedKey& path) {
+  const std::string meta_file = (dir / "meta.json").string();
+  std::vector<int64_t> batch;
+  if (meta.contains("shape")) batch = read_shape(meta["shape"], meta_file);
+  auto device = L.opt.device && !L.meta_device() ? L.opt.device : read_device(meta, meta_file);
+  if (L.meta_device()) device = at::Device(at::kMeta);
+  TensorDict out = make_tensordict(batch, device);
+  std::set<std::string> seen_dirs;
+  bool has_type_entries = false;
+  for (auto it = meta.begin(); it != meta.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "shape" || k == "device" || k == "_type") continue;
+    const auto& entry = it.value();
+    if (!entry.is_object()) continue;
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    if (entry.contains("type")) {
+      has_type_entries = true;
+      fs::path sub = locate(dir, k, "", true);
+      if (!fs::is_directory(sub))
+        throw FormatError("missing directory " + sub.string() + " for key " + key.repr() +
+                          " listed in " + meta_file);
+      seen_dirs.insert(sub.filename().string());
+      out.set(k, load_entry_dir(sub, L, key, batch));
+    } else if (entry.contains("dtype") || entry.contains("shape")) {
+      out.set(k, load_leaf(dir, k, entry, L, key, meta_file));
+    }
+  }
+  // Layouts before 0.4 (0.3.2) do not list sub-collections in meta.json: they
+  // are found by scanning the directory.
+  if (!has_type_entries) {
+    std::vector<fs::path> subs;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory() && fs::exists(e.path() / "meta.json")) subs.push_back(e.path());
+    std::sort(subs.begin(), subs.end());
+    for (const auto& sub : subs) {
+      std::string name = sub.filename().string();
+      if (seen_dirs.count(name)) continue;
+      std::string k = decode_key_from_filesystem(name);
+      if (out.contains(k)) continue;
+      NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+      out.set(k, load_entry_dir(sub, L, key, batch));
+    }
+  }
+  out.node().set_saved_path(fs::absolute(dir).string());
+  return out;
+}
+
+NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta,
+                                  at::IntArrayRef parent_batch, const NestedKey& key) {
+  std::vector<int64_t> batch = parent_batch.vec();
+  // 0.3.2 keeps the batch size in _tensordict/meta.json.
+  fs::path inner = dir / "_tensordict" / "meta.json";
+  if (fs::exists(inner)) {
+    auto im = read_json(inner);
+    if (im.contains("shape")) batch = read_shape(im["shape"], inner.string());
+  }
+  if (meta.contains("data"))
+    return NonTensorData(to_plain(meta["data"]), batch, at::Device(at::kCPU));
+  // Not JSON-serialisable in Python: pickled. Never unpickled here; reported
+  // as an opaque value so the rest of the tensordict still loads.
+  fs::path pickle = dir / "other.pickle";
+  nlohmann::json opaque = {{"__tensordict_opaque__", "pickle"},
+                           {"file", pickle.string()},
+                           {"bytes", fs::exists(pickle) ? static_cast<int64_t>(fs::file_size(pickle)) : 0}};
+  (void)key;
+  return NonTensorData(opaque, batch, at::Device(at::kCPU));
+}
+
+Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
+                     at::IntArrayRef parent_batch) {
+  fs::path meta_file = dir / "meta.json";
+  ojson meta = read_json(meta_file);
+  std::string type = meta.value("_type", std::string(kTensorDictType));
+  if (type == kTensorDictType || type == "<class 'tensordict.persistent.PersistentTensorDict'>" ||
+      type == "<class 'tensordict.nn.params.TensorDictParams'>")
+    return load_tensordict_dir(dir, meta, L, key);
+  if (type == kNonTensorDataType || type == "<class 'tensordict.tensorclass.MetaData'>")
+    return load_non_tensor_dir(dir, meta, parent_batch, key);
+  if (type == "<class 'tensordict.tensorclass.NonTensorStack'>") {
+    // One value per batch element. Until NonTensorStack exists, the list is
+    // kept whole in one NonTensorData (documented in docs/storage.md).
+    if (!meta.contains("data") || meta["data"].is_null())
+      throw FormatError(meta_file.string() + " (key " + key.repr() +
+                        "): a NonTensorStack saved member by member is not supported yet");
+    if (meta["data"].is_string() && meta["data"].get<std::string>() == "pickle.pkl")
+      return NonTensorData(nlohmann::json{{"__tensordict_opaque__", "pickle"},
+                                          {"file", (dir / "pickle.pkl").string()}},
+                           parent_batch.vec(), at::Device(at::kCPU));
+    return NonTensorData(to_plain(meta["data"]), parent_batch.vec(), at::Device(at::kCPU));
+  }
+  if (type == "<class 'tensordict._lazy.LazyStackedTensorDict'>")
+    throw FormatError(meta_file.string() + " (key " + key.repr() +
+                      "): LazyStackedTensorDict directories need lazy-stack support, "
+                      "which this version does not have yet");
+  if (fs::exists(dir / "_tensordict" / "meta.json")) {
+    // A Python tensorclass: its tensor fields are in _tensordict/, its
+    // non-tensor fields in meta.json. Loaded as a TensorDict of both.
+    fs::path inner = dir / "_tensordict";
+    TensorDict td = load_tensordict_dir(inner, read_json(inner / "meta.json"), L, key);
+    for (auto it = meta.begin(); it != meta.end(); ++it) {
+      if (it.key() == "_type" || td.contains(it.key())) continue;
+      td.set(it.key(), NonTensorData(to_plain(it.value())));
+    }
+    return td;
+  }
+  throw FormatError(meta_file.string() + " (key " + key.repr() + "): unknown _type '" +
+                    type + "'");
+}
+
+}  // namespace
+}  // namespace detail
+
+// ---- public entry points -----------------------------------------------------------------
+
+TensorDict load_memmap(const std::string& prefix, const LoadOptions& options) {
+  namespace d = detail;
+  fs::path dir(prefix);
+  if (!fs::is_directory(dir))
+    throw FormatError("load_memmap: " + prefix + " is not a directory");
+  d::Loader L{options};
+  Value v = d::load_entry_dir(dir, L, NestedKey(), {});
+  if (!v.is_tensordict())
+    throw FormatError("load_memmap: " + prefix + " holds a non-tensor value, not a tensordict");
+  TensorDict out(v.tensordict().node_ptr());
+  out.node().set_saved_path(fs::absolute(dir).string());
+  return out;
+}
+
+TensorDict load(const std::string& prefix, const LoadOptions& options) {
+  return load_memmap(prefix, options);
+}
+
+TensorDict TensorDictBase::memmap(const std::string& prefix,
+                                  const MemmapOptions& options) const {
+  return detail::write_dir(*this, prefix, /*copy_data=*/true, options);
+}
+
+TensorDict TensorDictBase::save(const std::string& prefix,
+                                const MemmapOptions& options) const {
+  return memmap(prefix, options);
+}
+
+TensorDict TensorDictBase::memmap_like(const std::string& prefix,
+                                       const MemmapOptions& options) const {
+  return detail::write_dir(*this, prefix, /*copy_data=*/false, options);
+}
+
+namespace {
+// Replaces the entries of `dst` by those of `src` (same structure), in place,
+// so that handles to nested tensordicts of `dst` see the mapped leaves too.
+void adopt(Node& dst, const TensorDictBase& src) {
+  for (const auto& k : src.node().keys()) {
+    Value v = *src.node().find(k);
+    auto cur = dst.find(k);
+    if (v.is_tensordict() && cur && cur->is_tensordict()) {
+      adopt(cur->tensordict().node(), v.tensordict());
+      cur->tensordict().node().set_saved_path(v.tensordict().node().saved_path());
+      continue;
+    }
+    dst.write(k, v);
+  }
+}
+}  // namespace
+
+TensorDictBase& TensorDictBase::memmap_(const std::string& prefix,
+                                        const MemmapOptions& options) {
+  TensorDict mapped = detail::write_dir(*this, prefix, true, options);
+  adopt(node(), mapped);
+  node().set_device(at::Device(at::kCPU));
+  node().set_saved_path(mapped.node().saved_path());
+  lock_();
+  node().set_memmap_flag(true);
+  return *this;
+}
+
+TensorDictBase& TensorDictBase::memmap_refresh_() {
+  const std::string& path = node().saved_path();
+  if (path.empty())
+    throw ValueError("memmap_refresh_: this tensordict was never memmapped or loaded");
+  TensorDict fresh = load_memmap(path);
+  bool was_locked = is_locked(), memmap = is_memmap(), shared = is_shared();
+  if (was_locked) {
+    // Storage is replaced wholesale; the lock is restored below.
+    node().set_locked_flag(false);
+  }
+  for (const auto& k : node().keys())
+    if (!fresh.contains(k)) node().remove(k);
+  adopt(node(), fresh);
+  node().set_batch_size(fresh.batch_size().vec());
+  if (was_locked) lock_();
+  node().set_memmap_flag(memmap);
+  node().set_shared_flag(shared);
+  return *this;
+}
+
+std::optional<std::string> TensorDictBase::saved_path() const {
+  const std::string& p = node().saved_path();
+  if (p.empty()) return std::nullopt;
+  return p;
+}
+
+// ---- shared memory ----------------------------------------------------------------------
+
+namespace {
+const char* kShmRoot = "/dev/shm";
+std::string new_shm_name() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  return std::string(kShmRoot) + "/tensordict-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++) + "-" + std::to_string(rd());
+}
+}  // namespace
+
+TensorDictBase& TensorDictBase::share_memory_() {
+  if (is_shared()) return *this;
+  if (!fs::is_directory(kShmRoot))
+    throw StorageError("share_memory_: " + std::string(kShmRoot) + " is not available");
+  memmap_(new_shm_name());
+  node().set_memmap_flag(false);
+  node().set_shared_flag(true);
+  for (auto& [k, v] : items(true, false))
+    if (v.is_tensordict()) {
+      v.tensordict().node().set_memmap_flag(false);
+      v.tensordict().node().set_shared_flag(true);
+    }
+  return *this;
+}
+
+std::string TensorDictBase::shared_name() const {
+  return is_shared() ? node().saved_path() : std::string();
+}
+
+TensorDict attach_shared(const std::string& name) {
+  TensorDict out = load_memmap(name);
+  out.lock_();
+  out.node().set_shared_flag(true);
+  return out;
+}
+
+void unlink_shared(const std::string& name) {
+  fs::path p = fs::weakly_canonical(name);
+  if (p.parent_path() != fs::path(kShmRoot) ||
+      p.filename().string().rfind("tensordict-", 0) != 0)
+    throw ValueError("unlink_shared: '" + name + "' is not a tensordict shared-memory name");
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (ec) throw StorageError("unlink_shared: cannot remove " + p.string() + ": " + ec.message());
+}
+
+}  // namespace tensordict
