@@ -331,7 +331,21 @@ TensorDictBase TensorDictBase::index(IndexList index) const {
   if (index.empty() || all_full_slices(index)) return *this;
   check_zero_dim_index(*this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), false);
-  return index_node(*this, t, batch_size().size(), NestedKey());
+  TensorDict out = index_node(*this, t, batch_size().size(), NestedKey());
+  // Python: indexing a memmap/shared tensordict keeps that status (and the
+  // lock) when the result starts at the same data pointer: ints, None,
+  // Ellipsis and slices starting at 0.
+  if ((is_memmap() || is_shared()) && t.basic) {
+    bool same_start = true;
+    for (const auto& op : t.ops)
+      if (op.kind == TranslatedIndex::BasicOp::Slice && op.start != 0) same_start = false;
+    if (same_start) {
+      out.lock_();
+      out.node().set_memmap_flag(is_memmap());
+      out.node().set_shared_flag(is_shared());
+    }
+  }
+  return out;
 }
 
 TensorDictBase TensorDictBase::operator[](int64_t i) const {

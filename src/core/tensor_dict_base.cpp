@@ -532,7 +532,15 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
                       tensordict::to_string(v->kind()) + ", not a TensorDict");
     parent = v->tensordict().node_ptr();
   }
-  if (check_lock && parent->locked()) throw_locked(key, "set");
+  if (check_lock && parent->locked()) {
+    if (parent->memmap_flag() || parent->shared_flag())
+      throw LockedError(
+          "Cannot modify locked TensorDict: " + key.repr() + " cannot be set on a " +
+          (parent->memmap_flag() ? "memory-mapped" : "shared-memory") +
+          " tensordict, whose storage is fixed. Write in place with set_(), "
+          "update_() or index_put_(), or unlock_(), set, and memmap_() again.");
+    throw_locked(key, "set");
+  }
   Value checked = detail::validate_value(std::move(value), parent->batch_size(),
                                          parent->device(), key);
   for (; depth + 1 < key.size(); ++depth)

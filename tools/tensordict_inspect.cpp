@@ -1,0 +1,108 @@
+// tensordict-inspect PATH [--json] [--max-values N]
+//
+// Prints the tree of a saved tensordict (a memmap directory written by this
+// library or by Python tensordict): keys, shapes, dtypes, batch sizes and
+// non-tensor values, in Python's repr layout. With --json, prints a
+// machine-readable form with the values of small leaves (at most N elements,
+// default 64) and the sum of larger ones, so other programs can check what
+// was read.
+#include <tensordict/tensordict.h>
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <iostream>
+#include <string>
+
+namespace td = tensordict;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+json tensor_values(const at::Tensor& t) {
+  at::Tensor c = t.detach().cpu();
+  if (c.dim() == 0) {
+    if (c.is_complex()) return json::array({at::real(c).item<double>(), at::imag(c).item<double>()});
+    if (c.scalar_type() == at::kBool) return c.item<bool>();
+    if (c.is_floating_point()) return c.item<double>();
+    return c.item<int64_t>();
+  }
+  json out = json::array();
+  for (int64_t i = 0; i < c.size(0); ++i) out.push_back(tensor_values(c[i]));
+  return out;
+}
+
+json describe(const td::TensorDictBase& data, int64_t max_values) {
+  json out;
+  out["type"] = data.type_name();
+  out["batch_size"] = data.batch_size().vec();
+  out["device"] = data.device() ? data.device()->str() : "None";
+  json entries = json::object();
+  for (const auto& [key, value] : data.items()) {
+    const std::string& k = key.front();
+    switch (value.kind()) {
+      case td::EntryKind::Tensor: {
+        const at::Tensor& t = value.tensor();
+        json e;
+        e["kind"] = "tensor";
+        e["shape"] = t.sizes().vec();
+        e["dtype"] = td::detail::dtype_to_string(t.scalar_type());
+        if (t.numel() <= max_values) {
+          e["values"] = tensor_values(t);
+        } else if (t.is_complex()) {
+          at::Tensor s = t.sum();
+          e["sum"] = json::array({at::real(s).item<double>(), at::imag(s).item<double>()});
+        } else {
+          e["sum"] = t.to(at::kDouble).sum().item<double>();
+        }
+        entries[k] = e;
+        break;
+      }
+      case td::EntryKind::TensorDict:
+        entries[k] = describe(value.tensordict(), max_values);
+        entries[k]["kind"] = "tensordict";
+        break;
+      case td::EntryKind::NonTensor: {
+        json e;
+        e["kind"] = "non_tensor";
+        e["batch_size"] = value.non_tensor().batch_size().vec();
+        e["data"] = json::parse(value.non_tensor().data().dump());
+        entries[k] = e;
+        break;
+      }
+    }
+  }
+  out["entries"] = entries;
+  return out;
+}
+
+int usage(const char* argv0) {
+  std::cerr << "usage: " << argv0 << " PATH [--json] [--max-values N]\n"
+            << "Prints the tree of a saved tensordict (memmap directory).\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string path;
+  bool as_json = false;
+  int64_t max_values = 64;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json")) as_json = true;
+    else if (!std::strcmp(argv[i], "--max-values") && i + 1 < argc) max_values = std::stoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) return usage(argv[0]), 0;
+    else if (path.empty() && argv[i][0] != '-') path = argv[i];
+    else return usage(argv[0]);
+  }
+  if (path.empty()) return usage(argv[0]);
+  try {
+    td::TensorDict data = td::load_memmap(path, td::LoadOptions{.writable = false});
+    if (as_json) std::cout << describe(data, max_values).dump(2) << "\n";
+    else std::cout << data << "\n";
+  } catch (const td::Error& e) {
+    std::cerr << "tensordict-inspect: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
