@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Run tensordict benchmark binaries and report each operation against its floor.
+
+Every benchmark is named ``BM_<op>/<variant>[/<args>...]``. The variant ``floor``
+is the hand-written baseline (raw LibTorch and standard containers); every other
+variant (``tensordict``, ``tensordict_for_each``, ...) is divided by the floor of
+the same op and args:
+
+    ratio = variant_time / floor_time        (1.0 = no overhead)
+
+For each binary ``bench_<name>`` this writes, in --out-dir:
+
+* ``<name>.json``: Google Benchmark's JSON output plus a ``ratios`` list;
+* ``<name>.md``: a Markdown table (operation | tensordict (ns) | floor (ns) | ratio),
+  the machine, the date and the command that regenerates it.
+
+Usage:
+    python3 benchmarks/run.py                                  # build/benchmarks/bench_core
+    python3 benchmarks/run.py build-bench/benchmarks/bench_core build-bench/benchmarks/bench_ops
+    python3 benchmarks/run.py BIN --repetitions 5 --out-dir /tmp/results
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve()
+REPO = SCRIPT.parent.parent
+DEFAULT_BINARY = REPO / "build" / "benchmarks" / "bench_core"
+DEFAULT_OUT_DIR = REPO / "benchmarks" / "results"
+
+FLOOR = "floor"
+# Name components Google Benchmark appends that are not part of the operation.
+_RUN_OPTION = re.compile(r"^(min_time|min_warmup_time|iterations|repeats):")
+_TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Run benchmark binaries and pair each BM_<op>/<variant> "
+        "with BM_<op>/floor.")
+    p.add_argument("binaries", nargs="*", type=Path,
+                   help=f"benchmark executables (default: {DEFAULT_BINARY.relative_to(REPO)})")
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR,
+                   help="where <name>.json and <name>.md go (default: benchmarks/results)")
+    p.add_argument("--name", help="report name (default: the binary name without 'bench_'); "
+                   "only with a single binary")
+    p.add_argument("--repetitions", type=int, default=1,
+                   help="run each benchmark N times and report the median (default: 1)")
+    p.add_argument("--filter", help="passed as --benchmark_filter (a regex)")
+    p.add_argument("--metric", choices=("real_time", "cpu_time"), default="real_time",
+                   help="which time to compare (default: real_time)")
+    p.add_argument("--fail-above", type=float, metavar="RATIO",
+                   help="exit with status 1 when any ratio exceeds RATIO")
+    p.add_argument("--benchmark-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for the binary, e.g. --benchmark-arg=--benchmark_min_time=1 "
+                   "(repeatable)")
+    args = p.parse_args(argv)
+    if not args.binaries:
+        args.binaries = [DEFAULT_BINARY]
+    if args.name and len(args.binaries) > 1:
+        p.error("--name needs a single binary")
+    if args.repetitions < 1:
+        p.error("--repetitions must be >= 1")
+    return args
+
+
+def report_name(binary: Path, override: str | None) -> str:
+    if override:
+        return override
+    stem = binary.name
+    return stem[len("bench_"):] if stem.startswith("bench_") else stem
+
+
+def run_binary(binary: Path, args: argparse.Namespace) -> dict:
+    """Runs one binary and returns Google Benchmark's JSON document."""
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        sys.exit(f"run.py: {binary} is not an executable; build it first, e.g.\n"
+                 "  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && "
+                 f"cmake --build build -j2 --target {binary.name}")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.json"
+        cmd = [str(binary), "--benchmark_format=json", f"--benchmark_out={out}",
+               "--benchmark_out_format=json"]
+        if args.repetitions > 1:
+            cmd += [f"--benchmark_repetitions={args.repetitions}",
+                    "--benchmark_report_aggregates_only=true"]
+        if args.filter:
+            cmd.append(f"--benchmark_filter={args.filter}")
+        cmd += args.benchmark_arg
+        print("run.py: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            sys.exit(f"run.py: {binary.name} exited with status {proc.returncode}")
+        return json.loads(out.read_text())
+
+
+def split_name(run_name: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """'BM_get/tensordict/min_time:0.200' -> ('get', 'tensordict', ())."""
+    parts = run_name.split("/")
+    if len(parts) < 2 or not parts[0].startswith("BM_"):
+        return None
+    args = tuple(a for a in parts[2:] if not _RUN_OPTION.match(a))
+    return parts[0][len("BM_"):], parts[1], args
+
+
+def measured(doc: dict, repetitions: int) -> list[dict]:
+    """One entry per benchmark: the single run, or the median of repetitions."""
+    rows = []
+    for b in doc.get("benchmarks", []):
+        if b.get("error_occurred"):
+            print(f"run.py: {b['name']} failed: {b.get('error_message', '')}",
+                  file=sys.stderr)
+            continue
+        is_aggregate = b.get("run_type") == "aggregate"
+        if repetitions > 1:
+            if not is_aggregate or b.get("aggregate_name") != "median":
+                continue
+        elif is_aggregate:
+            continue
+        rows.append(b)
+    return rows
+
+
+def pair(rows: list[dict], metric: str) -> tuple[list[dict], list[str]]:
+    """Ratios of every non-floor variant to the floor of the same op and args."""
+    floors: dict[tuple[str, tuple[str, ...]], dict] = {}
+    variants: list[tuple[str, str, tuple[str, ...], dict]] = []
+    unpaired: list[str] = []
+    for b in rows:
+        run_name = b.get("run_name", b["name"])
+        parsed = split_name(run_name)
+        if parsed is None:
+            unpaired.append(run_name)
+            continue
+        op, variant, args = parsed
+        if variant == FLOOR:
+            floors[(op, args)] = b
+        else:
+            variants.append((op, variant, args, b))
+
+    def ns(b: dict) -> float:
+        return float(b[metric]) * _TO_NS[b.get("time_unit", "ns")]
+
+    ratios = []
+    paired_floors = set()
+    for op, variant, args, b in variants:
+        f = floors.get((op, args))
+        if f is None:
+            unpaired.append(b.get("run_name", b["name"]))
+            continue
+        paired_floors.add((op, args))
+        t, tf = ns(b), ns(f)
+        ratios.append({
+            "operation": op,
+            "variant": variant,
+            "args": "/".join(args),
+            "name": "/".join((f"BM_{op}", variant, *args)),
+            "floor_name": "/".join((f"BM_{op}", FLOOR, *args)),
+            "run_name": b.get("run_name", b["name"]),
+            "metric": metric,
+            "tensordict_ns": t,
+            "floor_ns": tf,
+            "ratio": t / tf if tf > 0 else float("inf"),
+        })
+    for key, f in floors.items():
+        if key not in paired_floors:
+            unpaired.append(f.get("run_name", f["name"]))
+    return ratios, unpaired
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def nproc() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 0
+
+
+def regenerate_command(argv: list[str]) -> str:
+    try:
+        script = SCRIPT.relative_to(Path.cwd())
+    except ValueError:
+        script = SCRIPT
+    return " ".join(shlex.quote(a) for a in ["python3", str(script), *argv])
+
+
+def fmt_ns(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
+             unpaired: list[str], args: argparse.Namespace, command: str) -> str:
+    ctx = doc.get("context", {})
+    load = ctx.get("load_avg")
+    scaling = ctx.get("cpu_scaling_enabled")
+    lines = [
+        f"# Benchmarks: {name}",
+        "",
+        f"Each tensordict operation next to its floor (the same work written by hand "
+        f"with raw LibTorch and standard containers), measured in the same run of "
+        f"`{binary.name}`. ratio = tensordict time / floor time "
+        f"({args.metric.replace('_', ' ')}"
+        + (f", median of {args.repetitions} repetitions" if args.repetitions > 1 else "")
+        + "); 1.0 means no overhead.",
+        "",
+        "| operation | tensordict (ns) | floor (ns) | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for r in ratios:
+        op = r["operation"]
+        if r["args"]:
+            op += "/" + r["args"]
+        if r["variant"] != "tensordict":
+            op += f" ({r['variant']})"
+        lines.append(f"| {op} | {fmt_ns(r['tensordict_ns'])} | {fmt_ns(r['floor_ns'])} "
+                     f"| {r['ratio']:.2f}x |")
+    if unpaired:
+        lines += ["", "Benchmarks without a pair: " + ", ".join(f"`{u}`" for u in unpaired)]
+    lines += [
+        "",
+        "## Machine and run",
+        "",
+        f"- CPU: {cpu_model()}, {nproc()} cores available (nproc)"
+        + (f", {ctx['mhz_per_cpu']} MHz" if "mhz_per_cpu" in ctx else ""),
+        f"- CPU frequency scaling: {'on' if scaling else 'off' if scaling is not None else 'unknown'}",
+        f"- Load average at start: {', '.join(f'{x:.2f}' for x in load)}" if load else
+        "- Load average at start: unknown",
+        f"- OS: {platform.system()} {platform.release()}",
+        f"- Google Benchmark library build: {ctx.get('library_build_type', 'unknown')} "
+        "(the benchmark framework's own build type, not tensordict's)",
+        f"- Date: {ctx.get('date') or _dt.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        "",
+        "Regenerate with:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    command = regenerate_command(argv)
+    worst = 0.0
+    for binary in args.binaries:
+        binary = binary.resolve()
+        name = report_name(binary, args.name)
+        doc = run_binary(binary, args)
+        ratios, unpaired = pair(measured(doc, args.repetitions), args.metric)
+        doc["ratios"] = ratios
+        json_path = args.out_dir / f"{name}.json"
+        md_path = args.out_dir / f"{name}.md"
+        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        md_path.write_text(markdown(name, binary, doc, ratios, unpaired, args, command))
+        print(f"run.py: wrote {json_path} and {md_path}", file=sys.stderr)
+        width = max((len(r["name"]) for r in ratios), default=0)
+        for r in ratios:
+            print(f"  {r['name']:<{width}}  {fmt_ns(r['tensordict_ns']):>9} ns  "
+                  f"floor {fmt_ns(r['floor_ns']):>9} ns  ratio {r['ratio']:6.2f}x")
+            worst = max(worst, r["ratio"])
+    if args.fail_above is not None and worst > args.fail_above:
+        print(f"run.py: a ratio ({worst:.2f}x) exceeds --fail-above {args.fail_above}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
