@@ -10,7 +10,8 @@ the same op and args:
 
 For each binary ``bench_<name>`` this writes, in --out-dir:
 
-* ``<name>.json``: Google Benchmark's JSON output plus a ``ratios`` list;
+* ``<name>.json``: Google Benchmark's JSON output plus a ``ratios`` list and a ``report``
+  object (the command, the git revision, the metric);
 * ``<name>.md``: a Markdown table (operation | tensordict (ns) | floor (ns) | ratio),
   the machine, the date and the command that regenerates it.
 
@@ -43,7 +44,8 @@ DEFAULT_OUT_DIR = REPO / "benchmarks" / "results"
 
 FLOOR = "floor"
 # Name components Google Benchmark appends that are not part of the operation.
-_RUN_OPTION = re.compile(r"^(min_time|min_warmup_time|iterations|repeats):")
+_RUN_OPTION = re.compile(
+    r"^((min_time|min_warmup_time|iterations|repeats):.*|real_time|process_time|manual_time)$")
 _TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
@@ -64,14 +66,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="which time to compare (default: real_time)")
     p.add_argument("--fail-above", type=float, metavar="RATIO",
                    help="exit with status 1 when any ratio exceeds RATIO")
+    p.add_argument("--source", metavar="TEXT",
+                   help="what the binaries were built from, for the report (default: the git "
+                   "revision of this checkout, flagged when src/ or include/ have changes)")
+    p.add_argument("--from-json", action="append", default=[], type=Path, metavar="FILE",
+                   help="re-report a saved Google Benchmark JSON file (or a <name>.json written "
+                   "by this script) instead of running a binary (repeatable)")
     p.add_argument("--benchmark-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the binary, e.g. --benchmark-arg=--benchmark_min_time=1 "
                    "(repeatable)")
     args = p.parse_args(argv)
-    if not args.binaries:
+    if not args.binaries and not args.from_json:
         args.binaries = [DEFAULT_BINARY]
-    if args.name and len(args.binaries) > 1:
-        p.error("--name needs a single binary")
+    if args.name and len(args.binaries) + len(args.from_json) > 1:
+        p.error("--name needs a single binary or file")
     if args.repetitions < 1:
         p.error("--repetitions must be >= 1")
     return args
@@ -198,6 +206,19 @@ def nproc() -> int:
         return os.cpu_count() or 0
 
 
+def source_revision() -> str:
+    """'abc1234' or 'abc1234 + uncommitted changes in src/ include/', or 'unknown'."""
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--",
+                                "src", "include", "benchmarks/*.cpp", "CMakeLists.txt"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + (" + uncommitted changes in src/, include/ or benchmarks/" if dirty else "")
+
+
 def regenerate_command(argv: list[str]) -> str:
     try:
         script = SCRIPT.relative_to(Path.cwd())
@@ -215,10 +236,12 @@ def fmt_ns(x: float) -> str:
 
 
 def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
-             unpaired: list[str], args: argparse.Namespace, command: str) -> str:
+             unpaired: list[str], args: argparse.Namespace, command: str,
+             source: str) -> str:
     ctx = doc.get("context", {})
     load = ctx.get("load_avg")
     scaling = ctx.get("cpu_scaling_enabled")
+    busy = bool(load) and load[0] > 0.5 * max(nproc(), 1)
     lines = [
         f"# Benchmarks: {name}",
         "",
@@ -242,6 +265,10 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
                      f"| {r['ratio']:.2f}x |")
     if unpaired:
         lines += ["", "Benchmarks without a pair: " + ", ".join(f"`{u}`" for u in unpaired)]
+    if busy:
+        lines += ["", f"**Warning:** the machine was busy when this ran (load average "
+                  f"{load[0]:.2f} on {nproc()} cores): the numbers are noisy. Rerun on an idle "
+                  "machine before comparing them with other runs."]
     lines += [
         "",
         "## Machine and run",
@@ -252,6 +279,7 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
         f"- Load average at start: {', '.join(f'{x:.2f}' for x in load)}" if load else
         "- Load average at start: unknown",
         f"- OS: {platform.system()} {platform.release()}",
+        f"- Source: git {source}",
         f"- Google Benchmark library build: {ctx.get('library_build_type', 'unknown')} "
         "(the benchmark framework's own build type, not tensordict's)",
         f"- Date: {ctx.get('date') or _dt.datetime.now().astimezone().isoformat(timespec='seconds')}",
@@ -271,16 +299,33 @@ def main(argv: list[str]) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     command = regenerate_command(argv)
     worst = 0.0
-    for binary in args.binaries:
-        binary = binary.resolve()
-        name = report_name(binary, args.name)
-        doc = run_binary(binary, args)
+    sources = [(b.resolve(), None) for b in args.binaries]
+    sources += [(None, f.resolve()) for f in args.from_json]
+    for binary, saved in sources:
+        if saved is not None:
+            doc = json.loads(saved.read_text())
+            doc.pop("ratios", None)
+            report = doc.get("report", {})
+            run_command = report.get("command", command)
+            source = report.get("source", "unknown")
+            exe = doc.get("context", {}).get("executable")
+            binary = Path(exe) if exe else saved
+            name = args.name or saved.stem
+            reps = max((b.get("repetitions", 1) for b in doc.get("benchmarks", [])), default=1)
+            args.repetitions = reps
+        else:
+            name = report_name(binary, args.name)
+            doc = run_binary(binary, args)
+            run_command, source = command, args.source or source_revision()
+        doc["report"] = {"command": run_command, "source": source, "metric": args.metric,
+                         "repetitions": args.repetitions}
         ratios, unpaired = pair(measured(doc, args.repetitions), args.metric)
         doc["ratios"] = ratios
         json_path = args.out_dir / f"{name}.json"
         md_path = args.out_dir / f"{name}.md"
         json_path.write_text(json.dumps(doc, indent=2) + "\n")
-        md_path.write_text(markdown(name, binary, doc, ratios, unpaired, args, command))
+        md_path.write_text(markdown(name, binary, doc, ratios, unpaired, args, run_command,
+                                    source))
         print(f"run.py: wrote {json_path} and {md_path}", file=sys.stderr)
         width = max((len(r["name"]) for r in ratios), default=0)
         for r in ratios:

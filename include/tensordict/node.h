@@ -99,6 +99,9 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual const Value* peek(std::string_view key) const;
   /// True when peek() is implemented (set by the storage's constructor).
   bool holds_values() const noexcept { return holds_values_; }
+  /// True for the in-memory storage (detail::MemoryNode), whose lookups the
+  /// core inlines.
+  bool is_memory_node() const noexcept { return is_memory_node_; }
 
   // -- state managed by the core ----------------------------------------------
   bool locked() const noexcept { return locked_; }
@@ -117,6 +120,7 @@ class Node : public std::enable_shared_from_this<Node> {
 
  protected:
   bool holds_values_ = false;
+  bool is_memory_node_ = false;
 
  private:
   bool locked_ = false;

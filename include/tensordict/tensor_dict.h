@@ -5,6 +5,8 @@
 #include <tensordict/node.h>
 #include <tensordict/tensor_dict_base.h>
 
+#include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -31,6 +33,12 @@ class MemoryNode final : public Node {
   MemoryNode(std::vector<int64_t> batch_size, std::optional<at::Device> device)
       : batch_size_(std::move(batch_size)), device_(device) {
     holds_values_ = true;
+    is_memory_node_ = true;
+  }
+  /// Non-virtual peek, for the core's hot paths.
+  const Value* lookup(std::string_view key) const {
+    auto pos = position(key);
+    return pos == npos ? nullptr : &entries_[pos].second;
   }
   std::string type_name() const override { return "TensorDict"; }
   at::IntArrayRef batch_size() const override { return batch_size_; }
@@ -58,17 +66,37 @@ class MemoryNode final : public Node {
   const std::vector<std::pair<std::string, Value>>& entries() const {
     return entries_;
   }
-  void reserve(std::size_t n) { entries_.reserve(n); }
+  void reserve(std::size_t n) {
+    entries_.reserve(n);
+    tags_.reserve(n);
+  }
 
  private:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   // Small levels (the common case) are scanned linearly: cheaper than hashing
   // and no extra allocation per key. Larger ones get a hash index.
   static constexpr std::size_t kLinearLimit = 16;
+  // The first 8 bytes and the length of a key, compared before anything
+  // else: for keys of up to 8 bytes a tag match is a key match, and the scan
+  // touches one small contiguous array instead of the entries.
+  struct KeyTag {
+    std::uint64_t head;
+    std::size_t size;
+  };
+  static KeyTag tag_of(std::string_view key) noexcept {
+    std::uint64_t head = 0;
+    std::memcpy(&head, key.data(), key.size() < 8 ? key.size() : 8);
+    return KeyTag{head, key.size()};
+  }
   std::size_t position(std::string_view key) const {
     if (index_.empty()) {
-      for (std::size_t i = 0; i < entries_.size(); ++i)
-        if (entries_[i].first == key) return i;
+      const KeyTag t = tag_of(key);
+      for (std::size_t i = 0; i < tags_.size(); ++i) {
+        if (tags_[i].head != t.head || tags_[i].size != t.size) continue;
+        if (t.size <= 8 ||
+            std::memcmp(entries_[i].first.data() + 8, key.data() + 8, t.size - 8) == 0)
+          return i;
+      }
       return npos;
     }
     auto it = index_.find(key);
@@ -79,6 +107,7 @@ class MemoryNode final : public Node {
   std::vector<int64_t> batch_size_;
   std::optional<at::Device> device_;
   std::vector<std::pair<std::string, Value>> entries_;
+  std::vector<KeyTag> tags_;  // tags_[i] belongs to entries_[i]
   std::unordered_map<std::string, std::size_t, StringHash, std::equal_to<>>
       index_;
 };

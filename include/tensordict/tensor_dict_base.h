@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <string_view>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -169,6 +171,9 @@ class TensorDictBase {
   /// The tensor at key. KeyError when missing, TypeError when the entry is not
   /// a tensor.
   at::Tensor get(const NestedKey& key) const;
+  /// get() of a braced path, e.g. get({"next", "obs"}): same result, without
+  /// building a NestedKey (the hot path of nested reads).
+  at::Tensor get(std::initializer_list<std::string_view> path) const;
   /// The tensor at key, or `default_value` when the key is missing.
   at::Tensor get(const NestedKey& key, const at::Tensor& default_value) const;
   /// The nested tensordict at key (KeyError / TypeError as get()).

@@ -57,7 +57,7 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
       }
     }
   };
-  if (n.holds_values()) {
+  if (n.is_memory_node()) {
     for (const auto& [k, v] : static_cast<const MemoryNode&>(n).entries()) one(k, v);
   } else {
     for (const auto& k : n.keys()) one(k, *n.find(k));

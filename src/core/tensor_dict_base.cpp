@@ -429,33 +429,56 @@ Value TensorDictBase::at(const NestedKey& key) const {
   return std::move(*v);
 }
 
-at::Tensor TensorDictBase::get(const NestedKey& key) const {
-  const Node* n = &node();
-  const std::size_t last = key.size() - 1;
-  if (key.empty()) throw KeyError("empty key");
-  // Fast path: every level keeps its entries in memory, so no handle copies.
-  for (std::size_t i = 0; n->holds_values(); ++i) {
-    const Value* v = n->peek(key[i]);
-    if (!v) throw_missing(key, i, *n);
+namespace {
+
+NestedKey key_of(const std::string_view* parts, std::size_t n) {
+  NestedKey k;
+  for (std::size_t i = 0; i < n; ++i) k = k.child(parts[i]);
+  return k;
+}
+
+// The tensor at a path, walking in-memory levels without copying handles.
+at::Tensor get_path(const Node* n, const std::string_view* parts, std::size_t count,
+                    const TensorDictBase& self) {
+  if (count == 0) throw KeyError("empty key");
+  const std::size_t last = count - 1;
+  for (std::size_t i = 0; n->is_memory_node(); ++i) {
+    const Value* v = static_cast<const detail::MemoryNode*>(n)->lookup(parts[i]);
+    if (!v) throw_missing(key_of(parts, count), i, *n);
     if (i == last) {
-      if (!v->is_tensor())
-        throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
-                        ", not a Tensor" +
-                        (v->is_non_tensor() ? " (use get_non_tensor)"
-                                            : " (use get_tensordict)"));
-      return std::get<0>(v->variant());
+      if (v->is_tensor()) return std::get<0>(v->variant());
+      throw TypeError("entry " + key_of(parts, count).repr() + " is a " +
+                      tensordict::to_string(v->kind()) + ", not a Tensor" +
+                      (v->is_non_tensor() ? " (use get_non_tensor)" : " (use get_tensordict)"));
     }
     if (!v->is_tensordict())
-      throw TypeError("key " + key.repr() + ": " +
-                      detail::prefix(key, i + 1).repr() + " is a " +
+      throw TypeError("key " + key_of(parts, count).repr() + ": " +
+                      key_of(parts, i + 1).repr() + " is a " +
                       tensordict::to_string(v->kind()) + ", not a TensorDict");
     n = std::get<1>(v->variant()).node_ptr().get();
   }
-  Value v = at(key);
+  NestedKey key = key_of(parts, count);
+  Value v = self.at(key);
   if (!v.is_tensor())
     throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
                     ", not a Tensor");
   return std::move(v).tensor();
+}
+
+}  // namespace
+
+at::Tensor TensorDictBase::get(const NestedKey& key) const {
+  std::string_view parts[8];
+  if (key.size() <= 8) {
+    for (std::size_t i = 0; i < key.size(); ++i) parts[i] = key[i];
+    return get_path(&node(), parts, key.size(), *this);
+  }
+  std::vector<std::string_view> many(key.begin(), key.end());
+  return get_path(&node(), many.data(), many.size(), *this);
+}
+
+at::Tensor TensorDictBase::get(std::initializer_list<std::string_view> path) const {
+  return get_path(&node(), path.begin(), path.size(), *this);
 }
 
 at::Tensor TensorDictBase::get(const NestedKey& key,
@@ -977,7 +1000,7 @@ TensorDict TensorDictBase::clone(bool recurse) const {
         break;
     }
   };
-  if (src.holds_values()) {
+  if (src.is_memory_node()) {
     for (const auto& [k, v] : static_cast<const detail::MemoryNode&>(src).entries())
       copy_entry(k, v);
   } else {

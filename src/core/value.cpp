@@ -140,6 +140,7 @@ void MemoryNode::write(std::string_view key, Value value) {
     return;
   }
   entries_.emplace_back(std::string(key), std::move(value));
+  tags_.push_back(tag_of(key));
   if (!index_.empty()) index_.emplace(entries_.back().first, entries_.size() - 1);
   else if (entries_.size() > kLinearLimit) rebuild_index();
 }
@@ -154,6 +155,7 @@ void MemoryNode::remove(std::string_view key) {
   auto pos = position(key);
   if (pos == npos) return;
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(pos));
+  tags_.erase(tags_.begin() + static_cast<std::ptrdiff_t>(pos));
   rebuild_index();
 }
 

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <random>
 #include <thread>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -158,18 +159,38 @@ ojson read_json(const fs::path& file) {
   return j;
 }
 
+// Converted element by element: a dump()/parse() round trip would turn the
+// NaN/Infinity values read above into null.
 nlohmann::json to_plain(const ojson& j) {
-  return nlohmann::json::parse(j.dump(), nullptr, true, true);
+  if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = to_plain(it.value());
+    return out;
+  }
+  if (j.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& v : j) out.push_back(to_plain(v));
+    return out;
+  }
+  switch (j.type()) {
+    case ojson::value_t::null: return nullptr;
+    case ojson::value_t::boolean: return j.get<bool>();
+    case ojson::value_t::string: return j.get<std::string>();
+    case ojson::value_t::number_integer: return j.get<int64_t>();
+    case ojson::value_t::number_unsigned: return j.get<uint64_t>();
+    case ojson::value_t::number_float: return j.get<double>();
+    default: return nlohmann::json::parse(j.dump());
+  }
 }
 
 // Written as a temporary file then renamed, so a reader never sees half a file.
-void write_json_atomic(const fs::path& file, const ojson& j) {
+void write_json_atomic(const fs::path& file, const std::string& text) {
   fs::path tmp = file;
   tmp += ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw StorageError("cannot create " + tmp.string());
-    out << j.dump();
+    out << text;
     if (!out) throw StorageError("cannot write " + tmp.string());
   }
   std::error_code ec;
@@ -239,6 +260,8 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
         const auto& sub = v.tensordict();
         meta[name] = ojson{{"type", "TensorDict"}};
         TensorDict sub_out = make_tensordict(sub.batch_size().vec(), at::Device(at::kCPU));
+        // Each nested level knows its own directory, as after load_memmap.
+        sub_out.node().set_saved_path(fs::absolute(dir / fname).string());
         out.node().write(name, sub_out);
         plan_dir(sub, dir / fname, copy_data, opt, jobs, metas, sub_out, full);
         break;
@@ -313,6 +336,38 @@ TensorDict write_dir(const TensorDictBase& td, const std::string& prefix,
   std::vector<std::pair<fs::path, ojson>> metas;
   TensorDict out = make_tensordict(td.batch_size().vec(), at::Device(at::kCPU));
   plan_dir(td, root, copy_data, opt, jobs, metas, out, NestedKey());
+  // Serialised before anything is written: dump() throws on a key or string
+  // that is not valid UTF-8, which would otherwise leave a half-written tree.
+  std::vector<std::string> texts;
+  for (const auto& [file, meta] : metas) {
+    try {
+      texts.push_back(meta.dump());
+    } catch (const nlohmann::json::exception& e) {
+      throw ValueError("memmap: cannot write " + file.string() +
+                       ": a key or non-tensor value is not valid UTF-8 (" + e.what() + ")");
+    }
+  }
+  // A source mapped from a file that this call rewrites (e.g. a slice of a
+  // memmapped tensordict saved over its own directory) would be truncated
+  // before it is read: copy such sources to memory first.
+  if (copy_data) {
+    auto file_id = [](const std::string& path) -> std::optional<std::pair<dev_t, ino_t>> {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+      return std::make_pair(st.st_dev, st.st_ino);
+    };
+    std::set<std::pair<dev_t, ino_t>> targets;
+    for (const auto& j : jobs)
+      if (!j.reuse)
+        if (auto id = file_id(j.path)) targets.insert(*id);
+    for (auto& j : jobs) {
+      if (j.reuse || targets.empty()) continue;
+      auto src_file = mapped_filename(j.source);
+      if (!src_file) continue;
+      auto id = file_id(*src_file);
+      if (id && targets.count(*id)) j.source = j.source.clone();
+    }
+  }
   // Directories first, then the leaf files, then every meta.json last so that
   // a directory is complete once its metadata appears.
   std::error_code ec;
@@ -321,7 +376,7 @@ TensorDict write_dir(const TensorDictBase& td, const std::string& prefix,
     if (ec) throw StorageError("cannot create directory " + file.parent_path().string() + ": " + ec.message());
   }
   run_jobs(jobs, copy_data, opt.num_threads);
-  for (const auto& [file, meta] : metas) write_json_atomic(file, meta);
+  for (std::size_t i = 0; i < metas.size(); ++i) write_json_atomic(metas[i].first, texts[i]);
   out.node().set_saved_path(fs::absolute(root).string());
   out.lock_();
   out.node().set_memmap_flag(true);
@@ -389,7 +444,11 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
   } catch (const FormatError& e) {
     throw FormatError(where + ": " + e.what());
   }
+  // const operator[] on a missing key is undefined behaviour in nlohmann.
+  if (!entry.contains("shape")) throw FormatError(where + ": missing 'shape'");
   auto shape = read_shape(entry["shape"], where);
+  if (entry.contains("is_nested") && !entry["is_nested"].is_boolean())
+    throw FormatError(where + ": 'is_nested' is not a boolean");
   if (entry.value("is_nested", false))
     throw FormatError(where + ": nested (torch.nested) tensors are not supported");
   if (L.meta_device())
@@ -404,8 +463,41 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
                         " listed in " + meta_file);
     t = map_file(file.string(), dtype, shape, L.opt.writable, " for key " + key.repr());
   }
-  if (L.opt.device && L.opt.device->type() != at::kCPU) t = t.to(*L.opt.device);
+  if (L.opt.device && L.opt.device->type() != at::kCPU) {
+    try {
+      t = t.to(*L.opt.device);
+    } catch (const c10::Error& e) {
+      // A tensordict error naming the key, as everywhere else in the loader.
+      throw DeviceError(where + ": cannot move to " + L.opt.device->str() + ": " +
+                        e.what_without_backtrace());
+    }
+  }
   return t;
+}
+
+// Python allows the empty key (file "%.memmap"); the core does not.
+void check_loadable_key(const std::string& k, const std::string& where) {
+  if (k.empty())
+    throw KeyError(where + ": cannot load the empty key '' (file or directory '%'): "
+                   "this library does not support empty keys");
+}
+
+// A leaf must start with the batch size recorded in meta.json; otherwise
+// set() would throw a ShapeError that names no file. (Nested tensordicts are
+// left to set(), which adapts their batch size as Python does.)
+void set_loaded(TensorDict& out, const std::string& k, Value v, const NestedKey& key,
+                const std::string& meta_file) {
+  at::IntArrayRef batch = out.batch_size();
+  at::IntArrayRef shape = v.is_tensor() ? v.tensor().sizes() : batch;
+  if (shape.size() < batch.size() || shape.slice(0, batch.size()) != batch)
+    throw FormatError(meta_file + ", key " + key.repr() + ": shape " + format_shape(shape) +
+                      " does not start with the batch size " + format_shape(batch));
+  try {
+    out.set(k, std::move(v));
+  } catch (const DeviceError& e) {
+    // e.g. "device": "cuda:0" in meta.json on a machine without CUDA.
+    throw DeviceError(meta_file + ", key " + key.repr() + ": " + e.what());
+  }
 }
 
 TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loader& L,
@@ -426,14 +518,16 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     if (entry.contains("type")) {
       has_type_entries = true;
+      check_loadable_key(k, meta_file);
       fs::path sub = locate(dir, k, "", true);
       if (!fs::is_directory(sub))
         throw FormatError("missing directory " + sub.string() + " for key " + key.repr() +
                           " listed in " + meta_file);
       seen_dirs.insert(sub.filename().string());
-      out.set(k, load_entry_dir(sub, L, key, batch));
+      set_loaded(out, k, load_entry_dir(sub, L, key, batch), key, meta_file);
     } else if (entry.contains("dtype") || entry.contains("shape")) {
-      out.set(k, load_leaf(dir, k, entry, L, key, meta_file));
+      check_loadable_key(k, meta_file);
+      set_loaded(out, k, load_leaf(dir, k, entry, L, key, meta_file), key, meta_file);
     }
   }
   // Layouts before 0.4 (0.3.2) do not list sub-collections in meta.json: they
@@ -447,9 +541,10 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
       std::string name = sub.filename().string();
       if (seen_dirs.count(name)) continue;
       std::string k = decode_key_from_filesystem(name);
+      check_loadable_key(k, sub.string());
       if (out.contains(k)) continue;
       NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-      out.set(k, load_entry_dir(sub, L, key, batch));
+      set_loaded(out, k, load_entry_dir(sub, L, key, batch), key, meta_file);
     }
   }
   out.node().set_saved_path(fs::absolute(dir).string());
@@ -477,10 +572,27 @@ NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta,
   return NonTensorData(opaque, batch, at::Device(at::kCPU));
 }
 
+Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey& key,
+                          at::IntArrayRef parent_batch);
+
+// Any JSON value of the wrong type that slipped past the explicit checks
+// (nlohmann::json::type_error) is reported as a FormatError naming the file.
 Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
                      at::IntArrayRef parent_batch) {
+  try {
+    return load_entry_dir_impl(dir, L, key, parent_batch);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError((dir / "meta.json").string() + " (key " + key.repr() +
+                      "): unexpected JSON content: " + e.what());
+  }
+}
+
+Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey& key,
+                          at::IntArrayRef parent_batch) {
   fs::path meta_file = dir / "meta.json";
   ojson meta = read_json(meta_file);
+  if (meta.contains("_type") && !meta["_type"].is_string())
+    throw FormatError(meta_file.string() + " (key " + key.repr() + "): '_type' is not a string");
   std::string type = meta.value("_type", std::string(kTensorDictType));
   if (type == kTensorDictType || type == "<class 'tensordict.persistent.PersistentTensorDict'>" ||
       type == "<class 'tensordict.nn.params.TensorDictParams'>")
