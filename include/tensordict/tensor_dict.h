@@ -73,9 +73,6 @@ class MemoryNode final : public Node {
 
  private:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-  // Small levels (the common case) are scanned linearly: cheaper than hashing
-  // and no extra allocation per key. Larger ones get a hash index.
-  static constexpr std::size_t kLinearLimit = 16;
   // The first 8 bytes and the length of a key, compared before anything
   // else: for keys of up to 8 bytes a tag match is a key match, and the scan
   // touches one small contiguous array instead of the entries.
@@ -84,23 +81,33 @@ class MemoryNode final : public Node {
     std::size_t size;
   };
   static KeyTag tag_of(std::string_view key) noexcept {
+    // A byte loop rather than memcpy: a variable-length memcpy is a library
+    // call, which costs more than the whole scan of a small level.
     std::uint64_t head = 0;
-    std::memcpy(&head, key.data(), key.size() < 8 ? key.size() : 8);
+    const std::size_t n = key.size() < 8 ? key.size() : 8;
+    for (std::size_t i = 0; i < n; ++i)
+      head |= static_cast<std::uint64_t>(static_cast<unsigned char>(key[i])) << (8 * i);
     return KeyTag{head, key.size()};
   }
+  static std::size_t slot_hash(const KeyTag& t) noexcept {
+    std::uint64_t h = (t.head ^ (static_cast<std::uint64_t>(t.size) << 56)) * 0x9E3779B97F4A7C15ULL;
+    return static_cast<std::size_t>(h ^ (h >> 32));
+  }
+  // Open addressing over the tags: one multiply instead of hashing the
+  // string, and no scan of the level.
   std::size_t position(std::string_view key) const {
-    if (index_.empty()) {
-      const KeyTag t = tag_of(key);
-      for (std::size_t i = 0; i < tags_.size(); ++i) {
-        if (tags_[i].head != t.head || tags_[i].size != t.size) continue;
-        if (t.size <= 8 ||
-            std::memcmp(entries_[i].first.data() + 8, key.data() + 8, t.size - 8) == 0)
-          return i;
-      }
-      return npos;
+    if (entries_.empty()) return npos;
+    const KeyTag t = tag_of(key);
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = slot_hash(t) & mask;; i = (i + 1) & mask) {
+      const std::int32_t s = slots_[i];
+      if (s < 0) return npos;
+      const KeyTag& e = tags_[static_cast<std::size_t>(s)];
+      if (e.head == t.head && e.size == t.size &&
+          (t.size <= 8 || std::memcmp(entries_[static_cast<std::size_t>(s)].first.data() + 8,
+                                      key.data() + 8, t.size - 8) == 0))
+        return static_cast<std::size_t>(s);
     }
-    auto it = index_.find(key);
-    return it == index_.end() ? npos : it->second;
   }
   void rebuild_index();
 
@@ -108,8 +115,7 @@ class MemoryNode final : public Node {
   std::optional<at::Device> device_;
   std::vector<std::pair<std::string, Value>> entries_;
   std::vector<KeyTag> tags_;  // tags_[i] belongs to entries_[i]
-  std::unordered_map<std::string, std::size_t, StringHash, std::equal_to<>>
-      index_;
+  std::vector<std::int32_t> slots_;  // power of two, at most half full; -1 = empty
 };
 
 }  // namespace detail

@@ -438,7 +438,7 @@ NestedKey key_of(const std::string_view* parts, std::size_t n) {
 }
 
 // The tensor at a path, walking in-memory levels without copying handles.
-at::Tensor get_path(const Node* n, const std::string_view* parts, std::size_t count,
+inline __attribute__((always_inline)) at::Tensor get_path(const Node* n, const std::string_view* parts, std::size_t count,
                     const TensorDictBase& self) {
   if (count == 0) throw KeyError("empty key");
   const std::size_t last = count - 1;
@@ -478,7 +478,8 @@ at::Tensor TensorDictBase::get(const NestedKey& key) const {
 }
 
 at::Tensor TensorDictBase::get(std::initializer_list<std::string_view> path) const {
-  return get_path(&node(), path.begin(), path.size(), *this);
+  if (!node_) throw ValueError("use of a null tensordict handle");
+  return get_path(node_.get(), path.begin(), path.size(), *this);
 }
 
 at::Tensor TensorDictBase::get(const NestedKey& key,

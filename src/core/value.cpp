@@ -127,10 +127,17 @@ std::optional<Value> MemoryNode::find(std::string_view key) const {
 }
 
 void MemoryNode::rebuild_index() {
-  index_.clear();
-  if (entries_.size() <= kLinearLimit) return;
-  index_.reserve(entries_.size());
-  for (std::size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+  std::size_t cap = 8;
+  while (cap < 2 * entries_.size()) cap *= 2;
+  slots_.assign(cap, -1);
+  for (std::size_t pos = 0; pos < tags_.size(); ++pos) {
+    for (std::size_t i = slot_hash(tags_[pos]) & (cap - 1);; i = (i + 1) & (cap - 1)) {
+      if (slots_[i] < 0) {
+        slots_[i] = static_cast<std::int32_t>(pos);
+        break;
+      }
+    }
+  }
 }
 
 void MemoryNode::write(std::string_view key, Value value) {
@@ -141,8 +148,17 @@ void MemoryNode::write(std::string_view key, Value value) {
   }
   entries_.emplace_back(std::string(key), std::move(value));
   tags_.push_back(tag_of(key));
-  if (!index_.empty()) index_.emplace(entries_.back().first, entries_.size() - 1);
-  else if (entries_.size() > kLinearLimit) rebuild_index();
+  if (slots_.size() < 2 * entries_.size()) {
+    rebuild_index();
+    return;
+  }
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = slot_hash(tags_.back()) & mask;; i = (i + 1) & mask) {
+    if (slots_[i] < 0) {
+      slots_[i] = static_cast<std::int32_t>(entries_.size() - 1);
+      break;
+    }
+  }
 }
 
 void MemoryNode::write_(std::string_view key, const at::Tensor& value) {

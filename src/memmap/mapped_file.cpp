@@ -80,6 +80,12 @@ at::Tensor map_file(const std::string& path, at::ScalarType dtype,
   if (nbytes == 0) return at::empty(shape, at::TensorOptions().dtype(dtype));
   Fd f;
   f.fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (f.fd < 0 && writable && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+    // A file we may not write (read-only fixture, read-only mount) is mapped
+    // copy-on-write, as Python's from_file(shared=<file writable>) does.
+    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    writable = false;
+  }
   if (f.fd < 0)
     throw FormatError("cannot open " + path + what + ": " + errno_text());
   struct stat st {};
