@@ -605,11 +605,10 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   return index_put_(index, at::scalar_tensor(value, at::TensorOptions(dtype)));
 }
 
-at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
-  check_zero_dim_index(*this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size(), false);
+namespace {
+// The node holding the last part of `key` (KeyError / TypeError on the way).
+std::shared_ptr<Node> parent_of(std::shared_ptr<Node> n, const NestedKey& key) {
   if (key.empty()) throw KeyError("empty key");
-  std::shared_ptr<Node> n = node_;
   for (std::size_t i = 0; i + 1 < key.size(); ++i) {
     auto v = n->find(key[i]);
     if (!v) detail::throw_missing(key, i, *n);
@@ -618,6 +617,14 @@ at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
                       " is not a TensorDict");
     n = v->tensordict().node_ptr();
   }
+  return n;
+}
+}  // namespace
+
+at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
+  check_zero_dim_index(*this, index);
+  TranslatedIndex t = detail::translate_index(index, batch_size(), false);
+  std::shared_ptr<Node> n = parent_of(node_, key);
   auto kind = n->kind(key.back());
   if (!kind) detail::throw_missing(key, key.size() - 1, *n);
   if (*kind != EntryKind::Tensor)
@@ -636,16 +643,7 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
                                         IndexList index) {
   check_zero_dim_index(*this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
-  if (key.empty()) throw KeyError("empty key");
-  std::shared_ptr<Node> n = node_;
-  for (std::size_t i = 0; i + 1 < key.size(); ++i) {
-    auto v = n->find(key[i]);
-    if (!v) detail::throw_missing(key, i, *n);
-    if (!v->is_tensordict())
-      throw TypeError("key " + key.repr() + ": " + detail::prefix(key, i + 1).repr() +
-                      " is not a TensorDict");
-    n = v->tensordict().node_ptr();
-  }
+  std::shared_ptr<Node> n = parent_of(node_, key);
   auto kind = n->kind(key.back());
   if (!kind)
     throw KeyError("set_at_(): key " + key.repr() +
