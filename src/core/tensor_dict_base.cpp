@@ -437,32 +437,48 @@ NestedKey key_of(const std::string_view* parts, std::size_t n) {
   return k;
 }
 
-// The tensor at a path, walking in-memory levels without copying handles.
-inline __attribute__((always_inline)) at::Tensor get_path(const Node* n, const std::string_view* parts, std::size_t count,
-                    const TensorDictBase& self) {
-  if (count == 0) throw KeyError("empty key");
-  const std::size_t last = count - 1;
-  for (std::size_t i = 0; n->is_memory_node(); ++i) {
-    const Value* v = static_cast<const detail::MemoryNode*>(n)->lookup(parts[i]);
-    if (!v) throw_missing(key_of(parts, count), i, *n);
-    if (i == last) {
-      if (v->is_tensor()) return std::get<0>(v->variant());
-      throw TypeError("entry " + key_of(parts, count).repr() + " is a " +
-                      tensordict::to_string(v->kind()) + ", not a Tensor" +
-                      (v->is_non_tensor() ? " (use get_non_tensor)" : " (use get_tensordict)"));
-    }
-    if (!v->is_tensordict())
-      throw TypeError("key " + key_of(parts, count).repr() + ": " +
-                      key_of(parts, i + 1).repr() + " is a " +
-                      tensordict::to_string(v->kind()) + ", not a TensorDict");
-    n = std::get<1>(v->variant()).node_ptr().get();
-  }
+// Every failure of get_path, out of line so that the hot path stays small
+// (error strings inlined there cost a large stack frame on every call).
+[[noreturn]] __attribute__((noinline, cold)) void fail_get(
+    const Node* n, const std::string_view* parts, std::size_t count, std::size_t i,
+    const Value* v) {
+  NestedKey key = key_of(parts, count);
+  if (!v) throw_missing(key, i, *n);
+  if (i + 1 == count)
+    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
+                    ", not a Tensor" +
+                    (v->is_non_tensor() ? " (use get_non_tensor)" : " (use get_tensordict)"));
+  throw TypeError("key " + key.repr() + ": " + key_of(parts, i + 1).repr() + " is a " +
+                  tensordict::to_string(v->kind()) + ", not a TensorDict");
+}
+
+__attribute__((noinline)) at::Tensor get_slow(const TensorDictBase& self,
+                                              const std::string_view* parts,
+                                              std::size_t count) {
   NestedKey key = key_of(parts, count);
   Value v = self.at(key);
   if (!v.is_tensor())
     throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
                     ", not a Tensor");
   return std::move(v).tensor();
+}
+
+// The tensor at a path, walking in-memory levels without copying handles.
+inline at::Tensor get_path(const Node* n, const std::string_view* parts,
+                           std::size_t count, const TensorDictBase& self) {
+  if (count == 0) throw KeyError("empty key");
+  const std::size_t last = count - 1;
+  for (std::size_t i = 0; n->is_memory_node(); ++i) {
+    const Value* v = static_cast<const detail::MemoryNode*>(n)->lookup(parts[i]);
+    if (!v) fail_get(n, parts, count, i, v);
+    if (i == last) {
+      if (!v->is_tensor()) fail_get(n, parts, count, i, v);
+      return std::get<0>(v->variant());
+    }
+    if (!v->is_tensordict()) fail_get(n, parts, count, i, v);
+    n = std::get<1>(v->variant()).node_ptr().get();
+  }
+  return get_slow(self, parts, count);
 }
 
 }  // namespace
