@@ -487,6 +487,10 @@ class Value {
   /// A string is stored as NonTensorData.
   Value(const char* s) : v_(NonTensorData(nlohmann::json(s))) {}  // NOLINT
   Value(std::string s) : v_(NonTensorData(nlohmann::json(std::move(s)))) {}  // NOLINT
+  /// Numbers are not converted implicitly (a literal 0 would otherwise become
+  /// a null string): pass a tensor, or NonTensorData(json) for a JSON number.
+  Value(std::nullptr_t) = delete;
+  Value(int) = delete;
 
   EntryKind kind() const noexcept { return static_cast<EntryKind>(v_.index()); }
   bool is_tensor() const noexcept { return v_.index() == 0; }
