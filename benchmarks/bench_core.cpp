@@ -10,6 +10,7 @@
 // container, not the tensor math. Every benchmark keeps its result alive with
 // benchmark::DoNotOptimize.
 #include <benchmark/benchmark.h>
+#include "bench_main.h"
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 
@@ -238,12 +239,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  torch::manual_seed(0);
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return run_benchmarks(argc, argv, register_all); }

@@ -2,6 +2,7 @@
 // bytes, and torch::save. Naming as in bench_core.cpp: BM_<op>/<variant>.
 // Files go to $TENSORDICT_BENCH_DIR (default: the system temp dir).
 #include <benchmark/benchmark.h>
+#include "bench_main.h"
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 
@@ -206,12 +207,7 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  torch::manual_seed(0);
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  int rc = run_benchmarks(argc, argv, register_all);
   fs::remove_all(bench_dir());
-  return 0;
+  return rc;
 }

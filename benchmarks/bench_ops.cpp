@@ -2,6 +2,7 @@
 // batch 100,000, each next to its floor: the same op applied leaf by leaf by
 // hand on raw tensors. Naming as in bench_core.cpp: BM_<op>/<variant>.
 #include <benchmark/benchmark.h>
+#include "bench_main.h"
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 
@@ -294,12 +295,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  torch::manual_seed(0);
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return run_benchmarks(argc, argv, register_all); }
