@@ -162,23 +162,29 @@ void BM_stack64_td(benchmark::State& state) {
     benchmark::DoNotOptimize(r);
   }
 }
-// The floor keeps each part as its own list of leaves (what hand-written code
-// would hold) and gathers the per-leaf lists inside the timed loop, as the
-// tensordict has to.
-void BM_stack64_floor(benchmark::State& state) {
-  auto rows = rows64(data().td);
+// The floor of stack/cat keeps each part as its own list of leaves (what
+// hand-written code would hold) and gathers the per-leaf lists inside the
+// timed loop, as the tensordict has to.
+template <class Combine>
+void combine_floor(benchmark::State& state, const std::vector<td::TensorDictBase>& inputs,
+                   Combine combine) {
   std::vector<std::vector<torch::Tensor>> parts;
-  for (auto& r : rows) parts.push_back(leaves_of(td::TensorDict(r.node_ptr())));
+  for (auto& p : inputs) parts.push_back(leaves_of(td::TensorDict(p.node_ptr())));
   std::vector<torch::Tensor> out(parts[0].size());
   std::vector<torch::Tensor> per_leaf;
   for (auto _ : state) {
     for (std::size_t j = 0; j < out.size(); ++j) {
       per_leaf.clear();
       for (auto& p : parts) per_leaf.push_back(p[j]);
-      out[j] = torch::stack(per_leaf, 0);
+      out[j] = combine(per_leaf);
     }
     benchmark::DoNotOptimize(out);
   }
+}
+
+void BM_stack64_floor(benchmark::State& state) {
+  combine_floor(state, rows64(data().td),
+                [](const std::vector<torch::Tensor>& l) { return torch::stack(l, 0); });
 }
 
 std::vector<td::TensorDictBase> slices64(const td::TensorDict& src) {
@@ -195,19 +201,8 @@ void BM_cat64_td(benchmark::State& state) {
   }
 }
 void BM_cat64_floor(benchmark::State& state) {
-  auto slices = slices64(data().td);
-  std::vector<std::vector<torch::Tensor>> parts;
-  for (auto& p : slices) parts.push_back(leaves_of(td::TensorDict(p.node_ptr())));
-  std::vector<torch::Tensor> out(parts[0].size());
-  std::vector<torch::Tensor> per_leaf;
-  for (auto _ : state) {
-    for (std::size_t j = 0; j < out.size(); ++j) {
-      per_leaf.clear();
-      for (auto& p : parts) per_leaf.push_back(p[j]);
-      out[j] = torch::cat(per_leaf, 0);
-    }
-    benchmark::DoNotOptimize(out);
-  }
+  combine_floor(state, slices64(data().td),
+                [](const std::vector<torch::Tensor>& l) { return torch::cat(l, 0); });
 }
 
 void BM_apply_td(benchmark::State& state) {
