@@ -75,7 +75,7 @@ void BM_save_256MB_td(benchmark::State& state) {
   auto d = big_td();
   auto dir = bench_dir() / "save_td";
   for (auto _ : state) {
-    td::TensorDict m = d.memmap(dir.string());
+    td::TensorDictBase m = d.memmap(dir.string());
     benchmark::DoNotOptimize(m);
   }
   report(state, td_bytes(d));
@@ -105,7 +105,7 @@ void BM_save_2000_small_td(benchmark::State& state) {
   auto d = many_td();
   auto dir = bench_dir() / "many_td";
   for (auto _ : state) {
-    td::TensorDict m = d.memmap(dir.string());
+    td::TensorDictBase m = d.memmap(dir.string());
     benchmark::DoNotOptimize(m);
   }
   report(state, td_bytes(d));
@@ -127,7 +127,7 @@ void BM_load_read_256MB_td(benchmark::State& state) {
   auto dir = bench_dir() / "load_td";
   d.memmap(dir.string());
   for (auto _ : state) {
-    td::TensorDict l = td::load_memmap(dir.string());
+    td::TensorDictBase l = td::load_memmap(dir.string());
     double s = 0;
     for (auto& v : l.values(true, true)) s += v.tensor().sum().item<double>();
     benchmark::DoNotOptimize(s);
@@ -170,7 +170,7 @@ void BM_memmap_like_1M_rows_td(benchmark::State& state) {
   td::TensorDict proto({{"obs", torch::zeros({}, torch::kUInt8).expand({1'000'000, 3, 64, 64})}},
                        {1'000'000});
   for (auto _ : state) {
-    td::TensorDict m = proto.memmap_like(dir.string());
+    td::TensorDictBase m = proto.memmap_like(dir.string());
     benchmark::DoNotOptimize(m);
   }
 }

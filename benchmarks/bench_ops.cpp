@@ -132,7 +132,7 @@ void BM_index_mask_floor(benchmark::State& state) {
 
 void BM_index_put_int_td(benchmark::State& state) {
   auto& d = data();
-  td::TensorDict row = d.td[0].clone();
+  td::TensorDictBase row = d.td[0].clone();
   int64_t i = 0;
   for (auto _ : state) {
     d.td.index_put_({i++ % kBatch}, row);
@@ -208,7 +208,7 @@ void BM_cat64_floor(benchmark::State& state) {
 void BM_apply_td(benchmark::State& state) {
   auto& d = data();
   for (auto _ : state) {
-    td::TensorDict r = d.td.apply([](const torch::Tensor& t) { return t * 2; });
+    td::TensorDictBase r = d.td.apply([](const torch::Tensor& t) { return t * 2; });
     benchmark::DoNotOptimize(r);
   }
 }
@@ -224,7 +224,7 @@ void BM_apply_floor(benchmark::State& state) {
 void BM_clone_td(benchmark::State& state) {
   auto& d = data();
   for (auto _ : state) {
-    td::TensorDict r = d.td.clone();
+    td::TensorDictBase r = d.td.clone();
     benchmark::DoNotOptimize(r);
   }
 }
@@ -239,8 +239,8 @@ void BM_clone_floor(benchmark::State& state) {
 
 void BM_update_td(benchmark::State& state) {
   auto& d = data();
-  td::TensorDict dest = d.td.copy();
-  td::TensorDict src = d.td.copy();
+  td::TensorDictBase dest = d.td.copy();
+  td::TensorDictBase src = d.td.copy();
   for (auto _ : state) {
     dest.update(src);
     benchmark::DoNotOptimize(dest);

@@ -37,6 +37,15 @@ json describe(const td::TensorDictBase& data, int64_t max_values) {
   out["type"] = data.type_name();
   out["batch_size"] = data.batch_size().vec();
   out["device"] = data.device() ? data.device()->str() : "None";
+  if (data.is<td::LazyStackedTensorDict>()) {
+    // Members may differ (keys, shapes): describe each one.
+    auto stack = data.as<td::LazyStackedTensorDict>();
+    out["stack_dim"] = stack.stack_dim();
+    json members = json::array();
+    for (const auto& m : stack.tensordicts()) members.push_back(describe(m, max_values));
+    out["members"] = members;
+    return out;
+  }
   json entries = json::object();
   for (const auto& [key, value] : data.items()) {
     const std::string& k = key.front();
@@ -97,7 +106,7 @@ int main(int argc, char** argv) {
   }
   if (path.empty()) return usage(argv[0]);
   try {
-    td::TensorDict data = td::load_memmap(path, td::LoadOptions{.writable = false});
+    td::TensorDictBase data = td::load_memmap(path, td::LoadOptions{.writable = false});
     if (as_json) std::cout << describe(data, max_values).dump(2) << "\n";
     else std::cout << data << "\n";
   } catch (const td::Error& e) {

@@ -43,13 +43,14 @@ class MemoryMappedTensor {
 /// (v0.3.2 to v0.14). Leaves are mapped lazily: nothing is read until touched.
 /// The result is not locked (as Python's load_memmap); call memmap_() or
 /// lock_() if needed. FormatError names the file and key of anything corrupt.
-TensorDict load_memmap(const std::string& prefix, const LoadOptions& options = {});
+/// A directory holding a lazy stack loads as a LazyStackedTensorDict.
+TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options = {});
 /// load_memmap(prefix): Python's load().
-TensorDict load(const std::string& prefix, const LoadOptions& options = {});
+TensorDictBase load(const std::string& prefix, const LoadOptions& options = {});
 
 /// Attaches to a tensordict another process placed in shared memory with
 /// share_memory_(): writes through either handle are seen by both processes.
-TensorDict attach_shared(const std::string& name);
+TensorDictBase attach_shared(const std::string& name);
 /// Removes the shared-memory files of `name` (the creator's job when done).
 /// Processes already attached keep their mappings until they drop them.
 void unlink_shared(const std::string& name);

@@ -102,6 +102,9 @@ class Node : public std::enable_shared_from_this<Node> {
   /// True for the in-memory storage (detail::MemoryNode), whose lookups the
   /// core inlines.
   bool is_memory_node() const noexcept { return is_memory_node_; }
+  /// True for a lazy stack (detail::LazyStackNode): the core keeps its
+  /// structure (member-wise operations) instead of reading stacked leaves.
+  bool is_lazy_stack() const noexcept { return is_lazy_stack_; }
 
   // -- state managed by the core ----------------------------------------------
   bool locked() const noexcept { return locked_; }
@@ -121,6 +124,7 @@ class Node : public std::enable_shared_from_this<Node> {
  protected:
   bool holds_values_ = false;
   bool is_memory_node_ = false;
+  bool is_lazy_stack_ = false;
 
  private:
   bool locked_ = false;

@@ -228,10 +228,10 @@ class TensorDictBase {
                               bool safe = false);
   /// A new TensorDict (sharing the tensors) with only `keys`. With strict, a
   /// missing key is a KeyError; otherwise it is skipped.
-  TensorDict select(const std::vector<NestedKey>& keys, bool strict = true) const;
+  TensorDictBase select(const std::vector<NestedKey>& keys, bool strict = true) const;
   /// A new TensorDict (sharing the tensors) without `keys` (missing keys are
   /// ignored).
-  TensorDict exclude(const std::vector<NestedKey>& keys) const;
+  TensorDictBase exclude(const std::vector<NestedKey>& keys) const;
   /// In-place select: removes every other key. LockedError when locked.
   TensorDictBase& select_(const std::vector<NestedKey>& keys, bool strict = true);
   /// In-place exclude. LockedError when locked (Python does not check; we do).
@@ -248,9 +248,9 @@ class TensorDictBase {
   // ---- copies ---------------------------------------------------------------
   /// A new in-memory TensorDict. recurse=true clones every tensor; false
   /// makes new containers over the same tensors. Clones are unlocked.
-  TensorDict clone(bool recurse = true) const;
+  TensorDictBase clone(bool recurse = true) const;
   /// clone(false).
-  TensorDict copy() const;
+  TensorDictBase copy() const;
   /// A dense in-memory copy of this content (tensors are cloned, as Python's
   /// to_tensordict does); unlocked.
   TensorDict to_tensordict() const;
@@ -275,15 +275,15 @@ class TensorDictBase {
   /// tensordict, `meta.json` per directory) and returns a new TensorDict whose
   /// leaves are mapped from those files. The result is locked and is_memmap():
   /// write with set_, update_, index_put_; set() is refused.
-  TensorDict memmap(const std::string& prefix, const MemmapOptions& options = {}) const;
+  TensorDictBase memmap(const std::string& prefix, const MemmapOptions& options = {}) const;
   /// As memmap(), but this tensordict's leaves are replaced by the mapped ones
   /// and it is locked.
   TensorDictBase& memmap_(const std::string& prefix, const MemmapOptions& options = {});
   /// Same layout and shapes, files allocated (zero-filled, sparse) but no data
   /// copied: with an expanded source, nothing is allocated in RAM.
-  TensorDict memmap_like(const std::string& prefix, const MemmapOptions& options = {}) const;
+  TensorDictBase memmap_like(const std::string& prefix, const MemmapOptions& options = {}) const;
   /// memmap(prefix): Python's save().
-  TensorDict save(const std::string& prefix, const MemmapOptions& options = {}) const;
+  TensorDictBase save(const std::string& prefix, const MemmapOptions& options = {}) const;
   /// Re-reads this memmapped tensordict from the directory it was saved to
   /// (after another process changed it). ValueError when it was never saved.
   TensorDictBase& memmap_refresh_();
@@ -338,10 +338,10 @@ class TensorDictBase {
   /// Expands to `shape` (at least batch_dims() dims; new leading dims allowed).
   TensorDictBase expand(at::IntArrayRef shape) const;
   /// Views along batch dim `dim`, one per element.
-  std::vector<TensorDict> unbind(int64_t dim = 0) const;
-  std::vector<TensorDict> split(int64_t split_size, int64_t dim = 0) const;
-  std::vector<TensorDict> split(at::IntArrayRef split_sizes, int64_t dim = 0) const;
-  std::vector<TensorDict> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<TensorDictBase> unbind(int64_t dim = 0) const;
+  std::vector<TensorDictBase> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<TensorDictBase> split(at::IntArrayRef split_sizes, int64_t dim = 0) const;
+  std::vector<TensorDictBase> chunk(int64_t chunks, int64_t dim = 0) const;
   TensorDictBase narrow(int64_t dim, int64_t start, int64_t length) const;
   /// `index` has the batch shape (up to dim `dim`) and is expanded to the right
   /// for each leaf; the result's batch size is index.sizes().
@@ -363,30 +363,30 @@ class TensorDictBase {
   /// A new TensorDict with fn applied to every tensor leaf (nested included).
   /// A leaf for which fn returns an undefined tensor is dropped. With
   /// `batch_size`, the result has that batch size (for shape-changing fns).
-  TensorDict apply(const LeafFn& fn,
+  TensorDictBase apply(const LeafFn& fn,
                    std::optional<std::vector<int64_t>> batch_size = std::nullopt) const;
   /// fn(leaf, other_leaf) for every tensor leaf; KeyError when `other` lacks a
   /// key of this tensordict.
-  TensorDict apply(const LeafFn2& fn, const TensorDictBase& other) const;
+  TensorDictBase apply(const LeafFn2& fn, const TensorDictBase& other) const;
   /// In place: each leaf receives fn(leaf) (copied into its storage). Allowed
   /// on locked tensordicts.
   TensorDictBase& apply_(const LeafFn& fn);
   /// fn(key, leaf) with the full nested key.
-  TensorDict named_apply(const NamedLeafFn& fn) const;
+  TensorDictBase named_apply(const NamedLeafFn& fn) const;
 
-  TensorDict add(const TensorDictBase& other) const;
-  TensorDict add(const at::Tensor& other) const;
-  TensorDict add(const at::Scalar& other) const;
-  TensorDict sub(const TensorDictBase& other) const;
-  TensorDict sub(const at::Tensor& other) const;
-  TensorDict sub(const at::Scalar& other) const;
-  TensorDict mul(const TensorDictBase& other) const;
-  TensorDict mul(const at::Tensor& other) const;
-  TensorDict mul(const at::Scalar& other) const;
-  TensorDict div(const TensorDictBase& other) const;
-  TensorDict div(const at::Tensor& other) const;
-  TensorDict div(const at::Scalar& other) const;
-  TensorDict pow(const at::Scalar& exponent) const;
+  TensorDictBase add(const TensorDictBase& other) const;
+  TensorDictBase add(const at::Tensor& other) const;
+  TensorDictBase add(const at::Scalar& other) const;
+  TensorDictBase sub(const TensorDictBase& other) const;
+  TensorDictBase sub(const at::Tensor& other) const;
+  TensorDictBase sub(const at::Scalar& other) const;
+  TensorDictBase mul(const TensorDictBase& other) const;
+  TensorDictBase mul(const at::Tensor& other) const;
+  TensorDictBase mul(const at::Scalar& other) const;
+  TensorDictBase div(const TensorDictBase& other) const;
+  TensorDictBase div(const at::Tensor& other) const;
+  TensorDictBase div(const at::Scalar& other) const;
+  TensorDictBase pow(const at::Scalar& exponent) const;
   TensorDictBase& add_(const TensorDictBase& other);
   TensorDictBase& add_(const at::Tensor& other);
   TensorDictBase& add_(const at::Scalar& other);
@@ -399,13 +399,13 @@ class TensorDictBase {
   TensorDictBase& div_(const TensorDictBase& other);
   TensorDictBase& div_(const at::Tensor& other);
   TensorDictBase& div_(const at::Scalar& other);
-  TensorDict neg() const;
-  TensorDict abs() const;
-  TensorDict exp() const;
-  TensorDict log() const;
-  TensorDict sqrt() const;
-  TensorDict sigmoid() const;
-  TensorDict clamp(std::optional<at::Scalar> min, std::optional<at::Scalar> max) const;
+  TensorDictBase neg() const;
+  TensorDictBase abs() const;
+  TensorDictBase exp() const;
+  TensorDictBase log() const;
+  TensorDictBase sqrt() const;
+  TensorDictBase sigmoid() const;
+  TensorDictBase clamp(std::optional<at::Scalar> min, std::optional<at::Scalar> max) const;
 
   // ---- reductions and comparisons ---------------------------------------------
   /// Without dims: every leaf fully reduced (batch []). With dims: those batch
@@ -432,16 +432,16 @@ class TensorDictBase {
   TensorDict any(int64_t dim) const;
   /// Element-wise comparisons: TensorDicts of bools with the same structure.
   /// Against a tensordict, the key sets must match exactly (KeyError).
-  TensorDict eq(const TensorDictBase& other) const;
-  TensorDict eq(const at::Tensor& other) const;
-  TensorDict eq(const at::Scalar& other) const;
-  TensorDict ne(const TensorDictBase& other) const;
-  TensorDict ne(const at::Tensor& other) const;
-  TensorDict ne(const at::Scalar& other) const;
-  TensorDict lt(const at::Scalar& other) const;
-  TensorDict le(const at::Scalar& other) const;
-  TensorDict gt(const at::Scalar& other) const;
-  TensorDict ge(const at::Scalar& other) const;
+  TensorDictBase eq(const TensorDictBase& other) const;
+  TensorDictBase eq(const at::Tensor& other) const;
+  TensorDictBase eq(const at::Scalar& other) const;
+  TensorDictBase ne(const TensorDictBase& other) const;
+  TensorDictBase ne(const at::Tensor& other) const;
+  TensorDictBase ne(const at::Scalar& other) const;
+  TensorDictBase lt(const at::Scalar& other) const;
+  TensorDictBase le(const at::Scalar& other) const;
+  TensorDictBase gt(const at::Scalar& other) const;
+  TensorDictBase ge(const at::Scalar& other) const;
   /// Same keys, shapes and close values (at::allclose per leaf).
   bool allclose(const TensorDictBase& other, double rtol = 1e-5,
                 double atol = 1e-8, bool equal_nan = false) const;
@@ -457,12 +457,12 @@ class TensorDictBase {
   /// tensordict when it already has that device. Locked if this one is.
   TensorDictBase to(at::Device device, bool non_blocking = false) const;
   /// Casts every tensor leaf (integers included) to `dtype`.
-  TensorDict to(at::ScalarType dtype) const;
+  TensorDictBase to(at::ScalarType dtype) const;
   TensorDictBase cpu() const { return to(at::Device(at::kCPU)); }
   /// A contiguous copy (leaves already contiguous are shared).
   TensorDict contiguous() const;
   bool is_contiguous() const;
-  TensorDict detach() const;
+  TensorDictBase detach() const;
   TensorDictBase& detach_();
   /// Sets requires_grad on every floating-point leaf.
   TensorDictBase& requires_grad_(bool requires_grad = true);
@@ -515,19 +515,19 @@ class Value {
 };
 
 // Arithmetic and comparison operators; see the named methods.
-TensorDict operator+(const TensorDictBase& a, const TensorDictBase& b);
-TensorDict operator+(const TensorDictBase& a, const at::Tensor& b);
-TensorDict operator+(const TensorDictBase& a, const at::Scalar& b);
-TensorDict operator-(const TensorDictBase& a, const TensorDictBase& b);
-TensorDict operator-(const TensorDictBase& a, const at::Tensor& b);
-TensorDict operator-(const TensorDictBase& a, const at::Scalar& b);
-TensorDict operator*(const TensorDictBase& a, const TensorDictBase& b);
-TensorDict operator*(const TensorDictBase& a, const at::Tensor& b);
-TensorDict operator*(const TensorDictBase& a, const at::Scalar& b);
-TensorDict operator/(const TensorDictBase& a, const TensorDictBase& b);
-TensorDict operator/(const TensorDictBase& a, const at::Tensor& b);
-TensorDict operator/(const TensorDictBase& a, const at::Scalar& b);
-TensorDict operator-(const TensorDictBase& a);
+TensorDictBase operator+(const TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase operator+(const TensorDictBase& a, const at::Tensor& b);
+TensorDictBase operator+(const TensorDictBase& a, const at::Scalar& b);
+TensorDictBase operator-(const TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase operator-(const TensorDictBase& a, const at::Tensor& b);
+TensorDictBase operator-(const TensorDictBase& a, const at::Scalar& b);
+TensorDictBase operator*(const TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase operator*(const TensorDictBase& a, const at::Tensor& b);
+TensorDictBase operator*(const TensorDictBase& a, const at::Scalar& b);
+TensorDictBase operator/(const TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase operator/(const TensorDictBase& a, const at::Tensor& b);
+TensorDictBase operator/(const TensorDictBase& a, const at::Scalar& b);
+TensorDictBase operator-(const TensorDictBase& a);
 TensorDictBase& operator+=(TensorDictBase& a, const TensorDictBase& b);
 TensorDictBase& operator+=(TensorDictBase& a, const at::Scalar& b);
 TensorDictBase& operator-=(TensorDictBase& a, const TensorDictBase& b);
@@ -537,9 +537,9 @@ TensorDictBase& operator*=(TensorDictBase& a, const at::Scalar& b);
 TensorDictBase& operator/=(TensorDictBase& a, const TensorDictBase& b);
 TensorDictBase& operator/=(TensorDictBase& a, const at::Scalar& b);
 /// Element-wise equality: a TensorDict of bools. Use (a == b).all() for a bool.
-TensorDict operator==(const TensorDictBase& a, const TensorDictBase& b);
-TensorDict operator==(const TensorDictBase& a, const at::Scalar& b);
-TensorDict operator!=(const TensorDictBase& a, const TensorDictBase& b);
-TensorDict operator!=(const TensorDictBase& a, const at::Scalar& b);
+TensorDictBase operator==(const TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase operator==(const TensorDictBase& a, const at::Scalar& b);
+TensorDictBase operator!=(const TensorDictBase& a, const TensorDictBase& b);
+TensorDictBase operator!=(const TensorDictBase& a, const at::Scalar& b);
 
 }  // namespace tensordict

@@ -5,6 +5,7 @@
 /// headers under tensordict/storage/.
 
 #include <tensordict/errors.h>
+#include <tensordict/lazy_stack.h>
 #include <tensordict/memmap.h>
 #include <tensordict/nested_key.h>
 #include <tensordict/node.h>

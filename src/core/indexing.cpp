@@ -298,7 +298,10 @@ TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
           dst.write(k, detail::apply_index(v->tensor(), t));
           break;
         case EntryKind::TensorDict:
-          dst.write(k, index_node(v->tensordict(), t, B, key_of()));
+          if (v->tensordict().node().is_lazy_stack())
+            dst.write(k, v->tensordict().index(t.items));  // keeps it lazy
+          else
+            dst.write(k, index_node(v->tensordict(), t, B, key_of()));
           break;
         case EntryKind::NonTensor: {
           NonTensorData d = v->non_tensor();
@@ -330,6 +333,8 @@ void check_zero_dim_index(const TensorDictBase& td, IndexList index) {
 TensorDictBase TensorDictBase::index(IndexList index) const {
   if (index.empty() || all_full_slices(index)) return *this;
   check_zero_dim_index(*this, index);
+  if (const auto* ls = detail::as_lazy_stack(*this))
+    return detail::lazy_index(*ls, *this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), false);
   TensorDict out = index_node(*this, t, batch_size().size(), NestedKey());
   // Python: indexing a memmap/shared tensordict keeps that status (and the
@@ -464,6 +469,13 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
                       .node_ptr();
           }
         }
+        if (sub && sub->is_lazy_stack()) {
+          // A nested lazy stack splits the rows between its members itself.
+          if (!dry_run)
+            detail::lazy_index_put(static_cast<const detail::LazyStackNode&>(*sub),
+                                   plan.t->items, vv.tensordict(), !allow_create);
+          break;
+        }
         put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key);
         break;
       }
@@ -506,7 +518,7 @@ TensorDictBase broadcast_value(const TensorDictBase& value,
     } catch (const Error&) {
     }
   }
-  TensorDict copy = value.copy();
+  TensorDictBase copy = value.copy();
   try {
     copy.set_batch_size(target);
   } catch (const ShapeError&) {
@@ -523,6 +535,10 @@ TensorDictBase broadcast_value(const TensorDictBase& value,
 TensorDictBase& TensorDictBase::index_put_(IndexList index,
                                            const TensorDictBase& value) {
   check_zero_dim_index(*this, index);
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    detail::lazy_index_put(*ls, index, value, false);
+    return *this;
+  }
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase v = broadcast_value(value, t.batch);
   PutPlan plan{&t, batch_size().size()};
@@ -535,6 +551,12 @@ TensorDictBase& TensorDictBase::update_at_(
     const TensorDictBase& other, IndexList index,
     const std::vector<NestedKey>& keys_to_update) {
   check_zero_dim_index(*this, index);
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    detail::lazy_index_put(*ls, index,
+                           keys_to_update.empty() ? other : other.select(keys_to_update),
+                           true);
+    return *this;
+  }
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase src = keys_to_update.empty()
                            ? other
@@ -569,6 +591,10 @@ void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path,
 TensorDictBase& TensorDictBase::index_put_(IndexList index,
                                            const at::Tensor& value) {
   check_zero_dim_index(*this, index);
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    detail::lazy_index_put(*ls, index, value);
+    return *this;
+  }
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   const std::size_t B = batch_size().size();
   // Check every leaf first.

@@ -59,28 +59,43 @@ at::Tensor batch_operand(const at::Tensor& t, const TensorDictBase& td,
 
 using BinOp = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
 
-TensorDict binary(const TensorDictBase& a, const TensorDictBase& b,
-                  const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& op,
-                  const char* name) {
+using BinaryFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+
+TensorDictBase binary(const TensorDictBase& a, const TensorDictBase& b,
+                      const BinaryFn& op, const char* name) {
   check_same_keys(a, b, name);
+  if (const auto* ls = detail::as_lazy_stack(a)) {
+    auto parts = detail::split_for_members(*ls, b, name);
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t i) {
+      return binary(m, parts[i], op, name);
+    });
+  }
   return map_leaves(a, B_of(a), a.batch_size(),
                     [&](const at::Tensor& t, const NestedKey& k) {
                       return op(t, other_leaf(b, k, name));
                     }, name);
 }
 
-TensorDict binary(const TensorDictBase& a, const at::Tensor& b,
-                  const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& op,
-                  const char* name) {
+TensorDictBase binary(const TensorDictBase& a, const at::Tensor& b, const BinaryFn& op,
+                      const char* name) {
+  if (const auto* ls = detail::as_lazy_stack(a))
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t i) {
+      return binary(m, detail::operand_for_member(*ls, b, i), op, name);
+    });
   return map_leaves(a, B_of(a), a.batch_size(),
                     [&](const at::Tensor& t, const NestedKey&) {
                       return op(t, batch_operand(b, a, t));
                     }, name);
 }
 
-TensorDict unary(const TensorDictBase& a,
-                 const std::function<at::Tensor(const at::Tensor&)>& op,
-                 const char* name) {
+// Member-wise on a lazy stack (the result stays lazy).
+TensorDictBase unary(const TensorDictBase& a,
+                     const std::function<at::Tensor(const at::Tensor&)>& op,
+                     const char* name) {
+  if (const auto* ls = detail::as_lazy_stack(a))
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
+      return unary(m, op, name);
+    });
   return map_leaves(a, B_of(a), a.batch_size(),
                     [&](const at::Tensor& t, const NestedKey&) { return op(t); }, name);
 }
@@ -105,8 +120,12 @@ void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const Nest
 
 // ---- apply -------------------------------------------------------------------
 
-TensorDict TensorDictBase::apply(const LeafFn& fn,
+TensorDictBase TensorDictBase::apply(const LeafFn& fn,
                                  std::optional<std::vector<int64_t>> batch_size) const {
+  if (const auto* ls = detail::as_lazy_stack(*this); ls && !batch_size)
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
+      return m.apply(fn);
+    });
   if (!batch_size) {
     TensorDict out = map_leaves(*this, B_of(*this), this->batch_size(),
                                 [&](const at::Tensor& t, const NestedKey&) { return fn(t); },
@@ -126,8 +145,14 @@ TensorDict TensorDictBase::apply(const LeafFn& fn,
   return out;
 }
 
-TensorDict TensorDictBase::apply(const LeafFn2& fn,
+TensorDictBase TensorDictBase::apply(const LeafFn2& fn,
                                  const TensorDictBase& other) const {
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    auto parts = detail::split_for_members(*ls, other, "apply");
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t i) {
+      return m.apply(fn, parts[i]);
+    });
+  }
   return map_leaves(*this, B_of(*this), batch_size(),
                     [&](const at::Tensor& t, const NestedKey& k) {
                       return fn(t, other_leaf(other, k, "apply"));
@@ -151,7 +176,11 @@ TensorDictBase& TensorDictBase::apply_(const LeafFn& fn) {
   return *this;
 }
 
-TensorDict TensorDictBase::named_apply(const NamedLeafFn& fn) const {
+TensorDictBase TensorDictBase::named_apply(const NamedLeafFn& fn) const {
+  if (const auto* ls = detail::as_lazy_stack(*this))
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
+      return m.named_apply(fn);
+    });
   return map_leaves(*this, B_of(*this), batch_size(),
                     [&](const at::Tensor& t, const NestedKey& k) { return fn(k, t); },
                     "named_apply");
@@ -160,13 +189,13 @@ TensorDict TensorDictBase::named_apply(const NamedLeafFn& fn) const {
 // ---- arithmetic ----------------------------------------------------------------
 
 #define TD_BINARY(name, expr)                                                     \
-  TensorDict TensorDictBase::name(const TensorDictBase& other) const {           \
+  TensorDictBase TensorDictBase::name(const TensorDictBase& other) const {           \
     return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
   }                                                                               \
-  TensorDict TensorDictBase::name(const at::Tensor& other) const {               \
+  TensorDictBase TensorDictBase::name(const at::Tensor& other) const {               \
     return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
   }                                                                               \
-  TensorDict TensorDictBase::name(const at::Scalar& other) const {               \
+  TensorDictBase TensorDictBase::name(const at::Scalar& other) const {               \
     return unary(*this, [&](const at::Tensor& a) { return a.name(other); }, #name); \
   }
 TD_BINARY(add, a.add(b))
@@ -178,10 +207,25 @@ TD_BINARY(div, a.div(b))
 #define TD_BINARY_INPLACE(name, base)                                             \
   TensorDictBase& TensorDictBase::name(const TensorDictBase& other) {            \
     check_same_keys(*this, other, #name);                                         \
+    if (const auto* ls = detail::as_lazy_stack(*this)) {                          \
+      auto parts = detail::split_for_members(*ls, other, #name);                  \
+      for (std::size_t i = 0; i < parts.size(); ++i) {                            \
+        TensorDictBase m = ls->members()[i];                                      \
+        m.name(parts[i]);                                                         \
+      }                                                                           \
+      return *this;                                                               \
+    }                                                                             \
     inplace(*this, [&](at::Tensor& t, const NestedKey& k) { t.name(other_leaf(other, k, #name)); }); \
     return *this;                                                                 \
   }                                                                               \
   TensorDictBase& TensorDictBase::name(const at::Tensor& other) {                \
+    if (const auto* ls = detail::as_lazy_stack(*this)) {                          \
+      for (std::size_t i = 0; i < ls->members().size(); ++i) {                    \
+        TensorDictBase m = ls->members()[i];                                      \
+        m.name(detail::operand_for_member(*ls, other, i));                        \
+      }                                                                           \
+      return *this;                                                               \
+    }                                                                             \
     inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.name(batch_operand(other, *this, t)); }); \
     return *this;                                                                 \
   }                                                                               \
@@ -195,12 +239,12 @@ TD_BINARY_INPLACE(mul_, mul)
 TD_BINARY_INPLACE(div_, div)
 #undef TD_BINARY_INPLACE
 
-TensorDict TensorDictBase::pow(const at::Scalar& e) const {
+TensorDictBase TensorDictBase::pow(const at::Scalar& e) const {
   return unary(*this, [&](const at::Tensor& t) { return t.pow(e); }, "pow");
 }
 
 #define TD_UNARY(name) \
-  TensorDict TensorDictBase::name() const { \
+  TensorDictBase TensorDictBase::name() const { \
     return unary(*this, [](const at::Tensor& t) { return t.name(); }, #name); \
   }
 TD_UNARY(neg)
@@ -211,7 +255,7 @@ TD_UNARY(sqrt)
 TD_UNARY(sigmoid)
 #undef TD_UNARY
 
-TensorDict TensorDictBase::clamp(std::optional<at::Scalar> min,
+TensorDictBase TensorDictBase::clamp(std::optional<at::Scalar> min,
                                  std::optional<at::Scalar> max) const {
   // c10::optional is not std::optional in LibTorch 1.13.
   c10::optional<at::Scalar> lo, hi;
@@ -220,19 +264,19 @@ TensorDict TensorDictBase::clamp(std::optional<at::Scalar> min,
   return unary(*this, [&](const at::Tensor& t) { return t.clamp(lo, hi); }, "clamp");
 }
 
-TensorDict operator+(const TensorDictBase& a, const TensorDictBase& b) { return a.add(b); }
-TensorDict operator+(const TensorDictBase& a, const at::Tensor& b) { return a.add(b); }
-TensorDict operator+(const TensorDictBase& a, const at::Scalar& b) { return a.add(b); }
-TensorDict operator-(const TensorDictBase& a, const TensorDictBase& b) { return a.sub(b); }
-TensorDict operator-(const TensorDictBase& a, const at::Tensor& b) { return a.sub(b); }
-TensorDict operator-(const TensorDictBase& a, const at::Scalar& b) { return a.sub(b); }
-TensorDict operator*(const TensorDictBase& a, const TensorDictBase& b) { return a.mul(b); }
-TensorDict operator*(const TensorDictBase& a, const at::Tensor& b) { return a.mul(b); }
-TensorDict operator*(const TensorDictBase& a, const at::Scalar& b) { return a.mul(b); }
-TensorDict operator/(const TensorDictBase& a, const TensorDictBase& b) { return a.div(b); }
-TensorDict operator/(const TensorDictBase& a, const at::Tensor& b) { return a.div(b); }
-TensorDict operator/(const TensorDictBase& a, const at::Scalar& b) { return a.div(b); }
-TensorDict operator-(const TensorDictBase& a) { return a.neg(); }
+TensorDictBase operator+(const TensorDictBase& a, const TensorDictBase& b) { return a.add(b); }
+TensorDictBase operator+(const TensorDictBase& a, const at::Tensor& b) { return a.add(b); }
+TensorDictBase operator+(const TensorDictBase& a, const at::Scalar& b) { return a.add(b); }
+TensorDictBase operator-(const TensorDictBase& a, const TensorDictBase& b) { return a.sub(b); }
+TensorDictBase operator-(const TensorDictBase& a, const at::Tensor& b) { return a.sub(b); }
+TensorDictBase operator-(const TensorDictBase& a, const at::Scalar& b) { return a.sub(b); }
+TensorDictBase operator*(const TensorDictBase& a, const TensorDictBase& b) { return a.mul(b); }
+TensorDictBase operator*(const TensorDictBase& a, const at::Tensor& b) { return a.mul(b); }
+TensorDictBase operator*(const TensorDictBase& a, const at::Scalar& b) { return a.mul(b); }
+TensorDictBase operator/(const TensorDictBase& a, const TensorDictBase& b) { return a.div(b); }
+TensorDictBase operator/(const TensorDictBase& a, const at::Tensor& b) { return a.div(b); }
+TensorDictBase operator/(const TensorDictBase& a, const at::Scalar& b) { return a.div(b); }
+TensorDictBase operator-(const TensorDictBase& a) { return a.neg(); }
 TensorDictBase& operator+=(TensorDictBase& a, const TensorDictBase& b) { return a.add_(b); }
 TensorDictBase& operator+=(TensorDictBase& a, const at::Scalar& b) { return a.add_(b); }
 TensorDictBase& operator-=(TensorDictBase& a, const TensorDictBase& b) { return a.sub_(b); }
@@ -241,10 +285,10 @@ TensorDictBase& operator*=(TensorDictBase& a, const TensorDictBase& b) { return 
 TensorDictBase& operator*=(TensorDictBase& a, const at::Scalar& b) { return a.mul_(b); }
 TensorDictBase& operator/=(TensorDictBase& a, const TensorDictBase& b) { return a.div_(b); }
 TensorDictBase& operator/=(TensorDictBase& a, const at::Scalar& b) { return a.div_(b); }
-TensorDict operator==(const TensorDictBase& a, const TensorDictBase& b) { return a.eq(b); }
-TensorDict operator==(const TensorDictBase& a, const at::Scalar& b) { return a.eq(b); }
-TensorDict operator!=(const TensorDictBase& a, const TensorDictBase& b) { return a.ne(b); }
-TensorDict operator!=(const TensorDictBase& a, const at::Scalar& b) { return a.ne(b); }
+TensorDictBase operator==(const TensorDictBase& a, const TensorDictBase& b) { return a.eq(b); }
+TensorDictBase operator==(const TensorDictBase& a, const at::Scalar& b) { return a.eq(b); }
+TensorDictBase operator!=(const TensorDictBase& a, const TensorDictBase& b) { return a.ne(b); }
+TensorDictBase operator!=(const TensorDictBase& a, const at::Scalar& b) { return a.ne(b); }
 
 // ---- reductions --------------------------------------------------------------------
 
@@ -365,34 +409,34 @@ TensorDict TensorDictBase::any(int64_t dim) const {
 
 // ---- comparisons -------------------------------------------------------------------
 
-TensorDict TensorDictBase::eq(const TensorDictBase& other) const {
+TensorDictBase TensorDictBase::eq(const TensorDictBase& other) const {
   return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
 }
-TensorDict TensorDictBase::eq(const at::Tensor& other) const {
+TensorDictBase TensorDictBase::eq(const at::Tensor& other) const {
   return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
 }
-TensorDict TensorDictBase::eq(const at::Scalar& other) const {
+TensorDictBase TensorDictBase::eq(const at::Scalar& other) const {
   return unary(*this, [&](const at::Tensor& a) { return a.eq(other); }, "eq");
 }
-TensorDict TensorDictBase::ne(const TensorDictBase& other) const {
+TensorDictBase TensorDictBase::ne(const TensorDictBase& other) const {
   return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
 }
-TensorDict TensorDictBase::ne(const at::Tensor& other) const {
+TensorDictBase TensorDictBase::ne(const at::Tensor& other) const {
   return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
 }
-TensorDict TensorDictBase::ne(const at::Scalar& other) const {
+TensorDictBase TensorDictBase::ne(const at::Scalar& other) const {
   return unary(*this, [&](const at::Tensor& a) { return a.ne(other); }, "ne");
 }
-TensorDict TensorDictBase::lt(const at::Scalar& o) const {
+TensorDictBase TensorDictBase::lt(const at::Scalar& o) const {
   return unary(*this, [&](const at::Tensor& a) { return a.lt(o); }, "lt");
 }
-TensorDict TensorDictBase::le(const at::Scalar& o) const {
+TensorDictBase TensorDictBase::le(const at::Scalar& o) const {
   return unary(*this, [&](const at::Tensor& a) { return a.le(o); }, "le");
 }
-TensorDict TensorDictBase::gt(const at::Scalar& o) const {
+TensorDictBase TensorDictBase::gt(const at::Scalar& o) const {
   return unary(*this, [&](const at::Tensor& a) { return a.gt(o); }, "gt");
 }
-TensorDict TensorDictBase::ge(const at::Scalar& o) const {
+TensorDictBase TensorDictBase::ge(const at::Scalar& o) const {
   return unary(*this, [&](const at::Tensor& a) { return a.ge(o); }, "ge");
 }
 
@@ -452,6 +496,13 @@ TensorDictBase& TensorDictBase::fill_(const NestedKey& key, const at::Scalar& va
 
 TensorDictBase TensorDictBase::to(at::Device device, bool non_blocking) const {
   if (node().device() == device) return *this;
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    TensorDictBase out = detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
+      return m.to(device, non_blocking);
+    });
+    detail::propagate_lock(*this, out);
+    return out;
+  }
   TensorDictBase out = map_leaves(*this, B_of(*this), batch_size(),
                                   [&](const at::Tensor& t, const NestedKey&) {
                                     return t.to(device, non_blocking);
@@ -460,8 +511,8 @@ TensorDictBase TensorDictBase::to(at::Device device, bool non_blocking) const {
   return out;
 }
 
-TensorDict TensorDictBase::to(at::ScalarType dtype) const {
-  TensorDict out = unary(*this, [&](const at::Tensor& t) { return t.to(dtype); }, "to");
+TensorDictBase TensorDictBase::to(at::ScalarType dtype) const {
+  TensorDictBase out = unary(*this, [&](const at::Tensor& t) { return t.to(dtype); }, "to");
   if (is_locked()) out.lock_();
   return out;
 }
@@ -475,10 +526,13 @@ bool TensorDictBase::is_contiguous() const {
 }
 
 TensorDict TensorDictBase::contiguous() const {
-  return unary(*this, [](const at::Tensor& t) { return t.contiguous(); }, "contiguous");
+  // Dense: a lazy stack is stacked into one TensorDict (Python's contiguous()).
+  return map_leaves(*this, B_of(*this), batch_size(),
+                    [](const at::Tensor& t, const NestedKey&) { return t.contiguous(); },
+                    "contiguous");
 }
 
-TensorDict TensorDictBase::detach() const {
+TensorDictBase TensorDictBase::detach() const {
   return unary(*this, [](const at::Tensor& t) { return t.detach(); }, "detach");
 }
 

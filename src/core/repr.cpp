@@ -33,16 +33,33 @@ std::string tensor_repr(const at::Tensor& t, bool shared) {
   return os.str();
 }
 
-std::string td_repr(const TensorDictBase& td) {
-  const Node& n = td.node();
+std::string meta_repr(const TensorMeta& m, bool shared) {
+  std::ostringstream os;
+  os << "Tensor(shape=" << detail::format_torch_size(m.shape)
+     << ", device=" << m.device.str()
+     << ", dtype=" << detail::torch_dtype_repr(m.dtype)
+     << ", is_shared=" << (shared ? "True" : "False") << ")";
+  return os.str();
+}
+
+std::string td_repr(const TensorDictBase& td);
+
+// "fields={...}" of the given keys of a node, sorted.
+std::string fields_block(const Node& n, const std::vector<std::string>& keys,
+                         const char* label) {
   std::vector<std::pair<std::string, std::string>> fields;
-  for (const auto& k : n.keys()) {
-    auto v = n.find(k);
+  for (const auto& k : keys) {
     std::string s;
-    switch (v->kind()) {
-      case EntryKind::Tensor: s = tensor_repr(v->tensor(), n.shared_flag()); break;
-      case EntryKind::TensorDict: s = td_repr(v->tensordict()); break;
-      case EntryKind::NonTensor: s = v->non_tensor().repr(); break;
+    if (!n.holds_values() && n.kind(k) == EntryKind::Tensor) {
+      // Metadata only: no data read from storages, ragged lazy leaves show -1.
+      s = meta_repr(*n.tensor_meta(k), n.shared_flag());
+    } else {
+      auto v = n.find(k);
+      switch (v->kind()) {
+        case EntryKind::Tensor: s = tensor_repr(v->tensor(), n.shared_flag()); break;
+        case EntryKind::TensorDict: s = td_repr(v->tensordict()); break;
+        case EntryKind::NonTensor: s = v->non_tensor().repr(); break;
+      }
     }
     fields.emplace_back(k, k + ": " + s);
   }
@@ -52,12 +69,44 @@ std::string td_repr(const TensorDictBase& td) {
     if (i) body += ",\n";
     body += fields[i].second;
   }
-  std::string fields_str = "fields={" + indent(body, "    ") + "}";
+  return std::string(label) + "={" + indent(body, "    ") + "}";
+}
+
+// Python's "exclusive_fields={i -> fields...}" of a lazy stack: the keys a
+// member has beyond the common ones.
+std::string exclusive_block(const detail::LazyStackNode& ls) {
+  auto common = ls.keys();
+  std::string body;
+  bool any = false;
+  for (std::size_t i = 0; i < ls.members().size(); ++i) {
+    const Node& m = ls.members()[i].node();
+    std::vector<std::string> extra;
+    for (const auto& k : m.keys())
+      if (!std::binary_search(common.begin(), common.end(), k)) extra.push_back(k);
+    if (extra.empty()) continue;
+    std::string f = fields_block(m, extra, "");
+    // Drop the "={" ... "}" wrapper of fields_block for the per-member list.
+    f = f.substr(2, f.size() - 3);
+    body += (any ? ",\n" : "\n") + std::to_string(i) + " ->" + indent(f, "    ");
+    any = true;
+  }
+  if (!any) return "";
+  return "exclusive_fields={" + indent(body, "    ") + "}";
+}
+
+std::string td_repr(const TensorDictBase& td) {
+  const Node& n = td.node();
+  std::string inner = indent(fields_block(n, n.keys(), "fields"), "    ") + ",\n";
+  const auto* ls = detail::as_lazy_stack(td);
+  if (ls) {
+    std::string ex = exclusive_block(*ls);
+    if (!ex.empty()) inner += indent(ex, "    ") + ",\n";
+  }
   std::string device = n.device() ? n.device()->str() : std::string("None");
-  std::string inner = indent(fields_str, "    ") + ",\n" +
-                      indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") +
-                      ",\n" + indent("device=" + device, "    ") + ",\n" +
-                      indent(std::string("is_shared=") + (n.shared_flag() ? "True" : "False"), "    ");
+  inner += indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") +
+           ",\n" + indent("device=" + device, "    ") + ",\n" +
+           indent(std::string("is_shared=") + (n.shared_flag() ? "True" : "False"), "    ");
+  if (ls) inner += ",\n" + indent("stack_dim=" + std::to_string(ls->stack_dim()), "    ");
   return n.type_name() + "(\n" + inner + ")";
 }
 

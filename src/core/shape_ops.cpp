@@ -74,10 +74,36 @@ TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
                  device ? *device : src.device(), NestedKey());
 }
 
+namespace {
+void for_each_leaf_rec(const TensorDictBase& src, const NestedKey& path,
+                       const std::function<void(const at::Tensor&, const NestedKey&)>& fn) {
+  const Node& n = src.node();
+  if (n.is_lazy_stack()) {
+    // The members hold the data: in-place functions must see their leaves,
+    // not a stacked copy.
+    for (const auto& m : static_cast<const LazyStackNode&>(n).members())
+      for_each_leaf_rec(m, path, fn);
+    return;
+  }
+  auto one = [&](const std::string& k, const Value& v) {
+    if (v.is_tensor()) fn(v.tensor(), path.empty() ? NestedKey(k) : path.child(k));
+    else if (v.is_tensordict())
+      for_each_leaf_rec(v.tensordict(), path.empty() ? NestedKey(k) : path.child(k), fn);
+  };
+  if (n.holds_values()) {
+    for (const auto& k : n.keys()) one(k, *n.peek(k));
+  } else {
+    for (const auto& k : n.keys()) {
+      auto kind = n.kind(k);
+      if (kind == EntryKind::Tensor || kind == EntryKind::TensorDict) one(k, *n.find(k));
+    }
+  }
+}
+}  // namespace
+
 void for_each_leaf(const TensorDictBase& src,
                    const std::function<void(const at::Tensor&, const NestedKey&)>& fn) {
-  src.for_each([&](const NestedKey& k, const Value& v) { fn(v.tensor(), k); },
-               KeysOptions{true, true});
+  for_each_leaf_rec(src, NestedKey(), fn);
 }
 
 }  // namespace detail
@@ -121,6 +147,15 @@ std::vector<int64_t> infer_shape(at::IntArrayRef shape, int64_t numel,
     throw ShapeError("shape " + format_shape(shape) +
                      " is invalid for a batch of size " + format_shape(from));
   }
+  return out;
+}
+
+// fn applied to every member of a lazy stack.
+template <class Fn>
+std::vector<TensorDictBase> lazy_members_op(const detail::LazyStackNode& ls, Fn&& fn) {
+  std::vector<TensorDictBase> out;
+  out.reserve(ls.members().size());
+  for (const auto& m : ls.members()) out.push_back(fn(m));
   return out;
 }
 
@@ -183,6 +218,14 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
   int64_t d = wrap_dim(dim, B, "squeeze");
   auto b = batch_size();
   if (b[d] != 1) return *this;
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    const int64_t s = ls->stack_dim();
+    if (d == s) return ls->members()[0];  // the only member
+    return detail::make_lazy(lazy_members_op(*ls, [&](const TensorDictBase& m) {
+                               return m.squeeze(d < s ? d : d - 1);
+                             }),
+                             d < s ? s - 1 : s, {});
+  }
   std::vector<int64_t> target = b.vec();
   target.erase(target.begin() + d);
   return locked_like(*this, map_leaves(*this, b.size(), target,
@@ -191,6 +234,12 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
 
 TensorDictBase TensorDictBase::squeeze() const {
   auto b = batch_size();
+  if (detail::as_lazy_stack(*this)) {
+    TensorDictBase out = *this;
+    for (int64_t d = static_cast<int64_t>(b.size()) - 1; d >= 0; --d)
+      if (b[d] == 1) out = out.squeeze(d);
+    return out;
+  }
   std::vector<int64_t> target;
   for (auto s : b)
     if (s != 1) target.push_back(s);
@@ -201,6 +250,13 @@ TensorDictBase TensorDictBase::squeeze() const {
 TensorDictBase TensorDictBase::unsqueeze(int64_t dim) const {
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B + 1, "unsqueeze");
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    const int64_t s = ls->stack_dim();
+    return detail::make_lazy(lazy_members_op(*ls, [&](const TensorDictBase& m) {
+                               return m.unsqueeze(d <= s ? d : d - 1);
+                             }),
+                             d <= s ? s + 1 : s, {});
+  }
   auto target = batch_size().vec();
   target.insert(target.begin() + d, 1);
   return locked_like(*this, map_leaves(*this, B, target,
@@ -224,6 +280,20 @@ TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
   bool identity = true;
   for (int64_t i = 0; i < B; ++i) identity &= perm[i] == i;
   if (identity) return *this;
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    // The stack dim moves to where perm puts it; members permute the rest.
+    const int64_t s = ls->stack_dim();
+    int64_t new_s = 0;
+    std::vector<int64_t> member_perm;
+    for (std::size_t p = 0; p < perm.size(); ++p) {
+      if (perm[p] == s) new_s = static_cast<int64_t>(p);
+      else member_perm.push_back(perm[p] < s ? perm[p] : perm[p] - 1);
+    }
+    return detail::make_lazy(lazy_members_op(*ls, [&](const TensorDictBase& m) {
+                               return m.permute(member_perm);
+                             }),
+                             new_s, {});
+  }
   auto b = batch_size();
   std::vector<int64_t> target;
   for (auto p : perm) target.push_back(b[p]);
@@ -240,6 +310,12 @@ TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
   int64_t a = wrap_dim(dim0, B, "transpose");
   int64_t c = wrap_dim(dim1, B, "transpose");
   if (a == c) return *this;
+  if (detail::as_lazy_stack(*this)) {
+    std::vector<int64_t> perm(static_cast<std::size_t>(B));
+    for (int64_t i = 0; i < B; ++i) perm[i] = i;
+    std::swap(perm[a], perm[c]);
+    return permute(perm);
+  }
   auto target = batch_size().vec();
   std::swap(target[a], target[c]);
   return locked_like(*this, map_leaves(*this, B, target,
@@ -267,24 +343,24 @@ TensorDictBase TensorDictBase::expand(at::IntArrayRef shape) const {
       "expand"));
 }
 
-std::vector<TensorDict> TensorDictBase::unbind(int64_t dim) const {
+std::vector<TensorDictBase> TensorDictBase::unbind(int64_t dim) const {
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B, "unbind");
   auto b = batch_size();
-  std::vector<TensorDict> out;
+  std::vector<TensorDictBase> out;
   out.reserve(static_cast<std::size_t>(b[d]));
   for (int64_t i = 0; i < b[d]; ++i) {
     std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d),
                                                at::indexing::Slice());
     idx.emplace_back(i);
-    TensorDict r(index(idx).node_ptr());
+    TensorDictBase r = index(idx);
     if (is_locked()) r.lock_();
     out.push_back(r);
   }
   return out;
 }
 
-std::vector<TensorDict> TensorDictBase::split(at::IntArrayRef split_sizes,
+std::vector<TensorDictBase> TensorDictBase::split(at::IntArrayRef split_sizes,
                                               int64_t dim) const {
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B, "split");
@@ -294,13 +370,13 @@ std::vector<TensorDict> TensorDictBase::split(at::IntArrayRef split_sizes,
     throw ShapeError("split: the sizes " + format_shape(split_sizes) +
                      " do not sum to batch dim " + std::to_string(d) + " of size " +
                      std::to_string(batch_size()[d]));
-  std::vector<TensorDict> out;
+  std::vector<TensorDictBase> out;
   int64_t start = 0;
   for (auto s : split_sizes) {
     std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d),
                                                at::indexing::Slice());
     idx.emplace_back(at::indexing::Slice(start, start + s));
-    TensorDict r(index(idx).node_ptr());
+    TensorDictBase r = index(idx);
     if (is_locked()) r.lock_();
     out.push_back(r);
     start += s;
@@ -308,7 +384,7 @@ std::vector<TensorDict> TensorDictBase::split(at::IntArrayRef split_sizes,
   return out;
 }
 
-std::vector<TensorDict> TensorDictBase::split(int64_t split_size, int64_t dim) const {
+std::vector<TensorDictBase> TensorDictBase::split(int64_t split_size, int64_t dim) const {
   if (split_size <= 0) throw ValueError("split: split_size must be positive");
   int64_t d = wrap_dim(dim, batch_dims(), "split");
   int64_t n = batch_size()[d];
@@ -317,7 +393,7 @@ std::vector<TensorDict> TensorDictBase::split(int64_t split_size, int64_t dim) c
   return split(sizes, d);
 }
 
-std::vector<TensorDict> TensorDictBase::chunk(int64_t chunks, int64_t dim) const {
+std::vector<TensorDictBase> TensorDictBase::chunk(int64_t chunks, int64_t dim) const {
   if (chunks <= 0) throw ValueError("chunk: chunks must be positive");
   int64_t d = wrap_dim(dim, batch_dims(), "chunk");
   int64_t n = batch_size()[d];
@@ -388,6 +464,13 @@ TensorDict TensorDictBase::masked_fill(const at::Tensor& mask,
 TensorDictBase& TensorDictBase::masked_fill_(const at::Tensor& mask,
                                              const at::Scalar& value) {
   check_batch_mask(*this, mask, "masked_fill_");
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    for (std::size_t i = 0; i < ls->members().size(); ++i) {
+      TensorDictBase m = ls->members()[i];
+      m.masked_fill_(mask.select(ls->stack_dim(), static_cast<int64_t>(i)), value);
+    }
+    return *this;
+  }
   detail::for_each_leaf(*this, [&](const at::Tensor& t, const NestedKey&) {
     at::Tensor leaf = t;
     leaf.masked_fill_(expand_right(mask, t), value);

@@ -76,7 +76,7 @@ Value validate_value(Value value, at::IntArrayRef batch,
         throw ValueError("cannot store a null tensordict at key " + key.repr());
       if (!starts_with(td.batch_size(), batch)) {
         // Python: a shallow copy whose batch size is reset to the parent's.
-        TensorDict copy = td.copy();
+        TensorDictBase copy = td.copy();
         try {
           copy.set_batch_size(batch);
         } catch (const ShapeError& e) {
@@ -110,6 +110,8 @@ Value validate_value(Value value, at::IntArrayRef batch,
 }
 
 std::vector<TensorDictBase> children(const Node& node) {
+  // A lazy stack's children in the lock graph are its members.
+  if (node.is_lazy_stack()) return static_cast<const LazyStackNode&>(node).members();
   std::vector<TensorDictBase> out;
   if (node.holds_values()) {
     for (const auto& k : node.keys()) {
@@ -271,6 +273,7 @@ void apply_batch_change(Node& node, at::IntArrayRef new_size) {
 }  // namespace
 
 TensorDictBase& TensorDictBase::set_batch_size(at::IntArrayRef new_size) {
+  if (node().is_lazy_stack()) node().set_batch_size({});  // refuses
   for (auto s : new_size)
     if (s < 0)
       throw ShapeError("invalid batch size " + format_shape(new_size) +
@@ -285,7 +288,8 @@ TensorDictBase& TensorDictBase::set_batch_size(at::IntArrayRef new_size) {
 namespace {
 
 void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
-           const std::function<void(const NestedKey&, const Value&)>& fn) {
+           const std::function<void(const NestedKey&, const Value&)>& fn,
+           bool need_values = true) {
   auto emit_entry = [&](const std::string& k, const Value& v) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     switch (v.kind()) {
@@ -297,7 +301,7 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
         break;
       case EntryKind::TensorDict:
         if (!opt.leaves_only) fn(key, v);
-        if (opt.include_nested) visit(v.tensordict().node(), key, opt, fn);
+        if (opt.include_nested) visit(v.tensordict().node(), key, opt, fn, need_values);
         break;
     }
   };
@@ -305,6 +309,18 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
     for (const auto& k : node.keys()) emit_entry(k, *node.peek(k));
   } else {
     for (const auto& k : node.keys()) {
+      // Read a leaf only when the caller uses it (a storage or a lazy stack
+      // would otherwise read, or stack, every leaf just to list keys).
+      auto kind = node.kind(k);
+      if (!kind) continue;
+      if (!need_values && *kind == EntryKind::Tensor) {
+        static const Value placeholder{at::Tensor()};
+        emit_entry(k, placeholder);
+        continue;
+      }
+      if (!need_values && *kind == EntryKind::NonTensor &&
+          opt.leaves_only && !opt.non_tensor_leaves)
+        continue;
       auto v = node.find(k);
       if (v) emit_entry(k, *v);
     }
@@ -351,7 +367,15 @@ std::vector<NestedKey> TensorDictBase::keys(const KeysOptions& options) const {
     return out;
   }
   std::vector<NestedKey> out;
-  for (auto& [k, v] : items(options)) out.push_back(k);
+  KeysOptions unsorted = options;
+  unsorted.sort = false;
+  visit(node(), NestedKey(), unsorted,
+        [&](const NestedKey& k, const Value&) { out.push_back(k); },
+        /*need_values=*/false);
+  if (options.sort)
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+      return a.join(".") < b.join(".");
+    });
   return out;
 }
 
@@ -883,8 +907,12 @@ TensorDict exclude_copy(const TensorDictBase& src, const KeyFilter& filter) {
 
 }  // namespace
 
-TensorDict TensorDictBase::select(const std::vector<NestedKey>& keys,
+TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys,
                                   bool strict) const {
+  if (const auto* ls = detail::as_lazy_stack(*this))
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
+      return m.select(keys, strict);
+    });
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   KeyFilter filter;
   for (const auto& k : keys) {
@@ -899,7 +927,11 @@ TensorDict TensorDictBase::select(const std::vector<NestedKey>& keys,
   return out;
 }
 
-TensorDict TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
+TensorDictBase TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
+  if (const auto* ls = detail::as_lazy_stack(*this))
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
+      return m.exclude(keys);
+    });
   KeyFilter filter;
   for (const auto& k : keys) {
     KeyFilter* cur = &filter;
@@ -912,7 +944,12 @@ TensorDict TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
 TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys,
                                         bool strict) {
   if (is_locked()) throw_locked(NestedKey(), "select_");
-  TensorDict kept = select(keys, strict);
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    for (const auto& m : ls->members()) (void)m.select(keys, strict);  // check all first
+    for (auto m : ls->members()) m.select_(keys, strict);
+    return *this;
+  }
+  TensorDictBase kept = select(keys, strict);
   for (const auto& k : node().keys()) node().remove(k);
   for (const auto& k : kept.node().keys()) node().write(k, *kept.node().find(k));
   return *this;
@@ -998,8 +1035,13 @@ TensorDict TensorDictBase::unflatten_keys(std::string_view separator) const {
 
 // ---- copies ------------------------------------------------------------------
 
-TensorDict TensorDictBase::clone(bool recurse) const {
+TensorDictBase TensorDictBase::clone(bool recurse) const {
   const Node& src = node();
+  if (src.is_lazy_stack())
+    return detail::map_members(static_cast<const detail::LazyStackNode&>(src),
+                               [&](const TensorDictBase& m, std::size_t) {
+                                 return m.clone(recurse);
+                               });
   TensorDict out = detail::make_tensordict(src.batch_size().vec(), src.device());
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   dst.reserve(src.size());
@@ -1026,9 +1068,14 @@ TensorDict TensorDictBase::clone(bool recurse) const {
   return out;
 }
 
-TensorDict TensorDictBase::copy() const { return clone(false); }
+TensorDictBase TensorDictBase::copy() const { return clone(false); }
 
-TensorDict TensorDictBase::to_tensordict() const { return clone(true); }
+TensorDict TensorDictBase::to_tensordict() const {
+  // Dense all the way down: lazy stacks (also nested ones) are stacked.
+  return detail::map_leaves(*this, batch_size().size(), batch_size(),
+                            [](const at::Tensor& t, const NestedKey&) { return t.clone(); },
+                            "to_tensordict");
+}
 
 // ---- locking -------------------------------------------------------------------
 

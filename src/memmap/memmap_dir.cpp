@@ -223,6 +223,13 @@ void check_writable_key(const std::string& k, const NestedKey& full, bool is_dir
                    "with the metadata file");
 }
 
+const char* kLazyStackType = "<class 'tensordict._lazy.LazyStackedTensorDict'>";
+
+TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool copy_data,
+                         const MemmapOptions& opt, std::vector<LeafJob>& jobs,
+                         std::vector<std::pair<fs::path, ojson>>& metas,
+                         const NestedKey& path);
+
 void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
               const MemmapOptions& opt, std::vector<LeafJob>& jobs,
               std::vector<std::pair<fs::path, ojson>>& metas, TensorDict& out,
@@ -258,12 +265,8 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
       }
       case EntryKind::TensorDict: {
         const auto& sub = v.tensordict();
-        meta[name] = ojson{{"type", "TensorDict"}};
-        TensorDict sub_out = make_tensordict(sub.batch_size().vec(), at::Device(at::kCPU));
-        // Each nested level knows its own directory, as after load_memmap.
-        sub_out.node().set_saved_path(fs::absolute(dir / fname).string());
-        out.node().write(name, sub_out);
-        plan_dir(sub, dir / fname, copy_data, opt, jobs, metas, sub_out, full);
+        meta[name] = ojson{{"type", as_lazy_stack(sub) ? "LazyStackedTensorDict" : "TensorDict"}};
+        out.node().write(name, plan_node(sub, dir / fname, copy_data, opt, jobs, metas, full));
         break;
       }
       case EntryKind::NonTensor: {
@@ -285,6 +288,33 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
   meta["device"] = "cpu";
   meta["_type"] = kTensorDictType;
   metas.emplace_back(dir / "meta.json", std::move(meta));
+}
+
+// A tensordict or a lazy stack saved at `dir`; returns the handle that the
+// mapped leaves will fill.
+TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool copy_data,
+                         const MemmapOptions& opt, std::vector<LeafJob>& jobs,
+                         std::vector<std::pair<fs::path, ojson>>& metas,
+                         const NestedKey& path) {
+  if (const auto* ls = as_lazy_stack(td)) {
+    // Python's layout: meta.json with the stack dim, one directory per member.
+    std::vector<TensorDictBase> members;
+    for (std::size_t i = 0; i < ls->members().size(); ++i)
+      members.push_back(plan_node(ls->members()[i], dir / std::to_string(i), copy_data,
+                                  opt, jobs, metas, path));
+    ojson meta = ojson::object();
+    meta["_type"] = kLazyStackType;
+    meta["stack_dim"] = ls->stack_dim();
+    metas.emplace_back(dir / "meta.json", std::move(meta));
+    TensorDictBase out = make_lazy(std::move(members), ls->stack_dim(), ls->member_batch());
+    out.node().set_saved_path(fs::absolute(dir).string());
+    return out;
+  }
+  TensorDict out = make_tensordict(td.batch_size().vec(), at::Device(at::kCPU));
+  // Each nested level knows its own directory, as after load_memmap.
+  out.node().set_saved_path(fs::absolute(dir).string());
+  plan_dir(td, dir, copy_data, opt, jobs, metas, out, path);
+  return out;
 }
 
 int thread_count(int requested, std::size_t jobs) {
@@ -328,14 +358,13 @@ void run_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads) {
   for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].out.node().write(jobs[i].key, results[i]);
 }
 
-TensorDict write_dir(const TensorDictBase& td, const std::string& prefix,
-                     bool copy_data, const MemmapOptions& opt) {
+TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix,
+                         bool copy_data, const MemmapOptions& opt) {
   if (prefix.empty()) throw ValueError("memmap: the prefix must not be empty");
   fs::path root(prefix);
   std::vector<LeafJob> jobs;
   std::vector<std::pair<fs::path, ojson>> metas;
-  TensorDict out = make_tensordict(td.batch_size().vec(), at::Device(at::kCPU));
-  plan_dir(td, root, copy_data, opt, jobs, metas, out, NestedKey());
+  TensorDictBase out = plan_node(td, root, copy_data, opt, jobs, metas, NestedKey());
   // Serialised before anything is written: dump() throws on a key or string
   // that is not valid UTF-8, which would otherwise leave a half-written tree.
   std::vector<std::string> texts;
@@ -611,10 +640,31 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
                            parent_batch.vec(), at::Device(at::kCPU));
     return NonTensorData(to_plain(meta["data"]), parent_batch.vec(), at::Device(at::kCPU));
   }
-  if (type == "<class 'tensordict._lazy.LazyStackedTensorDict'>")
-    throw FormatError(meta_file.string() + " (key " + key.repr() +
-                      "): LazyStackedTensorDict directories need lazy-stack support, "
-                      "which this version does not have yet");
+  if (type == kLazyStackType) {
+    // Members 0/, 1/, ... while they exist, re-stacked lazily on stack_dim.
+    if (!meta.contains("stack_dim") || !meta["stack_dim"].is_number_integer())
+      throw FormatError(meta_file.string() + " (key " + key.repr() +
+                        "): a LazyStackedTensorDict needs an integer 'stack_dim'");
+    std::vector<TensorDictBase> members;
+    for (std::size_t i = 0; fs::exists(dir / std::to_string(i) / "meta.json"); ++i) {
+      Value m = load_entry_dir(dir / std::to_string(i), L, key, {});
+      if (!m.is_tensordict())
+        throw FormatError((dir / std::to_string(i) / "meta.json").string() + " (key " +
+                          key.repr() + "): a member of a lazy stack is not a tensordict");
+      members.push_back(m.tensordict());
+    }
+    if (members.empty())
+      throw FormatError(meta_file.string() + " (key " + key.repr() +
+                        "): a LazyStackedTensorDict without members (no 0/meta.json)");
+    try {
+      LazyStackedTensorDict out(std::move(members), meta["stack_dim"].get<int64_t>());
+      out.node().set_saved_path(fs::absolute(dir).string());
+      return out;
+    } catch (const Error& e) {
+      throw FormatError(meta_file.string() + " (key " + key.repr() +
+                        "): the members cannot be stacked: " + e.what());
+    }
+  }
   if (fs::exists(dir / "_tensordict" / "meta.json")) {
     // A Python tensorclass: its tensor fields are in _tensordict/, its
     // non-tensor fields in meta.json. Loaded as a TensorDict of both.
@@ -635,7 +685,7 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
 
 // ---- public entry points -----------------------------------------------------------------
 
-TensorDict load_memmap(const std::string& prefix, const LoadOptions& options) {
+TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options) {
   namespace d = detail;
   fs::path dir(prefix);
   if (!fs::is_directory(dir))
@@ -644,26 +694,26 @@ TensorDict load_memmap(const std::string& prefix, const LoadOptions& options) {
   Value v = d::load_entry_dir(dir, L, NestedKey(), {});
   if (!v.is_tensordict())
     throw FormatError("load_memmap: " + prefix + " holds a non-tensor value, not a tensordict");
-  TensorDict out(v.tensordict().node_ptr());
+  TensorDictBase out = v.tensordict();
   out.node().set_saved_path(fs::absolute(dir).string());
   return out;
 }
 
-TensorDict load(const std::string& prefix, const LoadOptions& options) {
+TensorDictBase load(const std::string& prefix, const LoadOptions& options) {
   return load_memmap(prefix, options);
 }
 
-TensorDict TensorDictBase::memmap(const std::string& prefix,
+TensorDictBase TensorDictBase::memmap(const std::string& prefix,
                                   const MemmapOptions& options) const {
   return detail::write_dir(*this, prefix, /*copy_data=*/true, options);
 }
 
-TensorDict TensorDictBase::save(const std::string& prefix,
+TensorDictBase TensorDictBase::save(const std::string& prefix,
                                 const MemmapOptions& options) const {
   return memmap(prefix, options);
 }
 
-TensorDict TensorDictBase::memmap_like(const std::string& prefix,
+TensorDictBase TensorDictBase::memmap_like(const std::string& prefix,
                                        const MemmapOptions& options) const {
   return detail::write_dir(*this, prefix, /*copy_data=*/false, options);
 }
@@ -687,7 +737,23 @@ void adopt(Node& dst, const TensorDictBase& src) {
 
 TensorDictBase& TensorDictBase::memmap_(const std::string& prefix,
                                         const MemmapOptions& options) {
-  TensorDict mapped = detail::write_dir(*this, prefix, true, options);
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    // Members are mapped in place one by one (handles to them stay valid),
+    // then the stack's meta.json is written.
+    for (std::size_t i = 0; i < ls->members().size(); ++i) {
+      TensorDictBase m = ls->members()[i];
+      m.memmap_((fs::path(prefix) / std::to_string(i)).string(), options);
+    }
+    ojson meta = ojson::object();
+    meta["_type"] = detail::kLazyStackType;
+    meta["stack_dim"] = ls->stack_dim();
+    detail::write_json_atomic(fs::path(prefix) / "meta.json", meta.dump());
+    node().set_saved_path(fs::absolute(prefix).string());
+    lock_();
+    node().set_memmap_flag(true);
+    return *this;
+  }
+  TensorDictBase mapped = detail::write_dir(*this, prefix, true, options);
   adopt(node(), mapped);
   node().set_device(at::Device(at::kCPU));
   node().set_saved_path(mapped.node().saved_path());
@@ -700,7 +766,7 @@ TensorDictBase& TensorDictBase::memmap_refresh_() {
   const std::string& path = node().saved_path();
   if (path.empty())
     throw ValueError("memmap_refresh_: this tensordict was never memmapped or loaded");
-  TensorDict fresh = load_memmap(path);
+  TensorDictBase fresh = load_memmap(path);
   bool was_locked = is_locked(), memmap = is_memmap(), shared = is_shared();
   if (was_locked) {
     // Storage is replaced wholesale; the lock is restored below.
@@ -753,8 +819,8 @@ std::string TensorDictBase::shared_name() const {
   return is_shared() ? node().saved_path() : std::string();
 }
 
-TensorDict attach_shared(const std::string& name) {
-  TensorDict out = load_memmap(name);
+TensorDictBase attach_shared(const std::string& name) {
+  TensorDictBase out = load_memmap(name);
   out.lock_();
   out.node().set_shared_flag(true);
   return out;

@@ -20,7 +20,7 @@ using ops_test::sizes_of;
 namespace {
 
 // Same structure, different values in every leaf (bools flipped).
-td::TensorDict distinct(const td::TensorDictBase& src) {
+td::TensorDictBase distinct(const td::TensorDictBase& src) {
   return src.apply([](const at::Tensor& x) {
     if (x.scalar_type() == torch::kBool) return x.logical_not();
     if (x.is_floating_point()) return x * 10 + 0.25;

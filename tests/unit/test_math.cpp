@@ -23,15 +23,15 @@ namespace {
 constexpr int64_t kB = 2;
 
 // The fixture without its bool leaf (sub/neg/div are not defined on bools).
-td::TensorDict numeric_fixture() { return make_fixture().exclude({"c"}); }
+td::TensorDictBase numeric_fixture() { return make_fixture().exclude({"c"}); }
 
 // Only the floating-point leaves: a, nested.d, nested.deeper.e.
-td::TensorDict float_fixture() {
+td::TensorDictBase float_fixture() {
   return make_fixture().exclude({"b", "c", {"nested", "deeper", "f"}});
 }
 
 // Same structure and dtypes, other values, never zero.
-td::TensorDict nonzero_other(const td::TensorDictBase& t) {
+td::TensorDictBase nonzero_other(const td::TensorDictBase& t) {
   return t.apply([](const at::Tensor& x) {
     if (x.scalar_type() == torch::kBool) return x.logical_not();
     return (x.abs() + 2).to(x.scalar_type());
@@ -51,7 +51,7 @@ at::Tensor batch_view(const at::Tensor& w, const at::Tensor& leaf) {
 
 TEST(TensorDictMath, ApplyMapsEveryLeafAndKeepsNonTensors) {
   auto t = make_fixture();
-  td::TensorDict r = t.apply([](const at::Tensor& x) { return x * 2; });
+  td::TensorDictBase r = t.apply([](const at::Tensor& x) { return x * 2; });
   expect_fixture_batches(r, {4, 3});
   expect_leafwise(r, t, [](const at::Tensor& x, const td::NestedKey&) { return x * 2; });
   EXPECT_FALSE(r.get("a").is_alias_of(t.get("a")));
@@ -61,18 +61,18 @@ TEST(TensorDictMath, ApplyMapsEveryLeafAndKeepsNonTensors) {
 
 TEST(TensorDictMath, ApplyWithBatchSizeForShapeChangingFunctions) {
   auto t = make_fixture();
-  td::TensorDict r = t.apply([](const at::Tensor& x) { return x.sum(1); },
+  td::TensorDictBase r = t.apply([](const at::Tensor& x) { return x.sum(1); },
                              std::vector<int64_t>{4});
   // Python passes the new batch size to nested tensordicts as well.
   expect_fixture_batches(r, {4}, {});
   expect_leafwise(r, t, [](const at::Tensor& x, const td::NestedKey&) { return x.sum(1); });
 
-  td::TensorDict u = t.apply([](const at::Tensor& x) { return x.unsqueeze(kB); },
+  td::TensorDictBase u = t.apply([](const at::Tensor& x) { return x.unsqueeze(kB); },
                              std::vector<int64_t>{4, 3, 1});
   expect_fixture_batches(u, {4, 3, 1}, {});
   expect_leafwise(u, t, [](const at::Tensor& x, const td::NestedKey&) { return x.unsqueeze(kB); });
 
-  td::TensorDict flat = t.apply([](const at::Tensor& x) { return x.flatten(0, 1); },
+  td::TensorDictBase flat = t.apply([](const at::Tensor& x) { return x.flatten(0, 1); },
                                 std::vector<int64_t>{12});
   EXPECT_EQ(batch_of(flat), (Shape{12}));
   EXPECT_EQ(sizes_of(flat.get({"nested", "deeper", "f"})), (Shape{12, 2, 3}));
@@ -83,7 +83,7 @@ TEST(TensorDictMath, ApplyWithBatchSizeForShapeChangingFunctions) {
 
 TEST(TensorDictMath, ApplyDropsLeavesForWhichFnReturnsUndefined) {
   auto t = make_fixture();
-  td::TensorDict r = t.apply([](const at::Tensor& x) {
+  td::TensorDictBase r = t.apply([](const at::Tensor& x) {
     return x.scalar_type() == torch::kBool || x.scalar_type() == torch::kInt ? at::Tensor()
                                                                               : x + 1;
   });
@@ -102,7 +102,7 @@ TEST(TensorDictMath, ApplyWithAnotherTensorDict) {
   auto fn = [](const at::Tensor& x, const at::Tensor& y) {
     return x.to(torch::kDouble) * 10 - y.to(torch::kDouble);
   };
-  td::TensorDict r = t.apply(fn, other);
+  td::TensorDictBase r = t.apply(fn, other);
   expect_fixture_batches(r, {4, 3});
   expect_leafwise(r, t, [&](const at::Tensor& x, const td::NestedKey& k) {
     return fn(x, other.get(k));
@@ -145,7 +145,7 @@ TEST(TensorDictMath, ApplyInPlaceKeepsStorageAndWorksWhenLocked) {
 TEST(TensorDictMath, NamedApplyReceivesFullNestedKeys) {
   auto t = make_fixture();
   std::vector<td::NestedKey> seen;
-  td::TensorDict r = t.named_apply([&](const td::NestedKey& k, const at::Tensor& x) {
+  td::TensorDictBase r = t.named_apply([&](const td::NestedKey& k, const at::Tensor& x) {
     seen.push_back(k);
     return k.is_nested() ? x : at::Tensor();
   });
@@ -160,7 +160,7 @@ TEST(TensorDictMath, NamedApplyReceivesFullNestedKeys) {
 TEST(TensorDictMath, BinaryOpsWithATensorDict) {
   auto t = numeric_fixture();
   auto o = nonzero_other(t);
-  auto check = [&](const td::TensorDict& r, auto op, const char* name) {
+  auto check = [&](const td::TensorDictBase& r, auto op, const char* name) {
     SCOPED_TRACE(name);
     expect_fixture_batches(r, {4, 3});
     expect_leafwise(r, t, [&](const at::Tensor& x, const td::NestedKey& k) {
@@ -290,7 +290,7 @@ TEST(TensorDictMath, FullReductionsGiveZeroDimTensorDicts) {
   struct Case {
     const char* name;
     td::TensorDict got;
-    const td::TensorDict& src;
+    const td::TensorDictBase& src;
     std::function<at::Tensor(const at::Tensor&)> by_hand;
   };
   std::vector<Case> cases = {
@@ -427,7 +427,7 @@ TEST(TensorDictMath, EqualityGivesTensorDictsOfBools) {
   auto other = nonzero_other(t);
   other.get("a").index_put_({0, 0, 0}, t.get("a")[0][0][0]);  // one equal element
 
-  td::TensorDict e = t == same;
+  td::TensorDictBase e = t == same;
   expect_fixture_batches(e, {4, 3});
   for (const auto& k : ops_test::fixture_leaves()) {
     EXPECT_EQ(e.get(k).scalar_type(), torch::kBool) << k;
@@ -556,12 +556,12 @@ TEST(TensorDictMath, ZeroAndFill) {
 
 TEST(TensorDictMath, ToDtypeCastsEveryLeafIntegersIncluded) {
   auto t = make_fixture();
-  td::TensorDict f = t.to(torch::kFloat);
+  td::TensorDictBase f = t.to(torch::kFloat);
   expect_fixture_batches(f, {4, 3});
   expect_leafwise(f, t, [](const at::Tensor& x, const td::NestedKey&) { return x.to(torch::kFloat); });
   for (const auto& k : ops_test::fixture_leaves())
     EXPECT_EQ(f.get(k).scalar_type(), torch::kFloat) << k;
-  td::TensorDict i = t.to(torch::kInt);
+  td::TensorDictBase i = t.to(torch::kInt);
   expect_leafwise(i, t, [](const at::Tensor& x, const td::NestedKey&) { return x.to(torch::kInt); });
   EXPECT_FALSE(f.is_locked());
   t.lock_();
@@ -620,7 +620,7 @@ TEST(TensorDictMath, RequiresGradOnlyOnFloatingLeavesAndDetach) {
   EXPECT_FALSE(t.get("c").requires_grad());
   EXPECT_FALSE(t.get({"nested", "deeper", "f"}).requires_grad());
 
-  td::TensorDict d = t.detach();
+  td::TensorDictBase d = t.detach();
   expect_fixture_batches(d, {4, 3});
   for (const auto& k : ops_test::fixture_leaves()) {
     EXPECT_FALSE(d.get(k).requires_grad()) << k;

@@ -179,7 +179,7 @@ TEST_F(Memmap, NestedTensorDictsWithLongerBatchSizes) {
   EXPECT_EQ(json::parse(read_text(prefix / "mid/deep/meta.json")).at("shape"),
             json::parse("[2,3,4]"));
   EXPECT_EQ(read_text(prefix / "mid/deep/z.memmap"), bytes_of(deep.get("z")));
-  for (const td::TensorDict& r : {m, td::load_memmap(P())}) {
+  for (const td::TensorDictBase& r : {m, td::load_memmap(P())}) {
     EXPECT_EQ(r.get_tensordict("mid").batch_size().vec(), (Shape{2, 3}));
     EXPECT_EQ(r.get_tensordict({"mid", "deep"}).batch_size().vec(), (Shape{2, 3, 4}));
     EXPECT_TRUE(r.equal(t));

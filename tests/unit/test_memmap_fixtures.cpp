@@ -125,14 +125,8 @@ TEST(MemmapFixtures, EveryReadableManifestEntryLoadsAsPythonReadsIt) {
     SCOPED_TRACE("fixture " + name);
     if (fixture.contains("error")) continue;
     const std::string prefix = (memmap_fixtures() / name).string();
-    if (fixture.at("type") == "LazyStackedTensorDict") {
-      // Lazy stacks are a later issue; that issue will change this branch
-      // (and MemmapFixtures.LazyStackIsRefusedWithFormatError) to load them.
-      EXPECT_THROW(td::load_memmap(prefix), td::FormatError);
-      continue;
-    }
-    ASSERT_EQ(fixture.at("type"), "TensorDict");
-    td::TensorDict t = td::load_memmap(prefix);
+    td::TensorDictBase t = td::load_memmap(prefix);
+    EXPECT_EQ(t.type_name(), fixture.at("type").get<std::string>());
     EXPECT_EQ(t.batch_size().vec(), fixture.at("batch_size").get<std::vector<int64_t>>());
     std::set<std::string> expected_keys;
     for (const auto& [key, spec] : fixture.at("leaves").items()) {
@@ -147,7 +141,7 @@ TEST(MemmapFixtures, EveryReadableManifestEntryLoadsAsPythonReadsIt) {
     EXPECT_EQ(leaf_keys(t), expected_keys);
     ++checked;
   }
-  EXPECT_EQ(checked, 11);  // 15 entries: 3 errors in 0.3.2 itself, 1 lazy stack
+  EXPECT_EQ(checked, 12);  // 15 entries, 3 of them errors in 0.3.2 itself
 }
 
 TEST(MemmapFixtures, LoadedLeavesAreMappedFromTheFixtureFiles) {
@@ -279,12 +273,29 @@ TEST(MemmapFixtures, NestedTensorDictsOf032AreFoundByScanning) {
             fs::absolute(memmap_fixtures() / "nested/sub/deeper").string());
 }
 
-TEST(MemmapFixtures, LazyStackIsRefusedWithFormatError) {
-  // The lazy-stack issue will change this test: the fixture must then load as
-  // a LazyStackedTensorDict of batch [2, 2] (stack_dim 1) with exclusive keys.
+TEST(MemmapFixtures, LazyStackOf032LoadsAsALazyStack) {
+  // lazy_stack([{"a": f32[2], "b": f32[2,3]}, {"a": f32[2], "c": f32[2,1]}], dim=1)
   const fs::path prefix = memmap_fixtures() / "lazystack";
-  TD_EXPECT_THROW_MSG(td::load_memmap(prefix.string()), td::FormatError,
-                      "LazyStackedTensorDict", (prefix / "meta.json").string().c_str());
+  td::TensorDictBase t = td::load_memmap(prefix.string());
+  ASSERT_TRUE(t.is<td::LazyStackedTensorDict>()) << t.type_name();
+  auto stack = t.as<td::LazyStackedTensorDict>();
+  EXPECT_EQ(stack.stack_dim(), 1);
+  ASSERT_EQ(stack.num_members(), 2u);
+  EXPECT_EQ(t.batch_size().vec(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(t.keys(), (std::vector<td::NestedKey>{"a"}));  // the common key only
+  // "a" is stacked along dim 1 from the two members' files.
+  auto a0 = stack.tensordicts()[0].get("a");
+  auto a1 = stack.tensordicts()[1].get("a");
+  EXPECT_TRUE(torch::equal(t.get("a"), torch::stack({a0, a1}, 1)));
+  EXPECT_TRUE(td::MemoryMappedTensor::filename(a0).has_value());
+  // The exclusive keys are reached through the members: t[:, 0] is member 0.
+  auto m0 = t.index({torch::indexing::Slice(), 0});
+  EXPECT_TRUE(m0.is_same(stack.tensordicts()[0]));
+  EXPECT_EQ(m0.get("b").sizes().vec(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(t.index({torch::indexing::Slice(), 1}).get("c").sizes().vec(),
+            (std::vector<int64_t>{2, 1}));
+  EXPECT_FALSE(t.contains("b"));
+  EXPECT_EQ(t.saved_path(), fs::absolute(prefix).string());
 }
 
 TEST(MemmapFixtures, UpstreamArtifactWithTrailingBytes) {

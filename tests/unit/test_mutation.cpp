@@ -813,7 +813,7 @@ TEST(TensorDictHandle, CopyingAHandleAliases) {
 
 TEST(TensorDictHandle, CloneDoesNotAlias) {
   auto a = make_td();
-  td::TensorDict b = a.clone();
+  td::TensorDictBase b = a.clone();
   b.set("x", torch::zeros({4}));
   EXPECT_FALSE(a.contains("x"));
 }

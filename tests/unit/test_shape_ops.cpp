@@ -268,7 +268,7 @@ TEST(TensorDictShape, SplitBySizeAndBySizes) {
   auto t = make_fixture();
   struct Case {
     std::string name;
-    std::function<std::vector<td::TensorDict>()> run;
+    std::function<std::vector<td::TensorDictBase>()> run;
     std::function<std::vector<at::Tensor>(const at::Tensor&)> by_hand;
     int64_t dim;
     std::vector<Shape> batches;

@@ -22,7 +22,7 @@ using ops_test::sizes_of;
 namespace {
 
 // A second fixture with the same structure and other values.
-td::TensorDict other_fixture(double shift) {
+td::TensorDictBase other_fixture(double shift) {
   return make_fixture().apply([shift](const at::Tensor& x) {
     if (x.scalar_type() == torch::kBool) return x.logical_not();
     return (x + shift).to(x.scalar_type());
