@@ -551,7 +551,7 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self,
 }
 
 void lazy_index_put(const LazyStackNode& ls, IndexList index,
-                    const TensorDictBase& value, bool existing_only) {
+                    const TensorDictBase& value_in, bool existing_only) {
   LazyPlan plan = plan_index(ls, index);
   auto put = [&](const TensorDictBase& m, const TensorDictBase& v) {
     TensorDictBase target = m;
@@ -562,15 +562,25 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index,
   };
   switch (plan.mode) {
     case LazyPlan::Member: {
-      put(ls.members()[plan.member], value);
+      put(ls.members()[plan.member], value_in);
       return;
     }
     case LazyPlan::Members: {
-      const int64_t out_ndim =
-          static_cast<int64_t>(member_batch_after(ls, plan.sub).size()) + 1;
+      const auto n = static_cast<int64_t>(plan.selected.size());
+      std::vector<int64_t> out_batch = member_batch_after(ls, plan.sub);
+      out_batch.insert(out_batch.begin() + plan.out_dim, n);
+      const int64_t out_ndim = static_cast<int64_t>(out_batch.size());
+      // Broadcast the value to the indexed batch first, as a dense
+      // index_put_ would (its batch aligns with the right end).
+      TensorDictBase value = value_in;
+      auto vb = value.batch_size();
+      bool ragged = std::any_of(ls.member_batch().begin(), ls.member_batch().end(),
+                                [](int64_t d) { return d < 0; });
+      if (!ragged && !vb.empty() && !vb.equals(out_batch) &&
+          at::is_expandable_to(vb, out_batch))
+        value = value.expand(out_batch);
       const int64_t vd = value.batch_dims();
       const int64_t p = plan.out_dim - (out_ndim - vd);  // the value's dim for the stack
-      const auto n = static_cast<int64_t>(plan.selected.size());
       std::vector<TensorDictBase> parts;
       if (p >= 0 && value.batch_size()[p] == n && n != 1) {
         parts = value.unbind(p);

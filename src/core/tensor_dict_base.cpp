@@ -563,6 +563,17 @@ bool TensorDictBase::is_non_tensor(const NestedKey& key) const {
 }
 
 std::vector<int64_t> TensorDictBase::get_item_shape(const NestedKey& key) const {
+  // Metadata only where a storage offers it: no data read, and ragged leaves
+  // of a lazy stack report -1.
+  if (key.size() > 0) {
+    std::shared_ptr<Node> parent = node_;
+    if (key.size() > 1) {
+      TensorDictBase p = get_tensordict(detail::prefix(key, key.size() - 1));
+      parent = p.node_ptr();
+    }
+    if (!parent->holds_values() && parent->kind(key.back()) == EntryKind::Tensor)
+      return parent->tensor_meta(key.back())->shape;
+  }
   Value v = at(key);
   at::IntArrayRef s;
   switch (v.kind()) {
