@@ -215,8 +215,7 @@ void BM_items_floor(benchmark::State& state) {
 }
 
 void register_all() {
-  using Fn = void (*)(benchmark::State&);
-  const std::pair<const char*, Fn> benchmarks[] = {
+  const NamedBench benchmarks[] = {
       {"BM_get/tensordict", BM_get_tensordict},
       {"BM_get/floor", BM_get_floor},
       {"BM_nested_get/tensordict", BM_nested_get_tensordict},
@@ -233,8 +232,7 @@ void register_all() {
       {"BM_items/tensordict", BM_items_tensordict},
       {"BM_items/floor", BM_items_floor},
   };
-  for (const auto& [name, fn] : benchmarks)
-    benchmark::RegisterBenchmark(name, fn)->MinTime(kMinTime);
+  register_min_time(benchmarks, kMinTime);
 }
 
 }  // namespace

@@ -261,8 +261,7 @@ void BM_update_floor(benchmark::State& state) {
 }
 
 void register_all() {
-  using Fn = void (*)(benchmark::State&);
-  const std::pair<const char*, Fn> benchmarks[] = {
+  const NamedBench benchmarks[] = {
       {"BM_index_int/tensordict", BM_index_int_td},
       {"BM_index_int/floor", BM_index_int_floor},
       {"BM_index_slice/tensordict", BM_index_slice_td},
@@ -284,8 +283,7 @@ void register_all() {
       {"BM_update/tensordict", BM_update_td},
       {"BM_update/floor", BM_update_floor},
   };
-  for (const auto& [name, fn] : benchmarks)
-    benchmark::RegisterBenchmark(name, fn)->MinTime(kMinTime);
+  register_min_time(benchmarks, kMinTime);
 }
 
 }  // namespace

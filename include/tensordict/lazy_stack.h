@@ -69,6 +69,8 @@ class LazyStackNode final : public Node {
 
  private:
   void refresh_batch();
+  /// The member leaves stacked; ShapeError naming the key when ragged.
+  at::Tensor stack_leaves(std::string_view key, const std::vector<at::Tensor>& leaves) const;
 
   std::vector<TensorDictBase> members_;
   int64_t stack_dim_;
@@ -117,9 +119,13 @@ class LazyStackedTensorDict : public TensorDictBase {
   const std::vector<TensorDictBase>& tensordicts() const;
   int64_t stack_dim() const;
   std::size_t num_members() const { return tensordicts().size(); }
+  /// A handle to member i (live, whatever the stack dim). IndexError when out
+  /// of range.
+  TensorDictBase member(std::size_t i) const;
 
   /// Adds a member (same batch size and device as the others). LockedError
-  /// when the stack is locked.
+  /// when the stack is locked. insert() follows Python's list.insert: a
+  /// negative position counts from the end, out-of-range positions clamp.
   LazyStackedTensorDict& append(const TensorDictBase& td);
   LazyStackedTensorDict& insert(int64_t index, const TensorDictBase& td);
   LazyStackedTensorDict& extend(const std::vector<TensorDictBase>& tds);

@@ -238,7 +238,7 @@ class TensorDictBase {
   TensorDictBase& exclude_(const std::vector<NestedKey>& keys);
   /// A TensorDict with the same batch size and device and no entries; with
   /// recurse, the nested structure is kept without leaves.
-  TensorDict empty(bool recurse = false) const;
+  TensorDictBase empty(bool recurse = false) const;
   /// Nested keys joined with `separator` into one level (a new TensorDict
   /// sharing the tensors). KeyError on a collision.
   TensorDict flatten_keys(std::string_view separator = ".") const;

@@ -94,9 +94,13 @@ using MapFn = std::function<at::Tensor(const at::Tensor&, const NestedKey&)>;
 /// to every tensor leaf. Leaves for which fn returns an undefined tensor are
 /// dropped; non-tensors are kept with the new batch size. Leaf errors from
 /// LibTorch are rethrown as `ErrorT` naming the key.
+/// `on_lazy`, when given, maps a nested lazy stack as a whole (so that the
+/// operation stays member-wise); otherwise lazy stacks are read stacked.
+using LazyChildFn = std::function<TensorDictBase(const TensorDictBase&)>;
 TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
                       at::IntArrayRef new_batch, const MapFn& fn,
-                      const char* op, std::optional<std::optional<at::Device>> device = std::nullopt);
+                      const char* op, std::optional<std::optional<at::Device>> device = std::nullopt,
+                      const LazyChildFn* on_lazy = nullptr);
 
 /// Calls fn(leaf, key) on every tensor leaf, in place semantics up to fn.
 void for_each_leaf(const TensorDictBase& src,

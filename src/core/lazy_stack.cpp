@@ -77,13 +77,16 @@ LazyStackNode::LazyStackNode(std::vector<TensorDictBase> members, int64_t stack_
 
 void LazyStackNode::refresh_batch() {
   if (!members_.empty()) {
-    std::vector<std::vector<int64_t>> shapes;
-    shapes.reserve(members_.size());
-    for (const auto& m : members_) shapes.push_back(m.batch_size().vec());
-    auto common = common_shape(shapes);
-    if (!common)
-      throw ShapeError("lazy_stack: the members have different numbers of batch dims");
-    member_batch_ = *common;
+    // Compared in place: this runs for every lazy result (index, nested get).
+    auto first = members_[0].batch_size();
+    member_batch_.assign(first.begin(), first.end());
+    for (std::size_t i = 1; i < members_.size(); ++i) {
+      auto b = members_[i].batch_size();
+      if (b.size() != member_batch_.size())
+        throw ShapeError("lazy_stack: the members have different numbers of batch dims");
+      for (std::size_t d = 0; d < b.size(); ++d)
+        if (b[d] != member_batch_[d]) member_batch_[d] = -1;
+    }
   }
   batch_ = with_dim(member_batch_, stack_dim_, static_cast<int64_t>(members_.size()));
 }
@@ -176,20 +179,46 @@ std::vector<at::Tensor> LazyStackNode::member_leaves(std::string_view key) const
   return leaves;
 }
 
+at::Tensor LazyStackNode::stack_leaves(std::string_view key,
+                                       const std::vector<at::Tensor>& leaves) const {
+  for (const auto& l : leaves)
+    if (!l.sizes().equals(leaves[0].sizes()))
+      throw ShapeError("Failed to stack tensors within a tensordict: the entry " +
+                       key_of(key).repr() + " has shapes " + shapes_list(leaves) +
+                       " in the members of the lazy stack. Read it with "
+                       "get_as_list() or get_padded(), or index a member.");
+  return at::stack(leaves, stack_dim_);
+}
+
 std::optional<Value> LazyStackNode::find(std::string_view key) const {
+  if (members_.empty()) return std::nullopt;
+  const Node& n0 = members_[0].node();
+  auto k0 = n0.kind(key);
+  if (k0 == EntryKind::Tensor) {
+    // One pass over the members: each leaf is looked up once.
+    std::vector<at::Tensor> leaves;
+    leaves.reserve(members_.size());
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      const Node& n = members_[i].node();
+      if (n.holds_values()) {
+        const Value* v = n.peek(key);
+        if (!v) return std::nullopt;  // an exclusive key is not a key of the stack
+        if (!v->is_tensor()) (void)kind(key);  // throws the kind mismatch
+        leaves.push_back(std::get<0>(v->variant()));
+      } else {
+        auto v = n.find(key);
+        if (!v) return std::nullopt;
+        if (!v->is_tensor()) (void)kind(key);
+        leaves.push_back(std::move(*v).tensor());
+      }
+    }
+    return Value(stack_leaves(key, leaves));
+  }
   auto k = kind(key);
   if (!k) return std::nullopt;
   switch (*k) {
-    case EntryKind::Tensor: {
-      auto leaves = member_leaves(key);
-      for (const auto& l : leaves)
-        if (!l.sizes().equals(leaves[0].sizes()))
-          throw ShapeError("Failed to stack tensors within a tensordict: the entry " +
-                           key_of(key).repr() + " has shapes " + shapes_list(leaves) +
-                           " in the members of the lazy stack. Read it with "
-                           "get_as_list() or get_padded(), or index a member.");
-      return Value(at::stack(leaves, stack_dim_));
-    }
+    case EntryKind::Tensor:
+      return Value(stack_leaves(key, member_leaves(key)));
     case EntryKind::TensorDict: {
       std::vector<TensorDictBase> subs;
       subs.reserve(members_.size());
@@ -527,6 +556,12 @@ std::vector<int64_t> member_batch_after(const LazyStackNode& ls,
 
 TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self,
                           IndexList index) {
+  // stack[i] with the stack dim first: the member, without planning.
+  if (index.size() == 1 && index[0].is_integer() && ls.stack_dim() == 0) {
+    const auto n = static_cast<int64_t>(ls.members().size());
+    int64_t k = index[0].integer();
+    if (k >= -n && k < n) return ls.members()[static_cast<std::size_t>(k < 0 ? k + n : k)];
+  }
   LazyPlan plan = plan_index(ls, index);
   switch (plan.mode) {
     case LazyPlan::Member:
@@ -624,6 +659,15 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& 
     return;
   }
   if (plan.mode == LazyPlan::Dense) throw_unsplittable();
+  if (value.numel() == 1) {
+    // A scalar fits every leaf of every member, ragged or not.
+    for (auto k : plan.selected) {
+      TensorDictBase m = ls.members()[static_cast<std::size_t>(k)];
+      if (plan.sub.empty()) m.index_put_({at::indexing::Ellipsis}, value.reshape({}));
+      else m.index_put_(plan.sub, value.reshape({}));
+    }
+    return;
+  }
   std::vector<int64_t> out_batch = member_batch_after(ls, plan.sub);
   out_batch.insert(out_batch.begin() + plan.out_dim,
                    static_cast<int64_t>(plan.selected.size()));
@@ -715,11 +759,10 @@ LazyStackedTensorDict& LazyStackedTensorDict::insert(int64_t index,
   if (is_locked())
     throw LockedError("Cannot modify locked TensorDict: insert into a locked lazy stack");
   const auto N = static_cast<int64_t>(n.members().size());
-  if (index < -N - 1 || index > N)
-    throw IndexError("insert: position " + std::to_string(index) +
-                     " is out of range for a lazy stack of " + std::to_string(N) +
-                     " members");
-  if (index < 0) index += N + 1;
+  // Python's list.insert: negative positions count from the end (-1 is
+  // before the last member) and positions out of range are clamped.
+  if (index < 0) index = std::max<int64_t>(index + N, 0);
+  index = std::min(index, N);
   const auto& mb = n.member_batch();
   bool ok = td.defined() && td.batch_size().size() == mb.size();
   for (std::size_t d = 0; ok && d < mb.size(); ++d)
@@ -736,6 +779,14 @@ LazyStackedTensorDict& LazyStackedTensorDict::insert(int64_t index,
 
 LazyStackedTensorDict& LazyStackedTensorDict::append(const TensorDictBase& td) {
   return insert(static_cast<int64_t>(num_members()), td);
+}
+
+TensorDictBase LazyStackedTensorDict::member(std::size_t i) const {
+  const auto& ms = tensordicts();
+  if (i >= ms.size())
+    throw IndexError("member " + std::to_string(i) + " is out of range for a lazy stack of " +
+                     std::to_string(ms.size()) + " members");
+  return ms[i];
 }
 
 LazyStackedTensorDict& LazyStackedTensorDict::extend(const std::vector<TensorDictBase>& tds) {

@@ -96,8 +96,12 @@ TensorDictBase unary(const TensorDictBase& a,
     return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
       return unary(m, op, name);
     });
+  const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) {
+    return unary(c, op, name);
+  };
   return map_leaves(a, B_of(a), a.batch_size(),
-                    [&](const at::Tensor& t, const NestedKey&) { return op(t); }, name);
+                    [&](const at::Tensor& t, const NestedKey&) { return op(t); }, name,
+                    std::nullopt, &on_lazy);
 }
 
 void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const NestedKey&)>& op) {
@@ -127,9 +131,10 @@ TensorDictBase TensorDictBase::apply(const LeafFn& fn,
       return m.apply(fn);
     });
   if (!batch_size) {
+    const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) { return c.apply(fn); };
     TensorDict out = map_leaves(*this, B_of(*this), this->batch_size(),
                                 [&](const at::Tensor& t, const NestedKey&) { return fn(t); },
-                                "apply");
+                                "apply", std::nullopt, &on_lazy);
     // A function that changes the batch dims must say so with batch_size.
     return out;
   }
@@ -489,6 +494,12 @@ TensorDictBase& TensorDictBase::fill_(const at::Scalar& value) {
 }
 
 TensorDictBase& TensorDictBase::fill_(const NestedKey& key, const at::Scalar& value) {
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    // get() would return a stacked copy: fill the members' leaves.
+    if (!contains(key)) (void)at(key);  // KeyError naming the key
+    for (auto m : ls->members()) m.fill_(key, value);
+    return *this;
+  }
   at::Tensor t = get(key);
   t.fill_(value);
   return *this;
@@ -503,10 +514,13 @@ TensorDictBase TensorDictBase::to(at::Device device, bool non_blocking) const {
     detail::propagate_lock(*this, out);
     return out;
   }
+  const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) {
+    return c.to(device, non_blocking);
+  };
   TensorDictBase out = map_leaves(*this, B_of(*this), batch_size(),
                                   [&](const at::Tensor& t, const NestedKey&) {
                                     return t.to(device, non_blocking);
-                                  }, "to", std::optional<at::Device>(device));
+                                  }, "to", std::optional<at::Device>(device), &on_lazy);
   detail::propagate_lock(*this, out);
   return out;
 }

@@ -44,15 +44,31 @@ std::string meta_repr(const TensorMeta& m, bool shared) {
 
 std::string td_repr(const TensorDictBase& td);
 
+// A non-tensor entry of a lazy stack: one value when the members agree,
+// Python's NonTensorStack layout with every member's value otherwise.
+std::string lazy_non_tensor_repr(const detail::LazyStackNode& ls, const std::string& k) {
+  nlohmann::json values = nlohmann::json::array();
+  for (const auto& m : ls.members()) values.push_back(m.node().find(k)->non_tensor().data());
+  bool same = true;
+  for (const auto& v : values) same = same && v == values[0];
+  if (same) return ls.find(k)->non_tensor().repr();
+  return "NonTensorStack(\n    " + values.dump() + ",\n    batch_size=" +
+         detail::format_torch_size(ls.batch_size()) + ",\n    device=" +
+         (ls.device() ? ls.device()->str() : std::string("None")) + ")";
+}
+
 // "fields={...}" of the given keys of a node, sorted.
 std::string fields_block(const Node& n, const std::vector<std::string>& keys,
                          const char* label) {
   std::vector<std::pair<std::string, std::string>> fields;
   for (const auto& k : keys) {
     std::string s;
-    if (!n.holds_values() && n.kind(k) == EntryKind::Tensor) {
+    const auto kind = n.holds_values() ? std::nullopt : n.kind(k);
+    if (kind == EntryKind::Tensor) {
       // Metadata only: no data read from storages, ragged lazy leaves show -1.
       s = meta_repr(*n.tensor_meta(k), n.shared_flag());
+    } else if (kind == EntryKind::NonTensor && n.is_lazy_stack()) {
+      s = lazy_non_tensor_repr(static_cast<const detail::LazyStackNode&>(n), k);
     } else {
       auto v = n.find(k);
       switch (v->kind()) {
@@ -87,7 +103,7 @@ std::string exclusive_block(const detail::LazyStackNode& ls) {
     std::string f = fields_block(m, extra, "");
     // Drop the "={" ... "}" wrapper of fields_block for the per-member list.
     f = f.substr(2, f.size() - 3);
-    body += (any ? ",\n" : "\n") + std::to_string(i) + " ->" + indent(f, "    ");
+    body += (any ? ",\n" : "\n") + std::to_string(i) + " ->" + f;
     any = true;
   }
   if (!any) return "";

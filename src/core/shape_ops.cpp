@@ -19,7 +19,8 @@ std::vector<int64_t> concat(at::IntArrayRef a, at::IntArrayRef b) {
 
 TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
                    at::IntArrayRef new_batch, const MapFn& fn, const char* op,
-                   std::optional<at::Device> device, const NestedKey& path) {
+                   std::optional<at::Device> device, const NestedKey& path,
+                   const LazyChildFn* on_lazy) {
   const Node& n = src.node();
   auto b = n.batch_size();
   TensorDict out = make_tensordict(
@@ -43,10 +44,15 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
         if (r.defined()) dst.write(k, std::move(r));
         break;
       }
-      case EntryKind::TensorDict:
-        dst.write(k, map_rec(std::get<1>(v.variant()), root_dims, new_batch, fn,
-                             op, device, key));
+      case EntryKind::TensorDict: {
+        const auto& child = std::get<1>(v.variant());
+        if (on_lazy && child.node().is_lazy_stack()) {
+          dst.write(k, (*on_lazy)(child));
+          break;
+        }
+        dst.write(k, map_rec(child, root_dims, new_batch, fn, op, device, key, on_lazy));
         break;
+      }
       case EntryKind::NonTensor: {
         NonTensorData d = v.non_tensor();
         auto nb = d.batch_size();
@@ -69,9 +75,10 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
 
 TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
                       at::IntArrayRef new_batch, const MapFn& fn, const char* op,
-                      std::optional<std::optional<at::Device>> device) {
+                      std::optional<std::optional<at::Device>> device,
+                      const LazyChildFn* on_lazy) {
   return map_rec(src, root_dims, new_batch, fn, op,
-                 device ? *device : src.device(), NestedKey());
+                 device ? *device : src.device(), NestedKey(), on_lazy);
 }
 
 namespace {

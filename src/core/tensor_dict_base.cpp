@@ -424,9 +424,9 @@ std::optional<EntryKind> TensorDictBase::entry_kind(const NestedKey& key) const 
 
 bool TensorDictBase::is_empty() const {
   for (const auto& k : node().keys()) {
-    auto v = node().find(k);
-    if (!v->is_tensordict()) return false;
-    if (!v->tensordict().is_empty()) return false;
+    // kind() first: a leaf makes it non-empty without being read.
+    if (node().kind(k) != EntryKind::TensorDict) return false;
+    if (!node().find(k)->tensordict().is_empty()) return false;
   }
   return true;
 }
@@ -979,7 +979,11 @@ TensorDictBase& TensorDictBase::exclude_(const std::vector<NestedKey>& keys) {
   return *this;
 }
 
-TensorDict TensorDictBase::empty(bool recurse) const {
+TensorDictBase TensorDictBase::empty(bool recurse) const {
+  if (const auto* ls = detail::as_lazy_stack(*this))
+    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
+      return m.empty(recurse);
+    });
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   if (recurse) {
     for (const auto& k : node().keys()) {

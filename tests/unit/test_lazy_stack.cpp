@@ -104,7 +104,8 @@ TEST(LazyStack, KeysAreTheSortedIntersectionAndDifferingDimsAreMinusOne) {
   EXPECT_NE(r.find("LazyStackedTensorDict("), std::string::npos) << r;
   EXPECT_NE(r.find("shape=torch.Size([2, -1, -1])"), std::string::npos) << r;
   EXPECT_NE(r.find("exclusive_fields={"), std::string::npos) << r;
-  EXPECT_NE(r.find("0 ->"), std::string::npos) << r;
+  EXPECT_NE(r.find("    exclusive_fields={\n        0 ->\n            only_a: Tensor(shape=torch.Size([3])"),
+            std::string::npos) << r;
   EXPECT_NE(r.find("only_b: Tensor(shape=torch.Size([5])"), std::string::npos) << r;
   EXPECT_NE(r.find("batch_size=torch.Size([2, -1])"), std::string::npos) << r;
   EXPECT_NE(r.find("stack_dim=0)"), std::string::npos) << r;
@@ -475,4 +476,66 @@ TEST(LazyStack, NestedLazyStackRoundTripsThroughMemmap) {
   EXPECT_TRUE(td::MemoryMappedTensor::filename(fresh[1].get("a")).has_value());
   EXPECT_TRUE(fs::exists(dir2.path / "meta.json"));
   expect_same(td::load_memmap(dir2.path.string()), td::stack(fresh));
+}
+
+// ---- fixes found while documenting --------------------------------------------------------
+
+TEST(LazyStack, WritesThatMustReachTheMembers) {
+  td::TensorDict a({{"obs", torch::ones({2, 3})}, {"r", torch::ones({2})}}, {2});
+  td::TensorDict b({{"obs", torch::full({2, 5}, 2.0)}, {"r", torch::ones({2})}}, {2});
+  auto s = td::lazy_stack({a, b});
+  s.fill_("r", 7);  // not the stacked copy that get() returns
+  EXPECT_TRUE(torch::equal(b.get("r"), torch::full({2}, 7.0)));
+  TD_EXPECT_THROW_MSG(s.fill_("missing", 1), td::KeyError, "missing");
+  // A scalar written across members with ragged leaves.
+  s.index_put_({Slice(), 0}, at::Scalar(0));
+  EXPECT_TRUE(torch::equal(b.get("obs")[0], torch::zeros({5})));
+  EXPECT_TRUE(torch::equal(a.get("obs")[1], torch::ones({3})));
+  EXPECT_TRUE(s.member(1).is_same(b));
+  TD_EXPECT_THROW_MSG(s.member(2), td::IndexError, "out of range");
+  EXPECT_FALSE(s.is_empty());
+  auto e = s.empty();
+  EXPECT_TRUE(e.is<td::LazyStackedTensorDict>());
+  EXPECT_TRUE(e.is_empty());
+}
+
+TEST(LazyStack, InsertFollowsPythonsListInsert) {
+  auto ms = members(3);
+  auto s = td::lazy_stack(ms);
+  auto x = member(5);
+  s.insert(-1, x);  // before the last member
+  EXPECT_TRUE(s.member(2).is_same(x));
+  EXPECT_TRUE(s.member(3).is_same(ms[2]));
+  auto y = member(6);
+  s.insert(100, y);  // clamped: appended
+  EXPECT_TRUE(s.member(4).is_same(y));
+}
+
+TEST(LazyStack, ReprOfDifferingNonTensorValuesDoesNotThrow) {
+  td::TensorDict a({{"name", "left"}}, {2});
+  td::TensorDict b({{"name", "right"}}, {2});
+  auto s = td::lazy_stack({a, b});
+  std::string r = s.repr();
+  EXPECT_NE(r.find("name: NonTensorStack("), std::string::npos) << r;
+  EXPECT_NE(r.find("[\"left\",\"right\"]"), std::string::npos) << r;
+  TD_EXPECT_THROW_MSG(s.get_non_tensor("name"), td::TypeError, "NonTensorStack");
+}
+
+TEST(LazyStack, WholeTreeUnaryOpsKeepANestedRaggedStackLazy) {
+  td::TensorDict a({{"obs", torch::ones({2, 3})}}, {2});
+  td::TensorDict b({{"obs", torch::full({2, 5}, 2.0)}}, {2});
+  td::TensorDict root({{"agents", td::lazy_stack({a, b}, 1)}, {"t", torch::ones({2})}}, {2});
+  for (const auto& out : {root + 1.0, root.apply([](const at::Tensor& t) { return t + 1; }),
+                          root.to(torch::kDouble) + 1.0}) {
+    auto agents = out.get_tensordict("agents");
+    ASSERT_TRUE(agents.is<td::LazyStackedTensorDict>());
+    auto list = agents.as<td::LazyStackedTensorDict>().get_as_list("obs");
+    EXPECT_TRUE(torch::allclose(list[1], torch::full({2, 5}, 3.0).to(list[1].dtype())));
+    EXPECT_TRUE(torch::allclose(out.get("t"), torch::full({2}, 2.0).to(out.get("t").dtype())));
+  }
+  EXPECT_EQ(root.to(torch::kDouble).get_tensordict("agents")
+                .as<td::LazyStackedTensorDict>().get_as_list("obs")[0].scalar_type(),
+            torch::kDouble);
+  auto c = root.clone();
+  EXPECT_TRUE(c.get_tensordict("agents").is<td::LazyStackedTensorDict>());
 }
