@@ -88,7 +88,7 @@ class MemoryNode final : public Node {
     const std::size_t n = key.size();
     std::uint64_t head = 0;
     if (n >= 8) {
-      std::memcpy(&head, p, 8);
+      head = load8(p);
     } else if (n >= 4) {
       std::uint32_t lo, hi;
       std::memcpy(&lo, p, 4);
@@ -100,34 +100,85 @@ class MemoryNode final : public Node {
     }
     return KeyTag{head, key.size()};
   }
-  static std::size_t slot_hash(const KeyTag& t) noexcept {
-    std::uint64_t h = (t.head ^ (static_cast<std::uint64_t>(t.size) << 56)) * 0x9E3779B97F4A7C15ULL;
-    return static_cast<std::size_t>(h ^ (h >> 32));
+  static std::uint64_t load8(const char* p) noexcept {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
   }
-  // Open addressing over the tags: one multiply instead of hashing the
-  // string, and no scan of the level.
+  // The bytes of a key past the first 8 (which its tag holds), in 8-byte
+  // words, the last one overlapping its predecessor. No call to memcmp: the
+  // lookup is inlined into every get(), and a call there would make each
+  // caller save its registers around it.
+  static bool tail_equal(const char* stored, std::string_view key) noexcept {
+    const std::size_t n = key.size();
+    const char* k = key.data();
+    if (n <= 8) return true;
+    for (std::size_t i = 8; i + 8 < n; i += 8)
+      if (load8(stored + i) != load8(k + i)) return false;
+    return load8(stored + n - 8) == load8(k + n - 8);
+  }
+  // Fibonacci hashing: the slot is taken from the top bits of the product,
+  // which depend on every bit of the tag (the low bits of a product depend
+  // only on the low bits of its input, i.e. on the first characters).
+  std::size_t slot_of(const KeyTag& t) const noexcept {
+    const std::uint64_t h =
+        (t.head ^ (static_cast<std::uint64_t>(t.size) << 56)) * 0x9E3779B97F4A7C15ULL;
+    return static_cast<std::size_t>(h >> slot_shift_);
+  }
+  // Open addressing over the tags (linear probing): one multiply instead of
+  // hashing the string, and no scan of the level.
   std::size_t position(std::string_view key) const {
-    if (entries_.empty()) return npos;
+    if (slot_mask_ == 0) return npos;  // no entries, no table
     const KeyTag t = tag_of(key);
-    const std::size_t mask = slots_.size() - 1;
-    for (std::size_t i = slot_hash(t) & mask;; i = (i + 1) & mask) {
+    for (std::size_t i = slot_of(t);; i = (i + 1) & slot_mask_) {
       const std::int32_t s = slots_[i];
       if (s < 0) return npos;
-      const KeyTag& e = tags_[static_cast<std::size_t>(s)];
+      const auto pos = static_cast<std::size_t>(s);
+      const KeyTag& e = tags_[pos];
       if (e.head == t.head && e.size == t.size &&
-          (t.size <= 8 || std::memcmp(entries_[static_cast<std::size_t>(s)].first.data() + 8,
-                                      key.data() + 8, t.size - 8) == 0))
-        return static_cast<std::size_t>(s);
+          tail_equal(entries_[pos].first.data(), key))
+        return pos;
     }
   }
+  // At most a quarter of the slots are used: a successful lookup then nearly
+  // always hits on its first probe (a probe costs as much as the hash).
+  static constexpr std::size_t kSlotsPerEntry = 4;
   void rebuild_index();
+  void insert_slot(std::size_t pos);  // slots_ has room
 
   std::vector<int64_t> batch_size_;
   std::optional<at::Device> device_;
   std::vector<std::pair<std::string, Value>> entries_;
   std::vector<KeyTag> tags_;  // tags_[i] belongs to entries_[i]
-  std::vector<std::int32_t> slots_;  // power of two, at most half full; -1 = empty
+  std::vector<std::int32_t> slots_;  // power of two; -1 = empty
+  std::size_t slot_mask_ = 0;        // slots_.size() - 1; 0 while slots_ is empty
+  unsigned slot_shift_ = 64;         // 64 - log2(slots_.size())
 };
+
+// One level of find_memory_tensor(): the entry at key, nullptr when missing
+// or when the level is stored elsewhere than in memory.
+inline const Value* find_in_memory(const Node* n, std::string_view key) noexcept {
+  return n->is_memory_node() ? static_cast<const MemoryNode*>(n)->lookup(key) : nullptr;
+}
+
+template <class Part>
+const at::Tensor* find_memory_tensor(const Node* n, const Part* parts,
+                                     std::size_t count) noexcept {
+  if (n == nullptr || count == 0) return nullptr;
+  // The intermediate levels, then the leaf: a loop with a known trip count,
+  // which the compiler unrolls for a braced path (then the tags of literal
+  // keys are constants).
+  const Part* const last = parts + count - 1;
+  for (; parts != last; ++parts) {
+    const Value* v = find_in_memory(n, *parts);
+    // get_if: one test of the variant index, no throwing path as in std::get.
+    const TensorDictBase* child = v ? std::get_if<TensorDictBase>(&v->variant()) : nullptr;
+    if (child == nullptr) return nullptr;
+    n = child->node_ptr().get();
+  }
+  const Value* v = find_in_memory(n, *last);
+  return v ? std::get_if<at::Tensor>(&v->variant()) : nullptr;
+}
 
 }  // namespace detail
 

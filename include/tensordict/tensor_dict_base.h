@@ -39,6 +39,20 @@ const char* to_string(EntryKind kind) noexcept;
 /// A list of LibTorch indices, as taken by at::Tensor::index.
 using IndexList = at::ArrayRef<at::indexing::TensorIndex>;
 
+namespace detail {
+/// The hot path of TensorDictBase::get(): the tensor at the path `parts`
+/// (string_views or strings) when every level is an in-memory tensordict
+/// holding the next part with the right kind; nullptr otherwise (null root,
+/// empty path, missing key, wrong kind, another storage), and get() takes its
+/// out-of-line path, which reports the error. Defined in tensor_dict.h, so
+/// that the lookup is inlined where that header is seen (tensordict.h includes
+/// it) and literal keys are folded at compile time; the library instantiates
+/// it for the translation units that see only this declaration.
+template <class Part>
+const at::Tensor* find_memory_tensor(const Node* root, const Part* parts,
+                                     std::size_t count) noexcept;
+}  // namespace detail
+
 /// Which keys keys()/values()/items() visit.
 struct KeysOptions {
   /// Descend into nested tensordicts; a nested tensordict is listed before its
@@ -170,10 +184,20 @@ class TensorDictBase {
   std::optional<Value> find(const NestedKey& key) const;
   /// The tensor at key. KeyError when missing, TypeError when the entry is not
   /// a tensor.
-  at::Tensor get(const NestedKey& key) const;
+  at::Tensor get(const NestedKey& key) const {
+    if (const at::Tensor* t = detail::find_memory_tensor(
+            node_.get(), key.parts().data(), key.size()))
+      return *t;
+    return get_checked(key);
+  }
   /// get() of a braced path, e.g. get({"next", "obs"}): same result, without
   /// building a NestedKey (the hot path of nested reads).
-  at::Tensor get(std::initializer_list<std::string_view> path) const;
+  at::Tensor get(std::initializer_list<std::string_view> path) const {
+    if (const at::Tensor* t =
+            detail::find_memory_tensor(node_.get(), path.begin(), path.size()))
+      return *t;
+    return get_checked(path);
+  }
   /// The tensor at key, or `default_value` when the key is missing.
   at::Tensor get(const NestedKey& key, const at::Tensor& default_value) const;
   /// The nested tensordict at key (KeyError / TypeError as get()).
@@ -474,6 +498,12 @@ class TensorDictBase {
 
  protected:
   std::shared_ptr<Node> node_;
+
+ private:
+  // get() when detail::find_memory_tensor() found nothing: the same walk with
+  // every error reported, and the other storages read through at().
+  at::Tensor get_checked(const NestedKey& key) const;
+  at::Tensor get_checked(std::initializer_list<std::string_view> path) const;
 };
 
 std::ostream& operator<<(std::ostream& os, const TensorDictBase& td);

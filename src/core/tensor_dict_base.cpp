@@ -461,25 +461,51 @@ NestedKey key_of(const std::string_view* parts, std::size_t n) {
   return k;
 }
 
+// The two spellings of a path get() receives, read in place (no copy of the
+// parts on the hot path); key() is only built when an error names the key.
+struct ListPath {
+  const std::string_view* parts;
+  std::size_t count;
+  std::size_t size() const noexcept { return count; }
+  std::string_view operator[](std::size_t i) const noexcept { return parts[i]; }
+  NestedKey key() const { return key_of(parts, count); }
+  NestedKey prefix(std::size_t n) const { return key_of(parts, n); }
+};
+struct KeyPath {
+  const NestedKey& nested;
+  std::size_t size() const noexcept { return nested.size(); }
+  std::string_view operator[](std::size_t i) const noexcept { return nested[i]; }
+  const NestedKey& key() const noexcept { return nested; }
+  NestedKey prefix(std::size_t n) const { return detail::prefix(nested, n); }
+};
+
+[[noreturn]] __attribute__((noinline, cold)) void throw_null_handle() {
+  throw ValueError("use of a null tensordict handle");
+}
+
 // Every failure of get_path, out of line so that the hot path stays small
 // (error strings inlined there cost a large stack frame on every call).
-[[noreturn]] __attribute__((noinline, cold)) void fail_get(
-    const Node* n, const std::string_view* parts, std::size_t count, std::size_t i,
-    const Value* v) {
-  NestedKey key = key_of(parts, count);
+template <class Path>
+[[noreturn]] __attribute__((noinline, cold)) void fail_get(const Node* n,
+                                                           const Path& path,
+                                                           std::size_t i,
+                                                           const Value* v) {
+  if (path.size() == 0) throw KeyError("empty key");
+  const auto& key = path.key();
   if (!v) throw_missing(key, i, *n);
-  if (i + 1 == count)
+  if (i + 1 == path.size())
     throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
                     ", not a Tensor" +
                     (v->is_non_tensor() ? " (use get_non_tensor)" : " (use get_tensordict)"));
-  throw TypeError("key " + key.repr() + ": " + key_of(parts, i + 1).repr() + " is a " +
+  throw TypeError("key " + key.repr() + ": " + path.prefix(i + 1).repr() + " is a " +
                   tensordict::to_string(v->kind()) + ", not a TensorDict");
 }
 
+// Storages other than the in-memory one: through at() (Node::find).
+template <class Path>
 __attribute__((noinline)) at::Tensor get_slow(const TensorDictBase& self,
-                                              const std::string_view* parts,
-                                              std::size_t count) {
-  NestedKey key = key_of(parts, count);
+                                              const Path& path) {
+  const auto& key = path.key();
   Value v = self.at(key);
   if (!v.is_tensor())
     throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
@@ -487,39 +513,41 @@ __attribute__((noinline)) at::Tensor get_slow(const TensorDictBase& self,
   return std::move(v).tensor();
 }
 
-// The tensor at a path, walking in-memory levels without copying handles.
-inline at::Tensor get_path(const Node* n, const std::string_view* parts,
-                           std::size_t count, const TensorDictBase& self) {
-  if (count == 0) throw KeyError("empty key");
-  const std::size_t last = count - 1;
+// get() when the fast path failed: the same walk, with every error reported,
+// and other storages read through at().
+template <class Path>
+at::Tensor get_path(const Node* n, const Path& path, const TensorDictBase& self) {
+  if (path.size() == 0) fail_get(n, path, 0, nullptr);  // "empty key"
+  const std::size_t last = path.size() - 1;
   for (std::size_t i = 0; n->is_memory_node(); ++i) {
-    const Value* v = static_cast<const detail::MemoryNode*>(n)->lookup(parts[i]);
-    if (!v) fail_get(n, parts, count, i, v);
+    const Value* v = static_cast<const detail::MemoryNode*>(n)->lookup(path[i]);
+    if (!v) fail_get(n, path, i, v);
     if (i == last) {
-      if (!v->is_tensor()) fail_get(n, parts, count, i, v);
-      return std::get<0>(v->variant());
+      if (!v->is_tensor()) fail_get(n, path, i, v);
+      return v->tensor();
     }
-    if (!v->is_tensordict()) fail_get(n, parts, count, i, v);
-    n = std::get<1>(v->variant()).node_ptr().get();
+    if (!v->is_tensordict()) fail_get(n, path, i, v);
+    n = v->tensordict().node_ptr().get();
   }
-  return get_slow(self, parts, count);
+  return get_slow(self, path);
 }
 
 }  // namespace
 
-at::Tensor TensorDictBase::get(const NestedKey& key) const {
-  std::string_view parts[8];
-  if (key.size() <= 8) {
-    for (std::size_t i = 0; i < key.size(); ++i) parts[i] = key[i];
-    return get_path(&node(), parts, key.size(), *this);
-  }
-  std::vector<std::string_view> many(key.begin(), key.end());
-  return get_path(&node(), many.data(), many.size(), *this);
+// For the translation units that call get() without seeing tensor_dict.h.
+template const at::Tensor* detail::find_memory_tensor(const Node*, const std::string_view*,
+                                                      std::size_t) noexcept;
+template const at::Tensor* detail::find_memory_tensor(const Node*, const std::string*,
+                                                      std::size_t) noexcept;
+
+at::Tensor TensorDictBase::get_checked(const NestedKey& key) const {
+  if (!node_) throw_null_handle();
+  return get_path(node_.get(), KeyPath{key}, *this);
 }
 
-at::Tensor TensorDictBase::get(std::initializer_list<std::string_view> path) const {
-  if (!node_) throw ValueError("use of a null tensordict handle");
-  return get_path(node_.get(), path.begin(), path.size(), *this);
+at::Tensor TensorDictBase::get_checked(std::initializer_list<std::string_view> path) const {
+  if (!node_) throw_null_handle();
+  return get_path(node_.get(), ListPath{path.begin(), path.size()}, *this);
 }
 
 at::Tensor TensorDictBase::get(const NestedKey& key,

@@ -128,14 +128,22 @@ std::optional<Value> MemoryNode::find(std::string_view key) const {
 
 void MemoryNode::rebuild_index() {
   std::size_t cap = 8;
-  while (cap < 2 * entries_.size()) cap *= 2;
+  unsigned bits = 3;
+  while (cap < kSlotsPerEntry * entries_.size()) {
+    cap *= 2;
+    ++bits;
+  }
   slots_.assign(cap, -1);
-  for (std::size_t pos = 0; pos < tags_.size(); ++pos) {
-    for (std::size_t i = slot_hash(tags_[pos]) & (cap - 1);; i = (i + 1) & (cap - 1)) {
-      if (slots_[i] < 0) {
-        slots_[i] = static_cast<std::int32_t>(pos);
-        break;
-      }
+  slot_mask_ = cap - 1;
+  slot_shift_ = 64 - bits;
+  for (std::size_t pos = 0; pos < tags_.size(); ++pos) insert_slot(pos);
+}
+
+void MemoryNode::insert_slot(std::size_t pos) {
+  for (std::size_t i = slot_of(tags_[pos]);; i = (i + 1) & slot_mask_) {
+    if (slots_[i] < 0) {
+      slots_[i] = static_cast<std::int32_t>(pos);
+      return;
     }
   }
 }
@@ -148,17 +156,10 @@ void MemoryNode::write(std::string_view key, Value value) {
   }
   entries_.emplace_back(std::string(key), std::move(value));
   tags_.push_back(tag_of(key));
-  if (slots_.size() < 2 * entries_.size()) {
+  if (slots_.size() < kSlotsPerEntry * entries_.size())
     rebuild_index();
-    return;
-  }
-  const std::size_t mask = slots_.size() - 1;
-  for (std::size_t i = slot_hash(tags_.back()) & mask;; i = (i + 1) & mask) {
-    if (slots_[i] < 0) {
-      slots_[i] = static_cast<std::int32_t>(entries_.size() - 1);
-      break;
-    }
-  }
+  else
+    insert_slot(entries_.size() - 1);
 }
 
 void MemoryNode::write_(std::string_view key, const at::Tensor& value) {

@@ -2,6 +2,12 @@
 
 #include "core_test_helpers.h"
 
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace td = tensordict;
 using td_test::batch_of;
 using td_test::Shape;
@@ -19,6 +25,11 @@ td::TensorDict make_td() {
 }
 
 }  // namespace
+
+// get_via_base_header.cpp: get() compiled with tensor_dict_base.h only.
+at::Tensor get_via_base_header(const td::TensorDictBase& t, std::string_view key);
+at::Tensor get_via_base_header(const td::TensorDictBase& t, std::string_view a,
+                               std::string_view b);
 
 // ---- get ----------------------------------------------------------------------
 
@@ -87,6 +98,103 @@ TEST(TensorDictGet, DefaultDoesNotHideAWrongKind) {
   auto t = make_td();
   TD_EXPECT_THROW_MSG(t.get("next", torch::zeros({4})), td::TypeError, "'next'");
   TD_EXPECT_THROW_MSG(t.get("label", torch::zeros({4})), td::TypeError, "'label'");
+}
+
+TEST(TensorDictGet, NullHandleIsValueError) {
+  td::TensorDictBase null;
+  EXPECT_THROW(null.get("x"), td::ValueError);
+  EXPECT_THROW(null.get({"a", "b"}), td::ValueError);
+  EXPECT_THROW(null.get(td::NestedKey()), td::ValueError);
+}
+
+TEST(TensorDictGet, FromATranslationUnitThatSeesOnlyTheHandleHeader) {
+  // get() is inlined from tensor_dict.h; without it, the library's copy runs.
+  auto t = make_td();
+  EXPECT_TRUE(get_via_base_header(t, "obs").is_same(t.get("obs")));
+  EXPECT_TRUE(get_via_base_header(t, "next", "reward").is_same(t.get({"next", "reward"})));
+  EXPECT_THROW(get_via_base_header(t, "next", "obs"), td::KeyError);
+  EXPECT_THROW(get_via_base_header(t, "label"), td::TypeError);
+}
+
+// ---- the in-memory key index ------------------------------------------------------
+// Keys are compared by their first 8 bytes and length, then the rest in 8-byte
+// words: keys of every length, and keys that differ only in one byte at any
+// position, must still be told apart.
+
+namespace {
+
+std::vector<std::string> keys_of_every_length() {
+  std::vector<std::string> out;
+  const std::string base = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH";
+  for (std::size_t n = 1; n <= base.size(); ++n) {
+    std::string k = base.substr(0, n);
+    out.push_back(k);
+    // The same length, one byte changed: first, last and (for long keys) in
+    // each 8-byte word.
+    for (std::size_t i : {std::size_t{0}, n - 1, n / 2, std::size_t{8}, std::size_t{15},
+                          std::size_t{16}, std::size_t{24}}) {
+      if (i >= n) continue;
+      std::string v = k;
+      v[i] = '_';
+      if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(TensorDictKeyIndex, EveryKeyFindsItsOwnEntry) {
+  const auto keys = keys_of_every_length();
+  td::TensorDict t;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    t.set(keys[i], torch::full({1}, static_cast<double>(i)));
+  ASSERT_EQ(t.num_keys(), keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(t.get(keys[i]).item<double>(), static_cast<double>(i)) << keys[i];
+    EXPECT_EQ(t.get({std::string_view(keys[i])}).item<double>(), static_cast<double>(i))
+        << keys[i];
+  }
+  // Near misses: one byte more, one byte less, the last byte changed.
+  for (const auto& k : keys) {
+    for (std::string miss : {k + "x", k.substr(0, k.size() - 1), k.substr(0, k.size() - 1) + "#"}) {
+      if (miss.empty() || std::find(keys.begin(), keys.end(), miss) != keys.end()) continue;
+      EXPECT_FALSE(t.contains(miss)) << miss;
+      EXPECT_THROW(t.get(miss), td::KeyError) << miss;
+    }
+  }
+}
+
+TEST(TensorDictKeyIndex, LookupsSurviveRemovalAndGrowth) {
+  td::TensorDict t;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) keys.push_back("agent_" + std::to_string(i) + ".reward");
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    t.set(keys[i], torch::full({1}, static_cast<double>(i)));
+  for (std::size_t i = 0; i < keys.size(); i += 3) t.del_(keys[i]);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i % 3 == 0) {
+      EXPECT_FALSE(t.contains(keys[i])) << keys[i];
+    } else {
+      EXPECT_EQ(t.get(keys[i]).item<double>(), static_cast<double>(i)) << keys[i];
+    }
+  }
+  t.set(keys[0], torch::full({1}, -1.0));
+  EXPECT_EQ(t.get(keys[0]).item<double>(), -1.0);
+  EXPECT_EQ(t.keys().back(), td::NestedKey(keys[0]));
+}
+
+TEST(TensorDictKeyIndex, NestedLevelsEachHaveTheirOwnIndex) {
+  td::TensorDict t;
+  for (const char* a : {"next", "agents", "a_rather_long_group_name"})
+    for (const char* b : {"obs", "reward", "observation_vector_of_the_agent"})
+      t.set({a, b}, torch::full({1}, static_cast<double>(std::strlen(a) * 100 + std::strlen(b))));
+  for (const char* a : {"next", "agents", "a_rather_long_group_name"})
+    for (const char* b : {"obs", "reward", "observation_vector_of_the_agent"}) {
+      const double want = static_cast<double>(std::strlen(a) * 100 + std::strlen(b));
+      EXPECT_EQ(t.get({a, b}).item<double>(), want);
+      EXPECT_EQ(t.get(td::NestedKey{a, b}).item<double>(), want);
+    }
 }
 
 // ---- find / at ------------------------------------------------------------------
