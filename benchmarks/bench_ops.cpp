@@ -1,6 +1,10 @@
 // Tensor-like operations on a tensordict of 10 leaves nested 2 levels with
 // batch 100,000, each next to its floor: the same op applied leaf by leaf by
-// hand on raw tensors. Naming as in bench_core.cpp: BM_<op>/<variant>.
+// hand on raw tensors. Each floor iteration builds a fresh result container
+// and drops it at the end, as the tensordict result is dropped: otherwise the
+// two would free their results at different times and measure the allocator
+// (a floor that kept last iteration's results alive ran 2-5x faster on the
+// 10 MB apply and 3x slower on clone). Naming as in bench_core.cpp: BM_<op>/<variant>.
 #include <benchmark/benchmark.h>
 #include "bench_main.h"
 #include <tensordict/tensordict.h>
@@ -59,8 +63,8 @@ void BM_index_int_td(benchmark::State& state) {
 void BM_index_int_floor(benchmark::State& state) {
   auto& d = data();
   int64_t i = 0;
-  std::vector<torch::Tensor> out(d.raw.size());
   for (auto _ : state) {
+    std::vector<torch::Tensor> out(d.raw.size());
     int64_t k = i++ % kBatch;
     for (std::size_t j = 0; j < d.raw.size(); ++j) out[j] = d.raw[j].select(0, k);
     benchmark::DoNotOptimize(out);
@@ -76,8 +80,8 @@ void BM_index_slice_td(benchmark::State& state) {
 }
 void BM_index_slice_floor(benchmark::State& state) {
   auto& d = data();
-  std::vector<torch::Tensor> out(d.raw.size());
   for (auto _ : state) {
+    std::vector<torch::Tensor> out(d.raw.size());
     for (std::size_t j = 0; j < d.raw.size(); ++j) out[j] = d.raw[j].slice(0, 100, 1100);
     benchmark::DoNotOptimize(out);
   }
@@ -99,8 +103,8 @@ void BM_index_long_td(benchmark::State& state) {
 void BM_index_long_floor(benchmark::State& state) {
   auto& d = data();
   auto idx = sample_idx();
-  std::vector<torch::Tensor> out(d.raw.size());
   for (auto _ : state) {
+    std::vector<torch::Tensor> out(d.raw.size());
     for (std::size_t j = 0; j < d.raw.size(); ++j) out[j] = d.raw[j].index_select(0, idx);
     benchmark::DoNotOptimize(out);
   }
@@ -122,8 +126,8 @@ void BM_index_mask_td(benchmark::State& state) {
 void BM_index_mask_floor(benchmark::State& state) {
   auto& d = data();
   auto mask = sample_mask();
-  std::vector<torch::Tensor> out(d.raw.size());
   for (auto _ : state) {
+    std::vector<torch::Tensor> out(d.raw.size());
     auto idx = mask.nonzero().squeeze(1);  // the mask converted once
     for (std::size_t j = 0; j < d.raw.size(); ++j) out[j] = d.raw[j].index_select(0, idx);
     benchmark::DoNotOptimize(out);
@@ -170,9 +174,9 @@ void combine_floor(benchmark::State& state, const std::vector<td::TensorDictBase
                    Combine combine) {
   std::vector<std::vector<torch::Tensor>> parts;
   for (auto& p : inputs) parts.push_back(leaves_of(td::TensorDict(p.node_ptr())));
-  std::vector<torch::Tensor> out(parts[0].size());
   std::vector<torch::Tensor> per_leaf;
   for (auto _ : state) {
+    std::vector<torch::Tensor> out(parts[0].size());
     for (std::size_t j = 0; j < out.size(); ++j) {
       per_leaf.clear();
       for (auto& p : parts) per_leaf.push_back(p[j]);
@@ -214,8 +218,8 @@ void BM_apply_td(benchmark::State& state) {
 }
 void BM_apply_floor(benchmark::State& state) {
   auto& d = data();
-  std::vector<torch::Tensor> out(d.raw.size());
   for (auto _ : state) {
+    std::vector<torch::Tensor> out(d.raw.size());
     for (std::size_t j = 0; j < d.raw.size(); ++j) out[j] = d.raw[j] * 2;
     benchmark::DoNotOptimize(out);
   }
@@ -230,8 +234,8 @@ void BM_clone_td(benchmark::State& state) {
 }
 void BM_clone_floor(benchmark::State& state) {
   auto& d = data();
-  std::vector<torch::Tensor> out(d.raw.size());
   for (auto _ : state) {
+    std::vector<torch::Tensor> out(d.raw.size());
     for (std::size_t j = 0; j < d.raw.size(); ++j) out[j] = d.raw[j].clone();
     benchmark::DoNotOptimize(out);
   }
