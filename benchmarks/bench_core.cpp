@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 #include "bench_main.h"
 #include <tensordict/tensordict.h>
+#include <tensordict/typed_tensor_dict.h>
 #include <torch/torch.h>
 
 #include <string>
@@ -69,6 +70,28 @@ NestedMap make_nested_map(const std::vector<std::string>& top) {
   for (const auto& k : top) out[""].emplace(k, small_leaf());
   for (const auto& k : kNextKeys) out["next"].emplace(k, small_leaf());
   return out;
+}
+
+// ---- typed accessor: its floor is the untyped get of the same key -------------
+
+struct Flat : td::TypedTensorDict<Flat> {
+  TENSORDICT_FIELDS(observation, action, reward, done, terminated, truncated, step_count,
+                    pixels, state_value, sample_log_prob);
+};
+
+void BM_typed_get_typed(benchmark::State& state) {
+  Flat data = Flat::from_tensordict(make_flat_td());
+  for (auto _ : state) {
+    torch::Tensor t = data.terminated();
+    benchmark::DoNotOptimize(t);
+  }
+}
+void BM_typed_get_floor(benchmark::State& state) {
+  td::TensorDict data = make_flat_td();
+  for (auto _ : state) {
+    torch::Tensor t = data.get("terminated");
+    benchmark::DoNotOptimize(t);
+  }
 }
 
 // ---- get: one-level key ------------------------------------------------------
@@ -216,6 +239,8 @@ void BM_items_floor(benchmark::State& state) {
 
 void register_all() {
   const NamedBench benchmarks[] = {
+      {"BM_typed_get/typed", BM_typed_get_typed},
+      {"BM_typed_get/floor", BM_typed_get_floor},
       {"BM_get/tensordict", BM_get_tensordict},
       {"BM_get/floor", BM_get_floor},
       {"BM_nested_get/tensordict", BM_nested_get_tensordict},
