@@ -4,48 +4,19 @@
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 
+#include "example_support.h"
+
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace td = tensordict;
 namespace fs = std::filesystem;
 using torch::indexing::Slice;
-
-namespace {
-
-// A fresh directory under the system temp dir, removed when the guard goes.
-struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("tensordict_lazy_stack_agents_" + std::to_string(std::random_device{}()));
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// A 1-D tensor on one line: [0, 1, 2].
-std::string row(const at::Tensor& t) {
-  at::Tensor v = t.to(torch::kDouble).contiguous();
-  std::ostringstream out;
-  out << "[";
-  for (int64_t i = 0; i < v.numel(); ++i) out << (i ? ", " : "") << v.data_ptr<double>()[i];
-  out << "]";
-  return out.str();
-}
-
-bool check(bool ok, const char* what) {
-  if (!ok) std::cerr << "FAILED: " << what << "\n";
-  return ok;
-}
-
-}  // namespace
+using example::check;
+using example::row;
 
 int main() {
   const int64_t T = 4;  // time steps
@@ -112,7 +83,7 @@ int main() {
 
   // Save in Python's layout: meta.json with the stack dim, one directory per
   // member. Python's tensordict.load_memmap reads it back, and so do we.
-  TempDir dir;
+  example::TempDir dir("lazy_stack_agents");
   td::TensorDictBase saved = stack.memmap(dir.path.string());  // locked, memory-mapped
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir.path))
@@ -120,8 +91,7 @@ int main() {
   std::sort(names.begin(), names.end());
   std::cout << "\nsaved to a temporary directory:";
   for (const auto& n : names) std::cout << " " << n;
-  std::ifstream meta(dir.path / "meta.json");
-  std::cout << "\nmeta.json: " << std::string(std::istreambuf_iterator<char>(meta), {}) << "\n";
+  std::cout << "\nmeta.json: " << example::read_text(dir.path / "meta.json") << "\n";
 
   auto loaded = td::load_memmap(dir.path.string()).as<td::LazyStackedTensorDict>();
   std::cout << "loaded: " << loaded.type_name() << " of " << loaded.num_members()

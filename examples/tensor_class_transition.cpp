@@ -5,15 +5,13 @@
 #include <tensordict/tensor_class.h>
 #include <torch/torch.h>
 
-#include <filesystem>
-#include <fstream>
+#include "example_support.h"
+
 #include <iostream>
-#include <iterator>
-#include <random>
 #include <string>
 
 namespace td = tensordict;
-namespace fs = std::filesystem;
+using example::check;
 
 namespace {
 
@@ -23,20 +21,6 @@ struct Transition : td::TensorClass<Transition> {
   TENSORDICT_FIELDS(obs, action, reward);
   TENSORDICT_NON_TENSOR_FIELDS((std::string, env), (std::optional<int>, seed));
 };
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("tensordict_tensor_class_" + std::to_string(std::random_device{}()));
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-bool check(bool ok, const char* what) {
-  if (!ok) std::cerr << "FAILED: " << what << "\n";
-  return ok;
-}
 
 }  // namespace
 
@@ -72,10 +56,9 @@ int main() {
 
   // Save in Python's tensorclass layout: meta.json (class and non-tensor
   // fields) and the tensors under _tensordict/.
-  TempDir dir;
+  example::TempDir dir("tensor_class");
   steps.memmap(dir.path.string());
-  std::ifstream meta(dir.path / "meta.json");
-  std::cout << "meta.json: " << std::string(std::istreambuf_iterator<char>(meta), {}) << "\n";
+  std::cout << "meta.json: " << example::read_text(dir.path / "meta.json") << "\n";
   Transition loaded = Transition::load_memmap(dir.path.string());
   std::cout << "loaded: env=" << loaded.env() << ", batch size " << loaded.batch_size() << "\n";
 

@@ -5,15 +5,15 @@
 #include <tensordict/typed_tensor_dict.h>
 #include <torch/torch.h>
 
-#include <filesystem>
+#include "example_support.h"
+
 #include <iostream>
-#include <random>
-#include <sstream>
 #include <string>
 
 namespace td = tensordict;
-namespace fs = std::filesystem;
 using torch::indexing::Slice;
+using example::check;
+using example::row;
 
 namespace {
 
@@ -27,36 +27,11 @@ struct ReplayWithDone : td::TypedTensorDict<ReplayWithDone, Replay> {
   TENSORDICT_FIELDS(done);
 };
 
-// A fresh directory under the system temp dir, removed when the guard goes.
-struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("tensordict_typed_replay_" + std::to_string(std::random_device{}()));
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// A 1-D tensor on one line: [0, 1, 2].
-std::string row(const at::Tensor& t) {
-  at::Tensor v = t.to(torch::kDouble).contiguous();
-  std::ostringstream out;
-  out << "[";
-  for (int64_t i = 0; i < v.numel(); ++i) out << (i ? ", " : "") << v.data_ptr<double>()[i];
-  out << "]";
-  return out.str();
-}
-
-bool check(bool ok, const char* what) {
-  if (!ok) std::cerr << "FAILED: " << what << "\n";
-  return ok;
-}
-
 }  // namespace
 
 int main() {
   const int64_t capacity = 32;
-  TempDir dir;
+  example::TempDir dir("typed_replay");
 
   // Pre-allocate: the files are created sparse, nothing is held in RAM.
   td::Schema schema{{"obs", {{84, 84, 3}, torch::kUInt8}},

@@ -65,6 +65,9 @@ std::string decode_key_from_filesystem(std::string_view name);
 /// Python's dtype string ("torch.float32") <-> ScalarType; FormatError when unknown.
 std::string dtype_to_string(at::ScalarType dtype);
 at::ScalarType dtype_from_string(const std::string& s);
+/// Writes `text` to the file `file` through a temporary file and a rename, so a
+/// reader never sees half a file; StorageError on failure.
+void write_json_atomic(const std::string& file, const std::string& text);
 }  // namespace detail
 
 }  // namespace tensordict

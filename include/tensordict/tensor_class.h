@@ -49,11 +49,8 @@
 #include <tensordict/tensor_dict_base.h>
 #include <tensordict/typed_fields.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -66,27 +63,6 @@
 #include <vector>
 
 namespace tensordict {
-
-namespace detail {
-
-/// Writes `text` to `file` through a temporary file and a rename.
-inline void write_text_file_atomic(const std::filesystem::path& file, const std::string& text) {
-  std::filesystem::path tmp = file;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw StorageError("cannot create " + tmp.string());
-    out << text;
-    if (!out) throw StorageError("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec)
-    throw StorageError("cannot rename " + tmp.string() + " to " + file.string() + ": " +
-                       ec.message());
-}
-
-}  // namespace detail
 
 /// See the file comment.
 template <class Derived>
@@ -122,14 +98,12 @@ class TensorClass {
     static_assert(!detail::has_duplicate_fields(table), "a field is declared twice");
     return table;
   }
-  static std::vector<std::string> field_names() {
-    return td_names_([](const FieldInfo&) { return true; });
-  }
+  static std::vector<std::string> field_names() { return detail::field_names(fields(), true, true); }
   static std::vector<std::string> required_field_names() {
-    return td_names_([](const FieldInfo& f) { return f.required; });
+    return detail::field_names(fields(), true, false);
   }
   static std::vector<std::string> optional_field_names() {
-    return td_names_([](const FieldInfo& f) { return !f.required; });
+    return detail::field_names(fields(), false, true);
   }
   /// The class name ("Transition").
   static const char* static_type_name() {
@@ -315,7 +289,7 @@ class TensorClass {
     // Python deletes an other.pickle left by an earlier save.
     std::error_code ec;
     fs::remove(fs::path(prefix) / "other.pickle", ec);
-    detail::write_text_file_atomic(fs::path(prefix) / "meta.json", meta.dump());
+    detail::write_json_atomic((fs::path(prefix) / "meta.json").string(), meta.dump());
     TensorDictBase tensors = in_td.empty() ? td_ : td_.exclude(in_td);
     TensorDictBase mapped = tensors.memmap((fs::path(prefix) / "_tensordict").string(), options);
     return td_wrap_(mapped, values->empty() ? nullptr : std::move(values));
@@ -408,22 +382,11 @@ class TensorClass {
 
  private:
   static const FieldInfo* td_field_(std::string_view name) {
-    for (const FieldInfo& f : fields())
-      if (f.name == name) return &f;
-    return nullptr;
-  }
-
-  template <class Pred>
-  static std::vector<std::string> td_names_(Pred pred) {
-    std::vector<std::string> out;
-    for (const FieldInfo& f : fields())
-      if (pred(f)) out.emplace_back(f.name);
-    return out;
+    return detail::find_field(fields(), name);
   }
 
   [[noreturn]] static void td_throw_not_set_(std::string_view name) {
-    throw SchemaError("'" + std::string(static_type_name()) + "' has field '" +
-                      std::string(name) + "' declared but not set");
+    detail::throw_field_not_set(static_type_name(), name);
   }
 
   /// A tensor field holds a tensor or a nested tensordict; a non-tensor field
@@ -452,17 +415,9 @@ class TensorClass {
   static TensorDictBase td_construct_(const Items& items, at::IntArrayRef batch_size,
                                       std::optional<at::Device> device) {
     const std::string ctx = std::string(static_type_name()) + "()";
-    std::vector<std::string> missing, unexpected;
-    for (const FieldInfo& f : fields()) {
-      if (!f.required) continue;
-      bool given = std::any_of(items.begin(), items.end(), [&](const TensorDict::Item& it) {
-        return !it.first.empty() && it.first.front() == f.name;
-      });
-      if (!given) missing.emplace_back(f.name);
-    }
-    if (!missing.empty())
-      throw SchemaError(ctx + " missing required field(s): " +
-                        detail::join_sorted(std::move(missing)));
+    detail::check_required_present(
+        fields(), ctx, [&](std::string_view name) { return detail::items_name_field(items, name); });
+    std::vector<std::string> unexpected;
     for (const TensorDict::Item& it : items) {
       if (it.first.empty()) continue;
       const FieldInfo* f = td_field_(it.first.front());

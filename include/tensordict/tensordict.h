@@ -1,7 +1,8 @@
 #pragma once
 /// @file tensordict.h
-/// Umbrella header of the core library (in-memory tensordicts and every
-/// storage that needs only LibTorch). HDF5 and Redis storages have their own
+/// Umbrella header of the core library (in-memory tensordicts, lazy stacks,
+/// memmap and shared memory, from_schema, the typed wrappers: everything that
+/// needs only LibTorch). HDF5 and Redis storages have their own
 /// headers under tensordict/storage/.
 
 #include <tensordict/errors.h>
@@ -10,7 +11,11 @@
 #include <tensordict/nested_key.h>
 #include <tensordict/node.h>
 #include <tensordict/non_tensor.h>
+#include <tensordict/schema.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/stack.h>
+#include <tensordict/tensor_class.h>
 #include <tensordict/tensor_dict_base.h>
+#include <tensordict/typed_fields.h>
+#include <tensordict/typed_tensor_dict.h>
 #include <tensordict/version.h>

@@ -32,12 +32,14 @@
 
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
+#include <tensordict/errors.h>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -224,6 +226,50 @@ inline std::string join_names(const std::vector<std::string>& names) {
 inline std::string join_sorted(std::vector<std::string> names) {
   std::sort(names.begin(), names.end());
   return join_names(names);
+}
+
+// ---- lookups and checks shared by TypedTensorDict and TensorClass ------------
+
+/// The field of `fields` named `name`, or nullptr.
+inline const FieldInfo* find_field(std::span<const FieldInfo> fields, std::string_view name) {
+  for (const FieldInfo& f : fields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+/// The names of `fields` (required ones when `required`, optional ones when
+/// `optional`), in declaration order.
+inline std::vector<std::string> field_names(std::span<const FieldInfo> fields, bool required,
+                                            bool optional) {
+  std::vector<std::string> out;
+  for (const FieldInfo& f : fields)
+    if (f.required ? required : optional) out.emplace_back(f.name);
+  return out;
+}
+
+/// SchemaError "`what` missing required field(s): a, b" when a required field
+/// of `fields` is not `present(name)`.
+template <class Present>
+void check_required_present(std::span<const FieldInfo> fields, const std::string& what,
+                            Present present) {
+  std::vector<std::string> missing;
+  for (const FieldInfo& f : fields)
+    if (f.required && !present(f.name)) missing.emplace_back(f.name);
+  if (!missing.empty())
+    throw SchemaError(what + " missing required field(s): " + join_sorted(std::move(missing)));
+}
+
+/// True when a constructor's items hold an entry under the field `name`.
+template <class Items>
+bool items_name_field(const Items& items, std::string_view name) {
+  return std::any_of(items.begin(), items.end(),
+                     [&](const auto& it) { return !it.first.empty() && it.first.front() == name; });
+}
+
+/// SchemaError "'Cls' has field 'x' declared but not set".
+[[noreturn]] inline void throw_field_not_set(std::string_view cls, std::string_view name) {
+  throw SchemaError("'" + std::string(cls) + "' has field '" + std::string(name) +
+                    "' declared but not set");
 }
 
 // ---- class names --------------------------------------------------------------

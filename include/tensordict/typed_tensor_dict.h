@@ -109,9 +109,13 @@ class TypedTensorDict : public Base {
   }
   /// Python's __expected_keys__, __required_keys__, __optional_keys__ (in
   /// declaration order).
-  static std::vector<std::string> field_names() { return td_names_(true, true); }
-  static std::vector<std::string> required_field_names() { return td_names_(true, false); }
-  static std::vector<std::string> optional_field_names() { return td_names_(false, true); }
+  static std::vector<std::string> field_names() { return detail::field_names(fields(), true, true); }
+  static std::vector<std::string> required_field_names() {
+    return detail::field_names(fields(), true, false);
+  }
+  static std::vector<std::string> optional_field_names() {
+    return detail::field_names(fields(), false, true);
+  }
 
   /// True when `node` holds every required field (see the file comment).
   static bool is_node(const Node& node) {
@@ -134,15 +138,10 @@ class TypedTensorDict : public Base {
     if (!td.defined())
       throw ValueError(std::string(static_type_name()) +
                        ".from_tensordict(): null tensordict handle");
-    if (check) {
-      std::vector<std::string> missing;
-      for (const FieldInfo& f : fields())
-        if (f.required && !td.contains(NestedKey(f.name))) missing.emplace_back(f.name);
-      if (!missing.empty())
-        throw SchemaError(std::string(static_type_name()) +
-                          ".from_tensordict() missing required field(s): " +
-                          detail::join_sorted(std::move(missing)));
-    }
+    if (check)
+      detail::check_required_present(
+          fields(), std::string(static_type_name()) + ".from_tensordict()",
+          [&](std::string_view name) { return td.contains(NestedKey(name)); });
     return td_wrap_(td);
   }
 
@@ -302,59 +301,29 @@ class TypedTensorDict : public Base {
   }
 
   [[noreturn]] static void td_throw_not_set_(std::string_view name) {
-    throw SchemaError("'" + std::string(static_type_name()) + "' has field '" +
-                      std::string(name) + "' declared but not set");
-  }
-
-  static std::vector<std::string> td_names_(bool required, bool optional) {
-    std::vector<std::string> out;
-    for (const FieldInfo& f : fields())
-      if (f.required ? required : optional) out.emplace_back(f.name);
-    return out;
-  }
-
-  static bool td_is_field_(std::string_view name) {
-    for (const FieldInfo& f : fields())
-      if (f.name == name) return true;
-    return false;
+    detail::throw_field_not_set(static_type_name(), name);
   }
 
   template <class Items>
   static std::shared_ptr<Node> td_construct_(const Items& items, at::IntArrayRef batch_size,
                                              std::optional<at::Device> device) {
-    std::vector<std::string> missing, unexpected;
-    for (const FieldInfo& f : fields()) {
-      if (!f.required) continue;
-      bool given = std::any_of(items.begin(), items.end(), [&](const TensorDict::Item& it) {
-        return !it.first.empty() && it.first.front() == f.name;
-      });
-      if (!given) missing.emplace_back(f.name);
-    }
-    if (!missing.empty())
-      throw SchemaError(std::string(static_type_name()) + "() missing required field(s): " +
-                        detail::join_sorted(std::move(missing)));
+    const std::string ctx = std::string(static_type_name()) + "()";
+    detail::check_required_present(
+        fields(), ctx, [&](std::string_view name) { return detail::items_name_field(items, name); });
+    std::vector<std::string> unexpected;
     for (const TensorDict::Item& it : items)
-      if (!it.first.empty() && !td_is_field_(it.first.front()))
+      if (!it.first.empty() && !detail::find_field(fields(), it.first.front()))
         unexpected.push_back(it.first.front());
     if (!unexpected.empty())
-      throw SchemaError(std::string(static_type_name()) + "() got unexpected field(s): " +
+      throw SchemaError(ctx + " got unexpected field(s): " +
                         detail::join_sorted(std::move(unexpected)));
     return TensorDict(items, batch_size, device).node_ptr();
   }
 
   static void td_check_schema_(const Schema& schema) {
-    std::vector<std::string> missing;
-    for (const FieldInfo& f : fields()) {
-      if (!f.required) continue;
-      bool present = std::any_of(
-          schema.entries().begin(), schema.entries().end(),
-          [&](const Schema::Entry& e) { return !e.first.empty() && e.first.front() == f.name; });
-      if (!present) missing.emplace_back(f.name);
-    }
-    if (!missing.empty())
-      throw SchemaError(std::string(static_type_name()) +
-                        ".from_schema() missing required field(s): " +
-                        detail::join_sorted(std::move(missing)));
+    detail::check_required_present(
+        fields(), std::string(static_type_name()) + ".from_schema()",
+        [&](std::string_view name) { return detail::items_name_field(schema.entries(), name); });
   }
 
   static Derived td_wrap_(const TensorDictBase& td) {

@@ -91,6 +91,20 @@ at::ScalarType dtype_from_string(const std::string& s) {
   throw FormatError("unknown dtype '" + s + "'");
 }
 
+// Written as a temporary file then renamed, so a reader never sees half a file.
+void write_json_atomic(const std::string& file, const std::string& text) {
+  std::string tmp = file + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw StorageError("cannot create " + tmp);
+    out << text;
+    if (!out) throw StorageError("cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, file, ec);
+  if (ec) throw StorageError("cannot rename " + tmp + " to " + file + ": " + ec.message());
+}
+
 namespace {
 
 // ---- JSON ---------------------------------------------------------------------------
@@ -181,21 +195,6 @@ nlohmann::json to_plain(const ojson& j) {
     case ojson::value_t::number_float: return j.get<double>();
     default: return nlohmann::json::parse(j.dump());
   }
-}
-
-// Written as a temporary file then renamed, so a reader never sees half a file.
-void write_json_atomic(const fs::path& file, const std::string& text) {
-  fs::path tmp = file;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw StorageError("cannot create " + tmp.string());
-    out << text;
-    if (!out) throw StorageError("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, file, ec);
-  if (ec) throw StorageError("cannot rename " + tmp.string() + " to " + file.string() + ": " + ec.message());
 }
 
 const char* kTensorDictType = "<class 'tensordict._td.TensorDict'>";
@@ -405,7 +404,7 @@ TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix,
     if (ec) throw StorageError("cannot create directory " + file.parent_path().string() + ": " + ec.message());
   }
   run_jobs(jobs, copy_data, opt.num_threads);
-  for (std::size_t i = 0; i < metas.size(); ++i) write_json_atomic(metas[i].first, texts[i]);
+  for (std::size_t i = 0; i < metas.size(); ++i) write_json_atomic(metas[i].first.string(), texts[i]);
   out.node().set_saved_path(fs::absolute(root).string());
   out.lock_();
   out.node().set_memmap_flag(true);
@@ -747,7 +746,7 @@ TensorDictBase& TensorDictBase::memmap_(const std::string& prefix,
     ojson meta = ojson::object();
     meta["_type"] = detail::kLazyStackType;
     meta["stack_dim"] = ls->stack_dim();
-    detail::write_json_atomic(fs::path(prefix) / "meta.json", meta.dump());
+    detail::write_json_atomic((fs::path(prefix) / "meta.json").string(), meta.dump());
     node().set_saved_path(fs::absolute(prefix).string());
     lock_();
     node().set_memmap_flag(true);

@@ -3,13 +3,13 @@
 // storage, operations and stacks that keep the type, and the memmap layout
 // (written as Python writes a tensorclass; a Python 0.3.2 fixture read back).
 #include "core_test_helpers.h"
+#include "typed_test_helpers.h"
 #include "data_path.h"
 
 #include <tensordict/tensor_class.h>
 #include <tensordict/typed_tensor_dict.h>
 
 #include <filesystem>
-#include <fstream>
 #include <type_traits>
 
 using namespace td_test;
@@ -55,26 +55,6 @@ td::TensorDict obs_action() {
   return td::TensorDict({{"obs", torch::arange(12, torch::kFloat).reshape({4, 3})},
                          {"action", torch::arange(4, torch::kFloat)}},
                         kB);
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("td_tensorclass_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str(const std::string& sub = "") const { return (path / sub).string(); }
-};
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  return {std::istreambuf_iterator<char>(f), {}};
 }
 
 static_assert(std::is_same_v<decltype(std::declval<Transition>()[0]), Transition>);
@@ -224,7 +204,7 @@ TEST(TensorClassWrap, NonTensorValuesBeside) {
 }
 
 TEST(TensorClassWrap, Memmap) {
-  TempDir dir;
+  TempDir dir("td_tensorclass");
   Transition tc = Transition::from_tensordict(obs_action().memmap(dir.str()), {{"env", "Pong"}});
   EXPECT_TRUE(tc.is_memmap());
   EXPECT_TRUE(tc.is_locked());
@@ -337,7 +317,7 @@ TEST(TensorClassOps, FillRowByRow) {
 // ---- memmap layout ----------------------------------------------------------------------
 
 TEST(TensorClassMemmap, PythonLayoutAndRoundTrip) {
-  TempDir dir;
+  TempDir dir("td_tensorclass");
   Transition t = make_transition();
   t.set_seed(3);
   Transition saved = t.memmap(dir.str());

@@ -3,6 +3,7 @@
 // shared memory, lazy stacks, another typed wrapper), operations and stacks
 // that keep the type, from_schema.
 #include "core_test_helpers.h"
+#include "typed_test_helpers.h"
 
 #include <tensordict/typed_tensor_dict.h>
 
@@ -51,21 +52,6 @@ Replay make_replay(double offset = 0) {
                  {"reward", torch::arange(4, torch::kFloat) + offset}},
                 kB);
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("td_typed_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str(const std::string& sub = "") const { return (path / sub).string(); }
-};
 
 // Ops return the derived type itself, not a TensorDictBase.
 static_assert(std::is_same_v<decltype(std::declval<Replay>()[0]), Replay>);
