@@ -218,7 +218,7 @@ std::optional<Value> LazyStackNode::find(std::string_view key) const {
   if (!k) return std::nullopt;
   switch (*k) {
     case EntryKind::Tensor:
-      return Value(stack_leaves(key, member_leaves(key)));
+      break;  // handled above: kind() agrees with member 0 or throws
     case EntryKind::TensorDict: {
       std::vector<TensorDictBase> subs;
       subs.reserve(members_.size());
