@@ -1,0 +1,366 @@
+// The README's main example: an RL replay buffer on tensordict.
+//
+// It pre-allocates a buffer from a typed schema (memmap by default), writes
+// transitions of a synthetic environment one at a time and in batches,
+// samples batches uniformly and with priorities (updating them), checks every
+// sampled row against what was written, and reopens the buffer from its
+// directory as a restarted process would, with its write position intact.
+//
+//   replay_buffer [--storage memmap|memory|shared] [--dir DIR] [--fresh]
+//                 [--capacity N] [--steps N] [--batches N] [--batch-size B]
+//                 [--samples N] [--seed S] [--progress|--no-progress]
+//
+// With --dir the buffer stays in DIR, and the next run with the same --dir
+// resumes it (unless --fresh). Without --dir it lives in a temporary
+// directory removed at exit.
+#include "replay_buffer.h"
+
+#include <tensordict/tensordict.h>
+
+#include "../example_support.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+namespace td = tensordict;
+namespace fs = std::filesystem;
+using replay::PrioritizedSampler;
+using replay::ReplayBuffer;
+using replay::Transition;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string storage = "memmap";
+  std::optional<fs::path> dir;
+  bool fresh = false;
+  int64_t capacity = 4096;
+  int64_t steps = 3000;
+  int64_t batches = 16;
+  int64_t batch_size = 256;
+  int64_t samples = 200;
+  uint64_t seed = 0;
+  bool progress = isatty(STDERR_FILENO) != 0;
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::cerr << (error.empty() ? "" : "replay_buffer: " + error + "\n")
+            << "usage: replay_buffer [--storage NAME] [--dir DIR] [--fresh] [--capacity N]\n"
+               "                     [--steps N] [--batches N] [--batch-size B] [--samples N]\n"
+               "                     [--seed S] [--progress|--no-progress]\n"
+               "storages in this build:";
+  for (const auto& s : td::available_storages()) std::cerr << " " << s;
+  std::cerr << "\n";
+  std::exit(error.empty() ? 0 : 2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  std::map<std::string, std::string> values;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") usage("");
+    if (arg == "--fresh") { o.fresh = true; continue; }
+    if (arg == "--progress") { o.progress = true; continue; }
+    if (arg == "--no-progress") { o.progress = false; continue; }
+    if (arg.rfind("--", 0) != 0) usage("unexpected argument " + arg);
+    std::string value;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      usage(arg + " needs a value");
+    }
+    values[arg] = value;
+  }
+  auto integer = [&](const char* name, int64_t& out, int64_t min) {
+    auto it = values.find(name);
+    if (it == values.end()) return;
+    try {
+      size_t used = 0;
+      out = std::stoll(it->second, &used);
+      if (used != it->second.size() || out < min) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      usage(std::string(name) + " wants an integer >= " + std::to_string(min) + ", got " +
+            it->second);
+    }
+    values.erase(it);
+  };
+  integer("--capacity", o.capacity, 1);
+  integer("--steps", o.steps, 0);
+  integer("--batches", o.batches, 0);
+  integer("--batch-size", o.batch_size, 1);
+  integer("--samples", o.samples, 0);
+  int64_t seed = 0;
+  integer("--seed", seed, 0);
+  o.seed = static_cast<uint64_t>(seed);
+  if (auto it = values.find("--storage"); it != values.end()) {
+    o.storage = it->second;
+    values.erase(it);
+  }
+  if (auto it = values.find("--dir"); it != values.end()) {
+    o.dir = fs::path(it->second);
+    values.erase(it);
+  }
+  if (!values.empty()) usage("unknown option " + values.begin()->first);
+  const auto names = td::available_storages();
+  if (std::find(names.begin(), names.end(), o.storage) == names.end())
+    usage("unknown storage " + o.storage);
+  if (o.dir && o.storage != "memmap") usage("--dir is for the memmap storage");
+  return o;
+}
+
+// ---- a synthetic environment whose transitions can be checked later --------
+// Transition number `id` has obs pixels id % 251, next/obs (id + 1) % 251,
+// reward id, action id / 1000 (every component), done every 50th step.
+
+td::TensorDict make_batch(int64_t first_id, int64_t n) {
+  at::Tensor ids = at::arange(first_id, first_id + n, at::kLong);
+  auto frames = [&](const at::Tensor& pixel) {
+    return pixel.remainder(251).to(at::kByte).view({n, 1, 1, 1}).expand({n, 84, 84, 3}).contiguous();
+  };
+  return td::TensorDict({{"obs", frames(ids)},
+                         {"action", (ids.to(at::kFloat) / 1000).unsqueeze(1).expand({n, 4}).contiguous()},
+                         {"reward", ids.to(at::kFloat)},
+                         {"done", ids.remainder(50).eq(49)},
+                         {"next", td::TensorDict({{"obs", frames(ids + 1)}}, {n})}},
+                        {n});
+}
+
+td::TensorDict make_transition(int64_t id) {
+  return td::TensorDict(
+      {{"obs", at::full({84, 84, 3}, id % 251, at::kByte)},
+       {"action", at::full({4}, static_cast<float>(id) / 1000)},
+       {"reward", at::scalar_tensor(static_cast<float>(id))},
+       {"done", at::scalar_tensor((id % 50) == 49, at::kBool)},
+       {"next", td::TensorDict({{"obs", at::full({84, 84, 3}, (id + 1) % 251, at::kByte)}}, {})}},
+      {});
+}
+
+// Every row of `batch` is a whole transition of the environment, from the
+// last `size` written.
+bool consistent(const Transition& batch, const ReplayBuffer& rb) {
+  at::Tensor ids = batch.reward().to(at::kLong);
+  const int64_t n = ids.size(0);
+  // Every pixel of a frame holds the same value: compare its min and max.
+  auto uniform_pixels = [&](const at::Tensor& frames, const at::Tensor& expect) {
+    at::Tensor flat = frames.reshape({n, -1});
+    return flat.amin(1).to(at::kLong).eq(expect).all().item<bool>() &&
+           flat.amax(1).to(at::kLong).eq(expect).all().item<bool>();
+  };
+  return uniform_pixels(batch.obs(), ids.remainder(251)) &&
+         uniform_pixels(batch.next_obs(), (ids + 1).remainder(251)) &&
+         batch.done().eq(ids.remainder(50).eq(49)).all().item<bool>() &&
+         at::allclose(batch.action(), (ids.to(at::kFloat) / 1000).unsqueeze(1).expand({n, 4})) &&
+         ids.ge(rb.total_written() - rb.size()).all().item<bool>() &&
+         ids.lt(rb.total_written()).all().item<bool>();
+}
+
+// ---- output -----------------------------------------------------------------
+
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, int64_t total, bool enabled)
+      : label_(std::move(label)), total_(total), enabled_(enabled && total > 0) {}
+  void update(int64_t done) {
+    if (!enabled_) return;
+    auto now = Clock::now();
+    if (done < total_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const int width = 30;
+    const int filled = static_cast<int>(width * done / total_);
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "\r  %-16s [%s%s] %3d%% %lld/%lld %8.0f/s", label_.c_str(),
+                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                 static_cast<int>(100 * done / total_), static_cast<long long>(done),
+                 static_cast<long long>(total_), secs > 0 ? done / secs : 0.0);
+    if (done == total_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  std::string label_;
+  int64_t total_;
+  bool enabled_;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_{};
+};
+
+std::string rate(double count, double seconds) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0);
+  if (seconds <= 0) return "-";
+  const double r = count / seconds;
+  if (r >= 1e6) out << std::setprecision(2) << r / 1e6 << "M";
+  else if (r >= 1e3) out << std::setprecision(1) << r / 1e3 << "k";
+  else out << r;
+  return out.str();
+}
+
+void report(const std::string& what, int64_t count, const std::string& unit, double seconds) {
+  std::cout << "  " << std::left << std::setw(22) << what << std::right << std::setw(8) << count
+            << " " << std::left << std::setw(12) << unit << std::right << std::fixed
+            << std::setprecision(2) << std::setw(9) << (count ? 1e6 * seconds / count : 0.0)
+            << " us each  " << std::setw(8) << rate(static_cast<double>(count), seconds)
+            << " " << unit << "/s\n";
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt = parse(argc, argv);
+  at::manual_seed(static_cast<int64_t>(opt.seed));
+  std::mt19937_64 rng(opt.seed);
+
+  std::unique_ptr<example::TempDir> temp;
+  if (opt.storage == "memmap" && !opt.dir) {
+    temp = std::make_unique<example::TempDir>("replay_buffer");
+    opt.dir = temp->path;
+  }
+
+  // ---- create, or resume what an earlier run left ---------------------------
+  const bool resume = opt.dir && !opt.fresh && ReplayBuffer::exists(*opt.dir);
+  ReplayBuffer rb = resume ? ReplayBuffer::open(*opt.dir)
+                           : ReplayBuffer::create(opt.capacity, opt.storage, opt.dir);
+  PrioritizedSampler sampler(rb.capacity());
+  if (resume && fs::exists(*opt.dir / "priorities")) sampler.load(*opt.dir / "priorities");
+  else if (rb.size() > 0) sampler.mark_written(at::arange(rb.size(), at::kLong));
+
+  const double kb_per_row = 84 * 84 * 3 * 2 / 1024.0 + (4 * 4 + 4 + 1) / 1024.0;
+  std::cout << "replay buffer: " << opt.storage << " storage"
+            << (opt.dir ? " in " + opt.dir->string() : std::string()) << ", capacity "
+            << rb.capacity() << " transitions of " << std::fixed << std::setprecision(1)
+            << kb_per_row << " KiB\n";
+  if (resume)
+    std::cout << "resumed at write position " << rb.cursor() << " (" << rb.size()
+              << " transitions stored, " << rb.total_written() << " written so far)\n";
+  std::cout << "\n";
+
+  bool ok = true;
+
+  // ---- write one transition at a time ---------------------------------------
+  {
+    ProgressBar bar("write 1 by 1", opt.steps, opt.progress);
+    double busy = 0;
+    for (int64_t k = 0; k < opt.steps; ++k) {
+      td::TensorDict t = make_transition(rb.total_written());
+      auto start = Clock::now();
+      sampler.mark_written(rb.add(t));
+      busy += seconds_since(start);
+      bar.update(k + 1);
+    }
+    report("write 1 by 1", opt.steps, "transitions", busy);
+  }
+
+  // ---- write batches (vectorised environments) -------------------------------
+  {
+    ProgressBar bar("write batches", opt.batches, opt.progress);
+    double busy = 0;
+    for (int64_t k = 0; k < opt.batches; ++k) {
+      td::TensorDict batch = make_batch(rb.total_written(), opt.batch_size);
+      auto start = Clock::now();
+      sampler.mark_written(rb.extend(batch));
+      busy += seconds_since(start);
+      bar.update(k + 1);
+    }
+    report("write batches of " + std::to_string(opt.batch_size), opt.batches * opt.batch_size,
+           "transitions", busy);
+  }
+  ok &= example::check(rb.size() == std::min(rb.capacity(), rb.total_written()), "fill level");
+
+  // ---- uniform sampling --------------------------------------------------------
+  if (rb.size() > 0) {
+    ProgressBar bar("uniform sample", opt.samples, opt.progress);
+    double busy = 0;
+    bool rows_ok = true;
+    for (int64_t k = 0; k < opt.samples; ++k) {
+      auto start = Clock::now();
+      Transition batch = rb.sample(opt.batch_size);
+      busy += seconds_since(start);
+      rows_ok &= consistent(batch, rb);
+      bar.update(k + 1);
+    }
+    report("uniform sample of " + std::to_string(opt.batch_size), opt.samples, "batches", busy);
+    ok &= example::check(rows_ok, "uniformly sampled rows are whole transitions");
+  }
+
+  // ---- prioritized sampling: done transitions get a large TD error -------------
+  if (rb.size() > 0) {
+    ProgressBar bar("prioritized", opt.samples, opt.progress);
+    double busy = 0;
+    bool rows_ok = true;
+    int64_t drawn = 0, done_drawn = 0;
+    for (int64_t k = 0; k < opt.samples; ++k) {
+      auto start = Clock::now();
+      PrioritizedSampler::Batch pick = sampler.sample(opt.batch_size, rb.size(), rng);
+      Transition batch = rb.at(pick.indices);
+      busy += seconds_since(start);
+      rows_ok &= consistent(batch, rb);
+      // A stand-in for the learner's |TD error|, weighted as a learner would.
+      at::Tensor td_error = batch.done().to(at::kFloat) * 10 + 0.1;
+      (void)(td_error * pick.weights);
+      sampler.update_priorities(pick.indices, td_error);
+      if (k >= opt.samples / 2) {  // once most priorities are known
+        drawn += opt.batch_size;
+        done_drawn += batch.done().sum().item<int64_t>();
+      }
+      bar.update(k + 1);
+    }
+    report("prioritized sample+update", opt.samples, "batches", busy);
+    ok &= example::check(rows_ok, "prioritized rows are whole transitions");
+    if (drawn > 0) {
+      const double share = static_cast<double>(done_drawn) / static_cast<double>(drawn);
+      std::cout << "  prioritized: " << std::setprecision(1) << 100 * share
+                << "% of sampled transitions are episode ends (2.0% of the data)\n";
+      if (opt.samples >= 20 && rb.size() >= 200)
+        ok &= example::check(share > 0.06, "high-priority transitions are drawn more often");
+    }
+  }
+
+  // ---- restart: reopen the directory as a new process would --------------------
+  if (opt.dir) {
+    rb.flush();
+    sampler.save(*opt.dir / "priorities");
+    if (rb.size() > 0) {
+      at::Tensor probe = rb.sample_indices(std::min<int64_t>(opt.batch_size, rb.size()));
+      Transition before = rb.at(probe);
+      auto start = Clock::now();
+      ReplayBuffer reopened = ReplayBuffer::open(*opt.dir);
+      PrioritizedSampler reloaded(reopened.capacity());
+      reloaded.load(*opt.dir / "priorities");
+      const double secs = seconds_since(start);
+      Transition after = reopened.at(probe);
+      ok &= example::check(reopened.cursor() == rb.cursor() && reopened.size() == rb.size() &&
+                               reopened.total_written() == rb.total_written(),
+                           "write position survives a restart");
+      ok &= example::check((before == after).all(), "stored transitions survive a restart");
+      ok &= example::check(reloaded.weight(probe[0].item<int64_t>()) ==
+                               sampler.weight(probe[0].item<int64_t>()),
+                           "priorities survive a restart");
+      std::cout << "\nreopened " << opt.dir->string() << " in " << std::setprecision(2)
+                << 1e3 * secs << " ms: write position " << reopened.cursor() << ", "
+                << reopened.size() << " stored, " << reopened.total_written()
+                << " written in all\n";
+      if (!temp) std::cout << "run again with --dir " << opt.dir->string() << " to resume\n";
+    }
+  }
+
+  std::cout << (ok ? "all checks passed\n" : "SOME CHECKS FAILED\n");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,308 @@
+// A LibTorch RL replay buffer built on tensordict: a typed transition schema,
+// storage pre-allocated by from_schema in any storage (a memmap directory by
+// default), a circular writer of single transitions and of batches, uniform
+// sampling, and a prioritized sampler over a sum tree.
+//
+// A memmap buffer lives in a directory that outlives the process:
+//   DIR/storage/      the transitions, a memmap tensordict Python can load too
+//   DIR/state.json    capacity, write position, fill level (written by flush())
+//   DIR/priorities/   the prioritized sampler's priorities (its save())
+// ReplayBuffer::open(DIR) resumes with the write position of the last flush().
+// Rows written after that flush are treated as never written: the state file
+// lags the data, never leads it, so a crash loses at most the unflushed rows.
+#pragma once
+
+#include <tensordict/memmap.h>
+#include <tensordict/schema.h>
+#include <tensordict/tensor_dict.h>
+#include <tensordict/typed_tensor_dict.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace replay {
+
+namespace td = tensordict;
+namespace fs = std::filesystem;
+using at::indexing::Slice;
+
+/// One transition (or a batch of them): obs uint8[84,84,3], action float[4],
+/// reward float, done bool, and the nested next/obs.
+struct Transition : td::TypedTensorDict<Transition> {
+  TENSORDICT_FIELDS(obs, action, reward, done);
+
+  /// The nested "next" level is read through the untyped API.
+  at::Tensor next_obs() const { return get({"next", "obs"}); }
+
+  /// The element layout of a transition, without batch dims.
+  static td::Schema schema() {
+    return td::Schema{{"obs", {{84, 84, 3}, at::kByte}},
+                      {"action", {{4}, at::kFloat}},
+                      {"reward", {{}, at::kFloat}},
+                      {"done", {{}, at::kBool}},
+                      {{"next", "obs"}, {{84, 84, 3}, at::kByte}}};
+  }
+};
+
+/// A fixed-capacity circular buffer of transitions in any storage.
+class ReplayBuffer {
+ public:
+  /// A zero-filled buffer of `capacity` transitions in `storage` ("memory",
+  /// "memmap", "shared", ...). A memmap buffer is created under `dir`
+  /// (required for "memmap"), replacing a buffer already there.
+  static ReplayBuffer create(int64_t capacity, const std::string& storage,
+                             const std::optional<fs::path>& dir = std::nullopt) {
+    if (capacity <= 0) throw std::invalid_argument("replay buffer capacity must be positive");
+    td::StorageOptions options;
+    if (storage == "memmap") {
+      if (!dir) throw std::invalid_argument("a memmap replay buffer needs a directory");
+      fs::create_directories(*dir);
+      fs::remove(*dir / "state.json");  // a half-replaced buffer must not look resumable
+      options["prefix"] = (*dir / "storage").string();
+    }
+    ReplayBuffer rb(Transition::from_schema(Transition::schema(), {capacity}, storage, options),
+                    storage == "memmap" ? dir : std::nullopt);
+    rb.flush();
+    return rb;
+  }
+
+  /// True when `dir` holds a memmap buffer that open() can resume.
+  static bool exists(const fs::path& dir) { return fs::exists(dir / "state.json"); }
+
+  /// Resumes the memmap buffer in `dir` at the write position of its last flush().
+  static ReplayBuffer open(const fs::path& dir) {
+    std::ifstream in(dir / "state.json");
+    if (!in) throw std::runtime_error("no replay buffer to resume in " + dir.string());
+    nlohmann::json state = nlohmann::json::parse(in);
+    ReplayBuffer rb(Transition::load_memmap((dir / "storage").string()), dir);
+    if (state.at("capacity").get<int64_t>() != rb.capacity())
+      throw std::runtime_error("replay buffer in " + dir.string() + ": state.json says capacity " +
+                               state.at("capacity").dump() + " but the storage holds " +
+                               std::to_string(rb.capacity()) + " rows");
+    rb.cursor_ = state.at("cursor").get<int64_t>();
+    rb.size_ = state.at("size").get<int64_t>();
+    rb.total_written_ = state.at("total_written").get<int64_t>();
+    if (rb.cursor_ < 0 || rb.cursor_ >= rb.capacity() || rb.size_ < 0 || rb.size_ > rb.capacity())
+      throw std::runtime_error("replay buffer in " + dir.string() + ": corrupt state.json");
+    return rb;
+  }
+
+  /// Writes one transition (batch size []) at the write position; returns its row.
+  int64_t add(const td::TensorDictBase& transition) {
+    const int64_t row = cursor_;
+    storage_.index_put_({row}, transition);
+    advance(1);
+    return row;
+  }
+
+  /// Writes a batch of transitions (batch size [n]) at the write position,
+  /// wrapping around the end; returns the rows written.
+  at::Tensor extend(const td::TensorDictBase& batch) {
+    int64_t n = batch.batch_size().at(0);
+    td::TensorDictBase rows = batch;
+    if (n > capacity()) {  // only the last `capacity` rows survive
+      rows = batch.index({Slice(n - capacity(), n)});
+      advance(n - capacity());
+      n = capacity();
+    }
+    const int64_t first = cursor_;
+    const int64_t head = std::min(n, capacity() - first);
+    storage_.index_put_({Slice(first, first + head)}, rows.index({Slice(0, head)}));
+    if (head < n) storage_.index_put_({Slice(0, n - head)}, rows.index({Slice(head, n)}));
+    advance(n);
+    return at::arange(first, first + n, at::kLong).remainder_(capacity());
+  }
+
+  /// `batch_size` transitions drawn uniformly (with replacement) from the filled rows.
+  Transition sample(int64_t batch_size) const { return at(sample_indices(batch_size)); }
+  at::Tensor sample_indices(int64_t batch_size) const {
+    if (size_ == 0) throw std::runtime_error("cannot sample from an empty replay buffer");
+    return at::randint(size_, {batch_size}, at::kLong);
+  }
+
+  /// The transitions at `rows` (a 1-D long tensor): one index_select per leaf.
+  Transition at(const at::Tensor& rows) const { return storage_.index({rows}); }
+
+  /// Persists the write position (memmap buffers; a no-op otherwise).
+  void flush() const {
+    if (!dir_) return;
+    nlohmann::json state{{"capacity", capacity()},
+                         {"cursor", cursor_},
+                         {"size", size_},
+                         {"total_written", total_written_}};
+    td::detail::write_json_atomic((*dir_ / "state.json").string(), state.dump(2));
+  }
+
+  int64_t capacity() const { return storage_.batch_size().at(0); }
+  int64_t size() const { return size_; }
+  int64_t cursor() const { return cursor_; }
+  int64_t total_written() const { return total_written_; }
+  const Transition& storage() const { return storage_; }
+  const std::optional<fs::path>& dir() const { return dir_; }
+
+ private:
+  ReplayBuffer(Transition storage, std::optional<fs::path> dir)
+      : storage_(std::move(storage)), dir_(std::move(dir)) {}
+
+  void advance(int64_t n) {
+    cursor_ = (cursor_ + n) % capacity();
+    size_ = std::min(size_ + n, capacity());
+    total_written_ += n;
+  }
+
+  Transition storage_;
+  std::optional<fs::path> dir_;
+  int64_t cursor_ = 0;
+  int64_t size_ = 0;
+  int64_t total_written_ = 0;
+};
+
+/// A binary tree whose leaves hold non-negative weights and whose inner nodes
+/// hold the sums of their children: O(log n) updates and prefix-sum search.
+class SumTree {
+ public:
+  explicit SumTree(int64_t capacity) : capacity_(capacity) {
+    while (leaves_ < capacity) leaves_ <<= 1;
+    sums_.assign(static_cast<size_t>(2 * leaves_), 0.0);
+  }
+
+  void set(int64_t i, double weight) {
+    int64_t n = i + leaves_;
+    sums_[n] = weight;
+    // Recomputed from the children rather than adjusted by a delta, so that
+    // rounding errors do not accumulate over millions of updates.
+    for (n >>= 1; n >= 1; n >>= 1) sums_[n] = sums_[2 * n] + sums_[2 * n + 1];
+  }
+  double get(int64_t i) const { return sums_[i + leaves_]; }
+  double total() const { return sums_[1]; }
+  int64_t capacity() const { return capacity_; }
+
+  /// The leaf i where the running sum of weights first exceeds `mass`.
+  int64_t find(double mass) const {
+    int64_t n = 1;
+    while (n < leaves_) {
+      const double left = sums_[2 * n];
+      if (mass < left || sums_[2 * n + 1] <= 0.0) {
+        n = 2 * n;
+      } else {
+        mass -= left;
+        n = 2 * n + 1;
+      }
+    }
+    return std::min(n - leaves_, capacity_ - 1);
+  }
+
+ private:
+  int64_t capacity_;
+  int64_t leaves_ = 1;
+  std::vector<double> sums_;
+};
+
+/// Prioritized experience replay (Schaul et al. 2016): row i is drawn with
+/// probability p_i^alpha / sum_j p_j^alpha; importance weights
+/// (N * P(i))^-beta are normalised by the largest weight of the batch. New
+/// rows get the largest priority seen so far.
+class PrioritizedSampler {
+ public:
+  explicit PrioritizedSampler(int64_t capacity, double alpha = 0.6, double beta = 0.4,
+                              double eps = 1e-6)
+      : tree_(capacity), alpha_(alpha), beta_(beta), eps_(eps) {}
+
+  struct Batch {
+    at::Tensor indices;  // long [B]
+    at::Tensor weights;  // float [B]
+  };
+
+  /// Gives the rows just written the largest priority seen so far.
+  void mark_written(const at::Tensor& rows) {
+    const double w = std::pow(max_priority_, alpha_);
+    at::Tensor r = rows.to(at::kLong).contiguous();
+    const int64_t* p = r.data_ptr<int64_t>();
+    for (int64_t k = 0; k < r.numel(); ++k) tree_.set(p[k], w);
+  }
+  void mark_written(int64_t row) { tree_.set(row, std::pow(max_priority_, alpha_)); }
+
+  /// `batch_size` rows among the first `size`, stratified over the total mass.
+  Batch sample(int64_t batch_size, int64_t size, std::mt19937_64& rng) const {
+    const double total = tree_.total();
+    if (size == 0 || total <= 0.0) throw std::runtime_error("cannot sample: no priorities set");
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    at::Tensor indices = at::empty({batch_size}, at::kLong);
+    at::Tensor weights = at::empty({batch_size}, at::kFloat);
+    int64_t* idx = indices.data_ptr<int64_t>();
+    float* w = weights.data_ptr<float>();
+    const double segment = total / static_cast<double>(batch_size);
+    double max_w = 0.0;
+    for (int64_t b = 0; b < batch_size; ++b) {
+      int64_t i = tree_.find((static_cast<double>(b) + uniform(rng)) * segment);
+      i = std::min(i, size - 1);
+      idx[b] = i;
+      const double prob = tree_.get(i) / total;
+      const double wi = prob > 0 ? std::pow(static_cast<double>(size) * prob, -beta_) : 0.0;
+      w[b] = static_cast<float>(wi);
+      max_w = std::max(max_w, wi);
+    }
+    if (max_w > 0) weights.div_(max_w);
+    return {indices, weights};
+  }
+
+  /// New priorities (e.g. |TD error|) of the rows `indices`.
+  void update_priorities(const at::Tensor& indices, const at::Tensor& priorities) {
+    at::Tensor idx = indices.to(at::kLong).contiguous();
+    at::Tensor pr = priorities.to(at::kDouble).abs().contiguous();
+    if (idx.numel() != pr.numel())
+      throw std::invalid_argument("update_priorities: " + std::to_string(idx.numel()) +
+                                  " indices but " + std::to_string(pr.numel()) + " priorities");
+    const int64_t* i = idx.data_ptr<int64_t>();
+    const double* p = pr.data_ptr<double>();
+    for (int64_t k = 0; k < idx.numel(); ++k) {
+      const double priority = p[k] + eps_;
+      max_priority_ = std::max(max_priority_, priority);
+      tree_.set(i[k], std::pow(priority, alpha_));
+    }
+  }
+
+  /// The sampling weight p_i^alpha of row i.
+  double weight(int64_t row) const { return tree_.get(row); }
+
+  /// Saves the weights as a memmap tensordict under `dir`; load() reads them back.
+  void save(const fs::path& dir) const {
+    at::Tensor weights = at::empty({tree_.capacity()}, at::kDouble);
+    double* p = weights.data_ptr<double>();
+    for (int64_t i = 0; i < tree_.capacity(); ++i) p[i] = tree_.get(i);
+    td::TensorDict state({{"weights", weights},
+                          {"max_priority", at::scalar_tensor(max_priority_, at::kDouble)}});
+    fs::remove_all(dir);
+    state.memmap(dir.string());
+  }
+  void load(const fs::path& dir) {
+    td::TensorDictBase state = td::load_memmap(dir.string());
+    at::Tensor weights = state.get("weights").contiguous();
+    if (weights.numel() != tree_.capacity())
+      throw std::runtime_error("priorities in " + dir.string() + " are for " +
+                               std::to_string(weights.numel()) + " rows, not " +
+                               std::to_string(tree_.capacity()));
+    const double* p = weights.data_ptr<double>();
+    for (int64_t i = 0; i < tree_.capacity(); ++i) tree_.set(i, p[i]);
+    max_priority_ = state.get("max_priority").item<double>();
+  }
+
+ private:
+  SumTree tree_;
+  double alpha_, beta_, eps_;
+  double max_priority_ = 1.0;
+};
+
+}  // namespace replay
