@@ -6,6 +6,7 @@
 #include <ATen/ExpandUtils.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace tensordict {
 namespace detail {
@@ -212,9 +213,53 @@ at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index) {
   return leaf.index(index.items);
 }
 
+namespace {
+
+// leaf[i] = value or leaf[a:b] = value where both are contiguous CPU tensors
+// of one dtype and the value has exactly the rows' shape: the rows are one
+// block of bytes, so one memmove does it. select().copy_() goes through the
+// dispatcher and TensorIterator, about 3 us per leaf, which made writing one
+// replay-buffer transition (5 leaves, 41 KiB) 5x its memcpy floor.
+bool put_rows_by_memmove(at::Tensor& leaf, const TranslatedIndex& index,
+                         const at::Tensor& value) {
+  using Op = TranslatedIndex::BasicOp;
+  if (index.ops.size() != 1 || leaf.dim() == 0) return false;
+  const Op& op = index.ops[0];
+  int64_t first = op.start, count = 1;
+  if (op.kind == Op::Slice) {
+    if (op.step != 1) return false;
+    count = op.stop - op.start;
+  } else if (op.kind != Op::Select) {
+    return false;
+  }
+  if (count <= 0 || leaf.device().type() != at::kCPU || value.device().type() != at::kCPU ||
+      leaf.scalar_type() != value.scalar_type() || leaf.layout() != at::kStrided ||
+      value.layout() != at::kStrided || leaf.requires_grad() || value.requires_grad() ||
+      value.is_conj() || value.is_neg() || leaf.is_conj() || leaf.is_neg() ||
+      !leaf.is_contiguous() || !value.is_contiguous())
+    return false;
+  at::IntArrayRef row_shape = leaf.sizes().slice(1);
+  if (op.kind == Op::Select) {
+    if (value.sizes() != row_shape) return false;
+  } else if (value.dim() != leaf.dim() || value.size(0) != count ||
+             value.sizes().slice(1) != row_shape) {
+    return false;
+  }
+  // Not stride(0): a contiguous tensor's size-1 dims may have any stride.
+  const auto row_bytes =
+      static_cast<size_t>(c10::multiply_integers(row_shape)) * leaf.element_size();
+  std::memmove(static_cast<char*>(leaf.data_ptr()) + static_cast<size_t>(first) * row_bytes,
+               value.data_ptr(), static_cast<size_t>(count) * row_bytes);
+  leaf.unsafeGetTensorImpl()->bump_version();  // what copy_ does for autograd's checks
+  return true;
+}
+
+}  // namespace
+
 void put_index(at::Tensor& leaf, const TranslatedIndex& index,
                const at::Tensor& value) {
   if (index.basic) {
+    if (put_rows_by_memmove(leaf, index, value)) return;
     apply_index(leaf, index).copy_(value);
     return;
   }

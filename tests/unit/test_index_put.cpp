@@ -531,3 +531,57 @@ TEST(TensorDictIndexPut, UpdateAtWritesExistingKeysOnly) {
   frozen.expect_unchanged(t);
   EXPECT_FALSE(t.contains("zzz"));
 }
+
+// A row or a block of rows of contiguous leaves is written with one memmove
+// (see put_rows_by_memmove); these cover its conditions and its fallbacks.
+TEST(TensorDictIndexPut, RowAndBlockWritesOfContiguousLeavesMatchTorch) {
+  td::TensorDict dst({{"img", torch::zeros({6, 2, 3}, torch::kUInt8)},
+                      {"r", torch::zeros({6})},
+                      {"one", torch::zeros({6, 1, 1})}},  // size-1 dims: any stride is contiguous
+                     {6});
+  at::Tensor img = torch::arange(6, torch::kUInt8).view({1, 2, 3});
+  td::TensorDict row({{"img", img[0]}, {"r", torch::tensor(2.5f)}, {"one", torch::ones({1, 1})}}, {});
+  const auto version = dst.get("img")._version();
+  dst.index_put_({-2}, row);  // negative: resolved to row 4
+  EXPECT_TRUE(torch::equal(dst.get("img")[4], img[0]));
+  EXPECT_TRUE(dst.get("img")[3].eq(0).all().item<bool>());
+  EXPECT_TRUE(dst.get("img")[5].eq(0).all().item<bool>());
+  EXPECT_EQ(dst.get("r")[4].item<float>(), 2.5f);
+  EXPECT_EQ(dst.get("one")[4].item<float>(), 1.0f);
+  EXPECT_GT(dst.get("img")._version(), version);  // autograd's version counter moved
+
+  td::TensorDict block({{"img", torch::full({2, 2, 3}, 7, torch::kUInt8)},
+                        {"r", torch::tensor({1.0f, 2.0f})},
+                        {"one", torch::full({2, 1, 1}, 3.0f)}},
+                       {2});
+  dst.index_put_({Slice(1, 3)}, block);
+  EXPECT_TRUE(dst.get("img").slice(0, 1, 3).eq(7).all().item<bool>());
+  EXPECT_TRUE(torch::equal(dst.get("r"), torch::tensor({0.0f, 1.0f, 2.0f, 0.0f, 2.5f, 0.0f})));
+  EXPECT_TRUE(dst.get("img")[0].eq(0).all().item<bool>());
+  EXPECT_TRUE(torch::equal(dst.get("img")[4], img[0]));
+}
+
+TEST(TensorDictIndexPut, RowWritesFallBackForStridedBroadcastAndCastValues) {
+  td::TensorDict dst({{"x", torch::zeros({4, 3})}}, {4});
+  // A non-contiguous value (a column of a transposed tensor).
+  at::Tensor t = torch::arange(12, torch::kFloat).view({3, 4}).t();
+  dst.index_put_({1}, td::TensorDict({{"x", t[2]}}, {}));
+  EXPECT_TRUE(torch::equal(dst.get("x")[1], torch::tensor({2.0f, 6.0f, 10.0f})));
+  // A broadcast value (rows of shape [1] into [3]) and a cast value (int into float).
+  dst.index_put_({Slice(2, 4)}, td::TensorDict({{"x", torch::full({2, 1}, 5.0f)}}, {2}));
+  EXPECT_TRUE(dst.get("x").slice(0, 2, 4).eq(5).all().item<bool>());
+  dst.index_put_({0}, td::TensorDict({{"x", torch::tensor({1, 2, 3})}}, {}));
+  EXPECT_TRUE(torch::equal(dst.get("x")[0], torch::tensor({1.0f, 2.0f, 3.0f})));
+  // A step slice is not one block.
+  dst.index_put_({Slice(0, 4, 2)}, td::TensorDict({{"x", torch::full({2, 3}, 9.0f)}}, {2}));
+  EXPECT_TRUE(dst.get("x")[0].eq(9).all().item<bool>());
+  EXPECT_TRUE(dst.get("x")[2].eq(9).all().item<bool>());
+  EXPECT_TRUE(torch::equal(dst.get("x")[1], torch::tensor({2.0f, 6.0f, 10.0f})));
+}
+
+TEST(TensorDictIndexPut, RowWriteIntoALeafThatRequiresGradKeepsTorchsError) {
+  td::TensorDict dst({{"w", torch::zeros({3, 2}).requires_grad_()}}, {3});
+  // torch refuses an in-place write into a leaf that requires grad; so must we.
+  EXPECT_ANY_THROW(dst.index_put_({0}, td::TensorDict({{"w", torch::ones({2})}}, {})));
+  EXPECT_TRUE(dst.get("w").eq(0).all().item<bool>());
+}
