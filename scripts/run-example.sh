@@ -7,5 +7,5 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF -DTENSORDICT_BUILD_EXAMPLES=ON
-cmake --build "$BUILD_DIR" -j "$JOBS" --target quickstart
-"$BUILD_DIR"/examples/quickstart "$@"
+cmake --build "$BUILD_DIR" -j "$JOBS" --target replay_buffer
+"$BUILD_DIR"/examples/replay_buffer "$@"
