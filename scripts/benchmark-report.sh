@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds every benchmark, runs each next to its floor, and writes the report:
+# benchmarks/results/<name>.{md,json}, docs/benchmarks.md and docs/benchmarks.png.
+# Run it on a quiet machine: the ratios of a busy one are noise.
+#   REPETITIONS=5 bash scripts/benchmark-report.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+# The plot needs matplotlib, from Debian's package (for /usr/bin/python3).
+if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  SUDO=""; if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-matplotlib
+fi
+BUILD_DIR=${BUILD_DIR:-build-bench}
+JOBS=${JOBS:-$(nproc)}
+REPETITIONS=${REPETITIONS:-5}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+  -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=ON
+BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)
+[[ -f benchmarks/bench_checkpoint.cpp ]] && BENCHES+=(bench_checkpoint)
+cmake --build "$BUILD_DIR" -j "$JOBS" --target "${BENCHES[@]}"
+for b in "${BENCHES[@]}"; do
+  /usr/bin/python3 benchmarks/run.py "$BUILD_DIR/benchmarks/$b" --repetitions "$REPETITIONS"
+done
+/usr/bin/python3 benchmarks/report.py
