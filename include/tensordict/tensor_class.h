@@ -229,10 +229,20 @@ class TensorClass {
     return td_derived_();
   }
   /// Copies every entry of `other`'s tensordict into this one in place.
-  Derived& update_(const Derived& other) {
-    td_.update_(other.tensordict());
+  Derived& update_(const Derived& other) { return update_(other.tensordict()); }
+  /// Copies every entry of `other` into this one in place (the form that
+  /// works on locked, memory-mapped or shared storages).
+  Derived& update_(const TensorDictBase& other) {
+    td_.update_(other);
     return td_derived_();
   }
+  /// Python's tc.update(td): sets every entry of `other`, replacing or adding
+  /// (LockedError on a locked storage, which nothing then changes).
+  Derived& update(const TensorDictBase& other) {
+    td_.update(other);
+    return td_derived_();
+  }
+  Derived& update(const Derived& other) { return update(other.tensordict()); }
   Derived& share_memory_() {
     td_.share_memory_();
     return td_derived_();

@@ -75,15 +75,6 @@ W make_row(int64_t i) {
       {});
 }
 
-/// w.update_(src) with src a tensordict (a TensorClass takes a TensorClass).
-template <class W>
-void update_in_place(W& w, const td::TensorDictBase& src) {
-  if constexpr (kIsTypedTensorDict<W>)
-    w.update_(src);
-  else
-    w.update_(W::from_tensordict(src));
-}
-
 /// The top-level keys, sorted.
 std::vector<std::string> sorted_keys(const td::TensorDictBase& t) {
   std::vector<std::string> out;
@@ -366,21 +357,14 @@ void update_cell(const StorageCase& s, Scratch& scratch) {
   W w = wrap<W>(backend);
   const td::TensorDict src({{"a", full_a(-2)}}, {kN});
   // update_: in place, on every storage.
-  update_in_place(w, src);
+  w.update_(src);
   EXPECT_TRUE(same_tensor(w.a(), full_a(-2)));
   EXPECT_TRUE(same_tensor(s.reopened(backend).get("a"), full_a(-2)));
   EXPECT_TRUE(same_tensor(w.b(), data.get("b")));
 
-  // update: replaces and adds entries (a TensorClass has no update(): its
-  // tensordict() handle does it).
-  td::TensorDictBase target = storage_of(w);
+  // update: replaces and adds entries.
   const td::TensorDict more({{"a", full_a(3)}, {"c", torch::zeros({kN})}}, {kN});
-  auto update = [&] {
-    if constexpr (kIsTypedTensorDict<W>)
-      w.update(more);
-    else
-      target.update(more);
-  };
+  auto update = [&] { w.update(more); };
   if (s.writes_in_place_only) {
     const Snapshot before = Snapshot::of(backend);
     TD_EXPECT_THROW_MSG(update(), td::LockedError, "Cannot modify locked TensorDict");
@@ -391,10 +375,7 @@ void update_cell(const StorageCase& s, Scratch& scratch) {
     EXPECT_TRUE(same_tensor(backend.get("a"), full_a(3)));
     EXPECT_TRUE(backend.contains("c"));
   }
-  if (s.writes_in_place_only)
-    record_cell("`update_()`");
-  else if (!kIsTypedTensorDict<W>)
-    record_cell("`update_()` only");  // the wrapper has no update()
+  if (s.writes_in_place_only) record_cell("`update_()`");
 }
 
 }  // namespace
