@@ -95,8 +95,10 @@ void to_module(const TensorDictBase& params, torch::nn::Module& module,
                const ToModuleOptions& options = {});
 
 /// The submodule of `root` at `path` ({"layers", "0"}), found through
-/// named_children() level by level; an empty path is `root` itself. KeyError
-/// names the path and the children present where the lookup failed.
+/// named_children() level by level; an empty path is `root` itself (shared
+/// with its owner, or a non-owning pointer for a root that no shared_ptr
+/// owns). KeyError names the path and the children present where the lookup
+/// failed.
 std::shared_ptr<torch::nn::Module> submodule(const torch::nn::Module& root,
                                              const NestedKey& path);
 

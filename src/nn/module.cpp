@@ -92,6 +92,9 @@ void plan_copies(const TensorDictBase& params, const torch::nn::Module& m, const
   for (const auto& [k, v] : params.items()) {
     const std::string& name = k.front();
     const NestedKey full = path.child(name);
+    if (v.is_non_tensor())
+      throw TypeError("to_module: key " + full.repr() +
+                      " is a non-tensor entry; only tensors can be written into a module");
     const at::Tensor* dst = find_own(name);
     const std::shared_ptr<torch::nn::Module>* child = children.find(name);
     if (!dst && !child)
@@ -126,8 +129,7 @@ void plan_copies(const TensorDictBase& params, const torch::nn::Module& m, const
         plan_copies(v.tensordict(), **child, full, opt, plan, missing);
         break;
       case EntryKind::NonTensor:
-        throw TypeError("to_module: key " + full.repr() +
-                        " is a non-tensor entry; only tensors can be written into a module");
+        break;  // refused above
     }
   }
   if (!opt.strict) return;
@@ -154,9 +156,11 @@ TensorDict from_module(const torch::nn::Module& module, const FromModuleOptions&
 
 std::shared_ptr<torch::nn::Module> submodule(const torch::nn::Module& root,
                                              const NestedKey& path) {
-  // The root itself has no shared_ptr of ours; a non-owning one is handed out.
-  std::shared_ptr<torch::nn::Module> cur(std::shared_ptr<torch::nn::Module>(),
-                                         const_cast<torch::nn::Module*>(&root));
+  // Modules are owned by shared_ptrs (ModuleHolder); a root that is not (one
+  // on the stack) is handed out as a non-owning pointer.
+  auto& mutable_root = const_cast<torch::nn::Module&>(root);
+  std::shared_ptr<torch::nn::Module> cur = mutable_root.weak_from_this().lock();
+  if (!cur) cur = std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &mutable_root);
   NestedKey walked;
   for (const auto& part : path) {
     auto children = cur->named_children();
