@@ -182,6 +182,40 @@ TEST_F(Module, RoundTripThroughMemmap) {
   EXPECT_TRUE(dst->fc->weight.grad().defined());
 }
 
+// to_module reads a mapped source from its file only when the file holds the
+// tensor's current bytes.
+TEST_F(Module, MappedSourcesAreReadAsTheyAreNow) {
+  Net src = make_net(1);
+  td::from_module(*src).memmap(dir.str("ckpt"));
+  const fs::path weight_file = dir.path / "ckpt" / "fc" / "weight.memmap";
+  // Copy-on-write mapping changed in memory: the file does not have the change.
+  {
+    Net dst = make_net(2);
+    td::TensorDictBase cow = td::load_memmap(dir.str("ckpt"), {.writable = false});
+    cow.get({"fc", "weight"}).fill_(5.0);
+    td::to_module(cow, *dst);
+    EXPECT_TRUE(torch::all(dst->fc->weight == 5.0).item<bool>());
+  }
+  // Writable mapping changed in memory: the file has it (read with pread).
+  {
+    Net dst = make_net(2);
+    td::TensorDictBase shared = td::load_memmap(dir.str("ckpt"));
+    shared.get({"fc", "weight"}).fill_(6.0);
+    td::to_module(shared, *dst);
+    EXPECT_TRUE(torch::all(dst->fc->weight == 6.0).item<bool>());
+  }
+  // The file replaced by another one after loading: the mapped bytes win.
+  {
+    Net dst = make_net(2);
+    td::TensorDictBase loaded = td::load_memmap(dir.str("ckpt"));
+    at::Tensor expected = loaded.get({"fc", "weight"}).clone();
+    td::MemoryMappedTensor::from_tensor(torch::full({4, 3}, 9.0), (dir.path / "other").string());
+    fs::rename(dir.path / "other", weight_file);
+    td::to_module(loaded, *dst);
+    EXPECT_TRUE(torch::equal(dst->fc->weight, expected));
+  }
+}
+
 TEST_F(Module, WritingItsOwnTensorsBackIsANoOp) {
   Net net = make_net(1);
   const auto expected = values_of(*net);
