@@ -26,6 +26,9 @@ struct MappedFile {
   void* addr = nullptr;
   std::size_t length = 0;
   std::string path;
+  bool shared = false;  // MAP_SHARED: the mapped bytes are the file's bytes
+  dev_t dev = 0;        // identity of the mapped file, to recognise it again
+  ino_t ino = 0;
 };
 
 void release_mapping(void* ctx) {
@@ -53,9 +56,10 @@ std::vector<int64_t> row_major_strides(at::IntArrayRef shape) {
   return strides;
 }
 
-at::Tensor wrap_mapping(void* addr, std::size_t length, std::string path,
-                        at::ScalarType dtype, at::IntArrayRef shape) {
-  auto* ctx = new MappedFile{addr, length, std::move(path)};
+at::Tensor wrap_mapping(MappedFile file, at::ScalarType dtype, at::IntArrayRef shape) {
+  void* addr = file.addr;
+  const std::size_t length = file.length;
+  auto* ctx = new MappedFile(std::move(file));
   c10::DataPtr ptr(addr, ctx, &release_mapping, c10::Device(c10::kCPU));
   c10::Storage storage(c10::Storage::use_byte_size_t(), length, std::move(ptr),
                        /*allocator=*/nullptr, /*resizable=*/false);
@@ -102,7 +106,8 @@ at::Tensor map_file(const std::string& path, at::ScalarType dtype,
                       writable ? MAP_SHARED : MAP_PRIVATE, f.fd, 0);
   if (addr == MAP_FAILED)
     throw StorageError("cannot map " + path + what + ": " + errno_text());
-  return wrap_mapping(addr, nbytes, path, dtype, shape);
+  return wrap_mapping(MappedFile{addr, nbytes, path, writable, st.st_dev, st.st_ino}, dtype,
+                      shape);
 }
 
 void write_file(const std::string& path, const at::Tensor& tensor,
@@ -148,6 +153,37 @@ bool is_whole_mapping(const at::Tensor& tensor) {
   if (!mapped_filename(tensor)) return false;
   return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
          static_cast<std::size_t>(tensor.nbytes()) == tensor.storage().nbytes();
+}
+
+bool read_mapped_into(const at::Tensor& src, const at::Tensor& dst) {
+  if (!is_whole_mapping(src) || src.is_conj() || src.is_neg()) return false;
+  const auto* m = static_cast<const MappedFile*>(src.storage().data_ptr().get_context());
+  if (!m->shared || dst.device().type() != c10::kCPU || !dst.is_contiguous() ||
+      dst.scalar_type() != src.scalar_type() || dst.nbytes() != src.nbytes() ||
+      !dst.has_storage() || dst.data_ptr() == src.data_ptr())
+    return false;
+  Fd f;
+  f.fd = ::open(m->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) return false;
+  struct stat st {};
+  // Another file now at that path (replaced by a rename): copy from the mapping.
+  if (::fstat(f.fd, &st) != 0 || st.st_dev != m->dev || st.st_ino != m->ino ||
+      static_cast<std::size_t>(st.st_size) < m->length)
+    return false;
+  char* out = static_cast<char*>(dst.data_ptr());
+  const std::size_t nbytes = dst.nbytes();
+  std::size_t done = 0;
+  while (done < nbytes) {
+    std::size_t chunk = std::min<std::size_t>(nbytes - done, std::size_t{1} << 30);
+    ssize_t n = ::pread(f.fd, out + done, chunk, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw StorageError("cannot read " + m->path + " (" + std::to_string(done) + " of " +
+                         std::to_string(nbytes) + " bytes read): " +
+                         (n < 0 ? errno_text() : std::string("unexpected end of file")));
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace detail

@@ -25,4 +25,13 @@ std::optional<std::string> mapped_filename(const at::Tensor& tensor);
 /// True when `tensor` covers its whole mapped file, row-major.
 bool is_whole_mapping(const at::Tensor& tensor);
 
+/// Copies `src` into `dst` with pread() from the file behind `src`, when `src`
+/// covers a whole file mapped writable (MAP_SHARED, so the mapping and the
+/// file hold the same bytes; a copy-on-write mapping may differ from its file)
+/// and `dst` is a distinct contiguous CPU tensor of the same dtype and size.
+/// Reading the file skips what copying through the mapping costs (a page
+/// fault per page range, then unmapping). Returns false when it does not
+/// apply (the caller copies); StorageError when the read fails.
+bool read_mapped_into(const at::Tensor& src, const at::Tensor& dst);
+
 }  // namespace tensordict::detail

@@ -1,0 +1,243 @@
+// Module checkpoints: saving and loading the 101 MB transformer of
+// examples/checkpoint_model.h (25.3 M float32 parameters in 80 tensors) with
+// tensordict (from_module + memmap, load_memmap + to_module) next to
+//  - the floor: raw write()/read() of the same parameter bytes, one file per
+//    tensor (the same number of files as the memmap directory), on one thread;
+//  - torch::save / torch::load of the module (a second variant).
+// No side calls fsync (neither do memmap() and torch::save): every variant
+// measures writing into the page cache. Files go to $TENSORDICT_BENCH_DIR
+// (default: the system temp dir); results/checkpoint.md says which was used.
+#include <benchmark/benchmark.h>
+#include "bench_main.h"
+#include "checkpoint_model.h"
+#include <tensordict/module.h>
+#include <tensordict/tensordict.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+namespace td = tensordict;
+
+namespace {
+
+fs::path bench_dir() {
+  const char* env = std::getenv("TENSORDICT_BENCH_DIR");
+  fs::path p = (env ? fs::path(env) : fs::temp_directory_path() / "tensordict-bench") /
+               "checkpoint";
+  fs::create_directories(p);
+  return p;
+}
+
+example::Transformer& model() {
+  static example::Transformer m = [] {
+    torch::manual_seed(0);
+    return example::Transformer(example::model_size("100mb"));
+  }();
+  return m;
+}
+
+// The module's tensors in from_module order, with a flat file name each.
+struct Leaf {
+  std::string file;
+  at::Tensor tensor;
+};
+std::vector<Leaf> leaves(const fs::path& dir) {
+  std::vector<Leaf> out;
+  for (const auto& [k, v] : td::from_module(*model()).items(true, true))
+    out.push_back({(dir / (k.join(".") + ".bin")).string(), v.tensor()});
+  return out;
+}
+
+// Another instance of the same architecture (its own memory), so that a
+// zero-copy load does not change the model the other benchmarks read.
+example::Transformer fresh_model() {
+  return example::Transformer(example::model_size("100mb"));
+}
+
+// Reads one byte of every 4 KiB page of every tensor of the module.
+unsigned touch_pages(const torch::nn::Module& m) {
+  unsigned sum = 0;
+  for (const auto& [k, v] : td::from_module(m).items(true, true)) {
+    const volatile char* p = static_cast<const char*>(v.tensor().data_ptr());
+    const std::size_t n = v.tensor().nbytes();
+    for (std::size_t i = 0; i < n; i += 4096) sum += static_cast<unsigned char>(p[i]);
+  }
+  return sum;
+}
+
+int64_t model_bytes() {
+  int64_t n = 0;
+  for (const auto& l : leaves("")) n += static_cast<int64_t>(l.tensor.nbytes());
+  return n;
+}
+
+void report(benchmark::State& state) {
+  state.SetBytesProcessed(state.iterations() * model_bytes());
+}
+
+void write_all(int fd, const char* p, std::size_t n) {
+  for (std::size_t done = 0; done < n;) {
+    auto w = ::pwrite(fd, p + done, n - done, static_cast<off_t>(done));
+    if (w <= 0) throw std::runtime_error("pwrite failed");
+    done += static_cast<std::size_t>(w);
+  }
+}
+void read_all(int fd, char* p, std::size_t n) {
+  for (std::size_t done = 0; done < n;) {
+    auto r = ::pread(fd, p + done, n - done, static_cast<off_t>(done));
+    if (r <= 0) throw std::runtime_error("pread failed");
+    done += static_cast<std::size_t>(r);
+  }
+}
+
+// ---- save -----------------------------------------------------------------------
+
+void BM_ckpt_save_td(benchmark::State& state) {
+  auto dir = bench_dir() / "td";
+  for (auto _ : state) {
+    td::TensorDictBase saved = td::from_module(*model()).memmap(dir.string());
+    benchmark::DoNotOptimize(saved);
+  }
+  report(state);
+}
+// The same with one writer thread, like the floor.
+void BM_ckpt_save_td_1thread(benchmark::State& state) {
+  auto dir = bench_dir() / "td1";
+  for (auto _ : state) {
+    td::TensorDictBase saved =
+        td::from_module(*model()).memmap(dir.string(), {.num_threads = 1});
+    benchmark::DoNotOptimize(saved);
+  }
+  report(state);
+}
+void BM_ckpt_save_floor(benchmark::State& state) {
+  auto dir = bench_dir() / "raw";
+  fs::create_directories(dir);
+  const auto files = leaves(dir);
+  for (auto _ : state) {
+    for (const auto& l : files) {
+      int fd = ::open(l.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+      write_all(fd, static_cast<const char*>(l.tensor.data_ptr()), l.tensor.nbytes());
+      ::close(fd);
+    }
+  }
+  report(state);
+}
+void BM_ckpt_save_torch_save(benchmark::State& state) {
+  auto file = bench_dir() / "model.pt";
+  for (auto _ : state) torch::save(model(), file.string());
+  report(state);
+}
+
+// ---- load into the module ----------------------------------------------------------
+//
+// Each load benchmark runs twice: warm, with the heap bench_main.h keeps
+// (freed blocks are reused, so torch::load's new tensors land in memory that
+// is already faulted in), and cold, where every iteration starts from a
+// trimmed heap (malloc_trim(0), not timed), as in a process that loads a
+// checkpoint once: memory new to the process is faulted in (zeroed by the
+// kernel) on first write.
+
+void trim_heap(benchmark::State& state, bool cold) {
+  if (!cold) return;
+  state.PauseTiming();
+  ::malloc_trim(0);
+  state.ResumeTiming();
+}
+
+void BM_ckpt_load_td(benchmark::State& state, bool cold) {
+  auto dir = bench_dir() / "load_td";
+  td::from_module(*model()).memmap(dir.string());
+  for (auto _ : state) {
+    trim_heap(state, cold);
+    td::to_module(td::load_memmap(dir.string()), *model());
+  }
+  report(state);
+}
+// Zero-copy: the module's tensors are mapped copy-on-write from the files
+// (share_storage); no data is read until it is used. With `touch`, then one
+// read of every 4 KiB page of every tensor: what the first forward pass pays
+// on top of the zero-copy load.
+void BM_ckpt_load_td_shared(benchmark::State& state, bool cold, bool touch) {
+  auto dir = bench_dir() / "load_td_shared";
+  td::from_module(*model()).memmap(dir.string());
+  example::Transformer m = fresh_model();
+  for (auto _ : state) {
+    trim_heap(state, cold);
+    td::to_module(td::load_memmap(dir.string(), {.writable = false}), *m,
+                  {.share_storage = true});
+    if (touch) benchmark::DoNotOptimize(touch_pages(*m));
+  }
+  report(state);
+}
+void BM_ckpt_load_floor(benchmark::State& state, bool cold) {
+  auto dir = bench_dir() / "load_raw";
+  fs::create_directories(dir);
+  const auto files = leaves(dir);
+  for (const auto& l : files) {
+    int fd = ::open(l.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    write_all(fd, static_cast<const char*>(l.tensor.data_ptr()), l.tensor.nbytes());
+    ::close(fd);
+  }
+  for (auto _ : state) {
+    trim_heap(state, cold);
+    // read() straight into the parameters' memory (what to_module must write).
+    for (const auto& l : files) {
+      int fd = ::open(l.file.c_str(), O_RDONLY | O_CLOEXEC);
+      read_all(fd, static_cast<char*>(l.tensor.data_ptr()), l.tensor.nbytes());
+      ::close(fd);
+    }
+  }
+  report(state);
+}
+void BM_ckpt_load_torch_load(benchmark::State& state, bool cold) {
+  auto file = bench_dir() / "load.pt";
+  torch::save(model(), file.string());
+  for (auto _ : state) {
+    trim_heap(state, cold);
+    torch::load(model(), file.string());
+  }
+  report(state);
+}
+
+void register_all() {
+  using Fn = void (*)(benchmark::State&);
+  const std::pair<const char*, Fn> saves[] = {
+      {"BM_ckpt_save_100MB/tensordict", BM_ckpt_save_td},
+      {"BM_ckpt_save_100MB/tensordict_1thread", BM_ckpt_save_td_1thread},
+      {"BM_ckpt_save_100MB/floor", BM_ckpt_save_floor},
+      {"BM_ckpt_save_100MB/torch_save", BM_ckpt_save_torch_save},
+  };
+  auto setup = [](benchmark::internal::Benchmark* b) {
+    b->Iterations(10)->Unit(benchmark::kMillisecond)->UseRealTime();
+  };
+  for (const auto& [name, fn] : saves) setup(benchmark::RegisterBenchmark(name, fn));
+  for (bool cold : {false, true}) {
+    const std::string op = cold ? "BM_ckpt_load_cold_100MB/" : "BM_ckpt_load_100MB/";
+    auto reg = [&](const char* variant, auto fn, auto... args) {
+      setup(benchmark::RegisterBenchmark((op + variant).c_str(), fn, args...));
+    };
+    reg("tensordict", BM_ckpt_load_td, cold);
+    reg("tensordict_shared", BM_ckpt_load_td_shared, cold, false);
+    reg("tensordict_shared_touch", BM_ckpt_load_td_shared, cold, true);
+    reg("floor", BM_ckpt_load_floor, cold);
+    reg("torch_load", BM_ckpt_load_torch_load, cold);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rc = run_benchmarks(argc, argv, register_all);
+  fs::remove_all(bench_dir());
+  return rc;
+}
