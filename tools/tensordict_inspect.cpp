@@ -71,11 +71,16 @@ json describe(const td::TensorDictBase& data, int64_t max_values) {
         entries[k] = describe(value.tensordict(), max_values);
         entries[k]["kind"] = "tensordict";
         break;
-      case td::EntryKind::NonTensor: {
+      case td::EntryKind::NonTensor:
+      case td::EntryKind::NonTensorStack: {
+        const bool stack = value.is_non_tensor_stack();
         json e;
-        e["kind"] = "non_tensor";
-        e["batch_size"] = value.non_tensor().batch_size().vec();
-        e["data"] = json::parse(value.non_tensor().data().dump());
+        e["kind"] = stack ? "non_tensor_stack" : "non_tensor";
+        e["batch_size"] = stack ? value.non_tensor_stack().batch_size().vec()
+                                : value.non_tensor().batch_size().vec();
+        const nlohmann::json data =
+            stack ? value.non_tensor_stack().tolist() : value.non_tensor().data();
+        e["data"] = json::parse(data.dump());
         entries[k] = e;
         break;
       }

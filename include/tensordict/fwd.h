@@ -6,6 +6,7 @@ namespace tensordict {
 class Error;
 class NestedKey;
 class NonTensorData;
+class NonTensorStack;
 class Value;
 class Node;
 class TensorDictBase;

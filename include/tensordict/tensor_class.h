@@ -363,7 +363,10 @@ class TensorClass {
       if (!entry->is_non_tensor())
         throw TypeError("'" + std::string(static_type_name()) + "' field '" +
                         std::string(name) + "' holds a " + to_string(entry->kind()) +
-                        ", not a non-tensor value");
+                        (entry->is_non_tensor_stack()
+                             ? " (one value per element): index the tensorclass to read "
+                               "an element's value"
+                             : ", not a non-tensor value"));
       j = &entry->non_tensor().data();
     }
     if (!j || j->is_null()) {
@@ -404,13 +407,15 @@ class TensorClass {
   static void td_check_entry_(const std::string& ctx, const FieldInfo& f, EntryKind kind,
                               const nlohmann::json* value) {
     const std::string name(f.name);
+    const bool non_tensor = kind == EntryKind::NonTensor || kind == EntryKind::NonTensorStack;
     if (f.kind == FieldKind::Tensor) {
-      if (kind == EntryKind::NonTensor)
-        throw SchemaError(ctx + ": field '" + name +
-                          "' is a tensor field but holds a NonTensorData");
+      if (non_tensor)
+        throw SchemaError(ctx + ": field '" + name + "' is a tensor field but holds a " +
+                          to_string(kind));
       return;
     }
-    if (kind != EntryKind::NonTensor)
+    // A NonTensorStack (one value per element) is not checked value by value.
+    if (!non_tensor)
       throw SchemaError(ctx + ": field '" + name + "' is a non-tensor field (" +
                         std::string(f.type) + ") but holds a " + to_string(kind));
     if (value && !value->is_null()) {

@@ -30,10 +30,11 @@ class Node;
 class Value;
 class TensorDict;
 
-/// The kind of one entry.
-enum class EntryKind : std::uint8_t { Tensor, TensorDict, NonTensor };
+/// The kind of one entry. NonTensor is a NonTensorData (one value for the
+/// whole batch), NonTensorStack one value per batch element.
+enum class EntryKind : std::uint8_t { Tensor, TensorDict, NonTensor, NonTensorStack };
 
-/// "Tensor", "TensorDict" or "NonTensorData".
+/// "Tensor", "TensorDict", "NonTensorData" or "NonTensorStack".
 const char* to_string(EntryKind kind) noexcept;
 
 /// A list of LibTorch indices, as taken by at::Tensor::index.
@@ -61,8 +62,8 @@ struct KeysOptions {
   /// Only tensor leaves (Python's default is_leaf): nested tensordicts and,
   /// unless non_tensor_leaves, non-tensor entries are skipped.
   bool leaves_only = false;
-  /// With leaves_only: count non-tensor entries as leaves too
-  /// (Python's is_leaf=is_leaf_nontensor).
+  /// With leaves_only: count non-tensor entries (NonTensorData and
+  /// NonTensorStack) as leaves too (Python's is_leaf=is_leaf_nontensor).
   bool non_tensor_leaves = false;
   /// Sort by the "."-joined key instead of insertion order.
   bool sort = false;
@@ -161,7 +162,8 @@ class TensorDictBase {
       bool include_nested = false, bool leaves_only = false) const;
   std::vector<std::pair<NestedKey, Value>> items(
       const KeysOptions& options) const;
-  /// (key, value) of every non-tensor entry.
+  /// (key, value) of every non-tensor entry (a NonTensorStack gives its
+  /// nested list, as get_non_tensor).
   std::vector<std::pair<NestedKey, nlohmann::json>> non_tensor_items(
       bool include_nested = false) const;
   /// Calls fn(key, value) on each entry (KeysOptions as in keys()). Cheaper
@@ -202,11 +204,19 @@ class TensorDictBase {
   at::Tensor get(const NestedKey& key, const at::Tensor& default_value) const;
   /// The nested tensordict at key (KeyError / TypeError as get()).
   TensorDictBase get_tensordict(const NestedKey& key) const;
-  /// The value of the non-tensor entry at key (KeyError / TypeError).
+  /// The value of the non-tensor entry at key: a NonTensorData's value, or a
+  /// NonTensorStack's nested list of per-element values (Python's td[key]).
+  /// KeyError when missing, TypeError for a tensor or a tensordict.
   nlohmann::json get_non_tensor(const NestedKey& key) const;
   nlohmann::json get_non_tensor(const NestedKey& key,
                                 nlohmann::json default_value) const;
-  /// True when the entry at key exists and is a non-tensor.
+  /// The per-element values at key: a NonTensorStack as stored, or a
+  /// NonTensorData repeated over its batch size (Python's maybe_to_stack).
+  /// KeyError when missing; TypeError for a tensor, a tensordict, or a
+  /// NonTensorData of batch size [].
+  NonTensorStack get_non_tensor_stack(const NestedKey& key) const;
+  /// True when the entry at key exists and is a non-tensor (NonTensorData or
+  /// NonTensorStack, as Python's is_non_tensor).
   bool is_non_tensor(const NestedKey& key) const;
   /// Shape of the entry at key without reading it (a tensordict's batch size).
   std::vector<int64_t> get_item_shape(const NestedKey& key) const;
@@ -228,6 +238,11 @@ class TensorDictBase {
   TensorDictBase& set_(const NestedKey& key, const at::Tensor& value);
   /// Stores a NonTensorData holding `value` at key.
   TensorDictBase& set_non_tensor(const NestedKey& key, nlohmann::json value);
+  /// Stores a NonTensorStack at key: `values` is a nested list with one level
+  /// per batch dim of the entry's tensordict (a list of batch_size[0] lists
+  /// of batch_size[1] ... values). ValueError naming the key when `values` is
+  /// not a list or a length differs from the batch size.
+  TensorDictBase& set_non_tensor_stack(const NestedKey& key, const nlohmann::json& values);
   /// Creates (or returns) an empty nested tensordict at key with this batch
   /// size and device.
   TensorDictBase create_nested(const NestedKey& key);
@@ -326,7 +341,10 @@ class TensorDictBase {
   /// td[i]: integer index along the first batch dimension.
   TensorDictBase operator[](int64_t i) const;
   /// td[idx] = value: writes every key of `value` in place at `idx`, casting to
-  /// the destination dtype. `value`'s batch size must equal the indexed batch
+  /// the destination dtype. A non-tensor value different from the stored
+  /// NonTensorData turns it into a NonTensorStack (allowed while locked, as in
+  /// Python, but not on a memory-mapped or shared tensordict: LockedError);
+  /// a NonTensorStack is written element by element. `value`'s batch size must equal the indexed batch
   /// size or be a suffix of it (then it is broadcast). Keys missing here are
   /// pre-allocated as zeros of shape [*batch_size, *feature] (LockedError when
   /// locked); keys of this tensordict absent from `value` are untouched.
@@ -514,6 +532,7 @@ class Value {
   Value(at::Tensor tensor) : v_(std::move(tensor)) {}  // NOLINT(implicit)
   Value(TensorDictBase td) : v_(std::move(td)) {}      // NOLINT(implicit)
   Value(NonTensorData data) : v_(std::move(data)) {}   // NOLINT(implicit)
+  Value(NonTensorStack stack) : v_(std::move(stack)) {}  // NOLINT(implicit)
   /// A string is stored as NonTensorData.
   Value(const char* s) : v_(NonTensorData(nlohmann::json(s))) {}  // NOLINT
   Value(std::string s) : v_(NonTensorData(nlohmann::json(std::move(s)))) {}  // NOLINT
@@ -525,7 +544,11 @@ class Value {
   EntryKind kind() const noexcept { return static_cast<EntryKind>(v_.index()); }
   bool is_tensor() const noexcept { return v_.index() == 0; }
   bool is_tensordict() const noexcept { return v_.index() == 1; }
+  /// A NonTensorData (one value for the batch). See is_non_tensor_or_stack().
   bool is_non_tensor() const noexcept { return v_.index() == 2; }
+  bool is_non_tensor_stack() const noexcept { return v_.index() == 3; }
+  /// A NonTensorData or a NonTensorStack (Python's is_non_tensor).
+  bool is_non_tensor_or_stack() const noexcept { return v_.index() >= 2; }
 
   /// The tensor; TypeError when the entry is of another kind.
   const at::Tensor& tensor() const&;
@@ -535,8 +558,11 @@ class Value {
   /// The non-tensor value; TypeError otherwise.
   const NonTensorData& non_tensor() const&;
   NonTensorData& non_tensor() &;
+  /// The per-element non-tensor values; TypeError otherwise.
+  const NonTensorStack& non_tensor_stack() const&;
+  NonTensorStack& non_tensor_stack() &;
 
-  using Variant = std::variant<at::Tensor, TensorDictBase, NonTensorData>;
+  using Variant = std::variant<at::Tensor, TensorDictBase, NonTensorData, NonTensorStack>;
   const Variant& variant() const noexcept { return v_; }
   Variant& variant() noexcept { return v_; }
 

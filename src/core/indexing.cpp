@@ -355,6 +355,10 @@ TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
           dst.write(k, d);
           break;
         }
+        case EntryKind::NonTensorStack:
+          // The values of the selected elements (one element: a NonTensorData).
+          dst.write(k, detail::index_non_tensor_stack(v->non_tensor_stack(), t));
+          break;
       }
     } catch (const c10::Error& e) {
       throw IndexError("indexing entry " + key_of().repr() + " failed: " +
@@ -524,24 +528,50 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
         put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key);
         break;
       }
-      case EntryKind::NonTensor: {
-        if (dv && !dv->is_non_tensor())
+      case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack: {
+        if (dv && !dv->is_non_tensor_or_stack())
           throw TypeError("index_put_: " + key.repr() + " is a " +
-                          to_string(dv->kind()) + " here and a NonTensorData in the value");
+                          to_string(dv->kind()) + " here and a " + to_string(vv.kind()) +
+                          " in the value");
         if (dv) {
-          if (dv->non_tensor().data() != vv.non_tensor().data())
-            throw TypeError(
-                "index_put_: writing a different non-tensor value into one row "
-                "of " + key.repr() + " needs a NonTensorStack (per-row values), "
-                "which this version does not support; the tensordict holds one "
-                "value for the whole batch");
+          // Computed in the dry run too (non-tensors are small), so that a
+          // shape error is reported before anything is written.
+          auto updated = detail::put_non_tensor(*dv, *plan.t, vv, key);
+          if (!updated) break;
+          if (dv->is_non_tensor() && updated->is_non_tensor_stack() &&
+              detail::backs_files(*dest))
+            throw LockedError(
+                "index_put_: writing a different non-tensor value into part of " +
+                key.repr() + " would turn its NonTensorData into a NonTensorStack, "
+                "which a memory-mapped or shared tensordict cannot do (its storage "
+                "is fixed); store a NonTensorStack there before memmapping");
+          if (dry_run) break;
+          // Replacing the entry is how a non-tensor is written in place; like
+          // Python, this is allowed on a locked tensordict.
+          dest->write(k, *updated);
+          detail::persist_non_tensor(*dest, k, *updated);
           break;
         }
         refuse_new();
         if (dry_run) break;
-        // The first write stores one value spanning the whole batch (Python).
-        dest->write(k, NonTensorData(vv.non_tensor().data(),
-                                     dest->batch_size().vec(), dest->device()));
+        if (vv.is_non_tensor()) {
+          // The first write stores one value spanning the whole batch (Python).
+          dest->write(k, NonTensorData(vv.non_tensor().data(),
+                                       dest->batch_size().vec(), dest->device()));
+          break;
+        }
+        // A NonTensorStack: one value per element of [*batch, *extra dims],
+        // every element first holding the value's first one (as a
+        // NonTensorData written first spans the batch), then the rows.
+        const NonTensorStack& src = vv.non_tensor_stack();
+        if (src.numel() == 0) break;  // nothing selected: nothing to store
+        auto extra = src.batch_size().slice(std::min(plan.t->batch.size(), src.batch_size().size()));
+        auto shape = concat_shape(dest->batch_size().slice(0, plan.B), extra);
+        Value fresh = NonTensorData(src.values().front(), shape, dest->device());
+        if (!shape.empty()) fresh = NonTensorStack::from_non_tensor(fresh.non_tensor());
+        auto updated = detail::put_non_tensor(fresh, *plan.t, vv, key);
+        dest->write(k, updated ? *updated : fresh);
         break;
       }
     }

@@ -89,6 +89,19 @@ namespace tensordict::detail {
 /// fn(leaf, key) -> new leaf; key is the full nested key.
 using MapFn = std::function<at::Tensor(const at::Tensor&, const NestedKey&)>;
 
+/// What map_leaves does with a NonTensorStack entry.
+enum class StackPolicy : std::uint8_t {
+  /// fn moves batch elements (shape ops): fn is applied to the stack's
+  /// positions tensor and the values follow.
+  MoveElements,
+  /// fn computes on values (apply, arithmetic, casts): the stack is kept;
+  /// if the batch changes (reductions), a stack of equal values becomes a
+  /// NonTensorData of the new batch and any other is a ShapeError.
+  Keep,
+  /// Stacks are left out of the result (the caller adds them back).
+  Drop,
+};
+
 /// A new TensorDict whose batch size is `new_batch` (for nested tensordicts:
 /// new_batch + their own dims beyond the root's `root_dims`), with fn applied
 /// to every tensor leaf. Leaves for which fn returns an undefined tensor are
@@ -100,7 +113,8 @@ using LazyChildFn = std::function<TensorDictBase(const TensorDictBase&)>;
 TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
                       at::IntArrayRef new_batch, const MapFn& fn,
                       const char* op, std::optional<std::optional<at::Device>> device = std::nullopt,
-                      const LazyChildFn* on_lazy = nullptr);
+                      const LazyChildFn* on_lazy = nullptr,
+                      StackPolicy stacks = StackPolicy::Keep);
 
 /// Calls fn(leaf, key) on every tensor leaf, in place semantics up to fn.
 void for_each_leaf(const TensorDictBase& src,
@@ -142,5 +156,83 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self,
 void lazy_index_put(const LazyStackNode& ls, IndexList index,
                     const TensorDictBase& value, bool existing_only);
 void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& value);
+
+}  // namespace tensordict::detail
+
+namespace tensordict::detail {
+
+// ---- non-tensor stacks (non_tensor_stack.cpp) ----------------------------------
+// A NonTensorStack is indexed, reshaped and stacked through a tensor of the
+// flat positions of its values: the positions go through the same LibTorch
+// operation as a tensor leaf would, and the values are gathered after it.
+
+/// arange(numel).view(batch_size): the flat position of every element.
+at::Tensor stack_positions(const NonTensorStack& s);
+
+/// The values of `pool` at `positions` (a long tensor of any shape): a
+/// NonTensorData of batch [] for a 0-dim tensor, a NonTensorStack otherwise.
+Value gather_non_tensor(const std::vector<nlohmann::json>& pool, const at::Tensor& positions,
+                        std::optional<at::Device> device);
+
+/// `s` indexed with an index translated against the leading dims of its batch.
+Value index_non_tensor_stack(const NonTensorStack& s, const TranslatedIndex& t);
+
+/// s[t] = value in place: a NonTensorData is written into every selected
+/// element, a NonTensorStack is broadcast to the indexed shape (ShapeError
+/// naming `key` otherwise).
+void put_non_tensor_stack(NonTensorStack& s, const TranslatedIndex& t, const Value& value,
+                          const NestedKey& key);
+
+/// dest[t] = value for a non-tensor entry `dest` (NonTensorData or
+/// NonTensorStack): nullopt when nothing changes (the same value is already
+/// there), otherwise the new entry. A NonTensorData written with a different
+/// value becomes a NonTensorStack.
+std::optional<Value> put_non_tensor(const Value& dest, const TranslatedIndex& t,
+                                    const Value& value, const NestedKey& key);
+
+/// fn applied to the positions of `s` (a shape op), values gathered after it.
+/// LibTorch errors become ShapeError naming `key`.
+Value map_non_tensor_stack(const NonTensorStack& s,
+                           const std::function<at::Tensor(const at::Tensor&)>& fn,
+                           const char* op, const NestedKey& key);
+
+/// Stacks non-tensor entries (NonTensorData or NonTensorStack, same batch
+/// size) along a new dim `dim`. With collapse_equal, NonTensorData entries
+/// that hold equal values give one NonTensorData of the stacked batch size;
+/// anything else gives a NonTensorStack. ShapeError naming `key` when the
+/// batch sizes differ.
+Value stack_non_tensors(const std::vector<const Value*>& items, int64_t dim,
+                        const char* op, const NestedKey& key, bool collapse_equal = true);
+
+/// Concatenates non-tensor entries along `dim`; equal NonTensorData values
+/// give one NonTensorData of the concatenated batch size.
+Value cat_non_tensors(const std::vector<const Value*>& items, int64_t dim, const NestedKey& key);
+
+/// `v` split along `dim` of its batch (v is a NonTensorStack; a NonTensorData
+/// is repeated with that dim removed).
+std::vector<Value> unbind_non_tensor(const Value& v, int64_t dim, const NestedKey& key);
+
+/// True when `node` is (a level of) a memory-mapped or shared tensordict
+/// whose files back its entries: flagged memmap/shared, or a locked nested
+/// level that was saved (nested levels carry the lock and the path, not the
+/// flags). Such a tensordict cannot change the kind of an entry.
+inline bool backs_files(const Node& node) {
+  return node.memmap_flag() || node.shared_flag() ||
+         (node.locked() && !node.saved_path().empty());
+}
+
+/// A memory-mapped or shared tensordict keeps its non-tensor entries in
+/// `<dir>/<key>/meta.json`: after an in-place write of the non-tensor entry
+/// `key` of `parent`, rewrites that file (nothing unless backs_files(parent)).
+/// Defined in src/memmap/memmap_dir.cpp.
+void persist_non_tensor(const Node& parent, std::string_view key, const Value& value);
+
+/// Python's repr of a JSON value: 'a', 1, 1.5, True, None, [1, 2], {'k': 'v'}.
+std::string python_repr(const nlohmann::json& value);
+
+/// Python's NonTensorStack repr of the nested list `values` (cut after 50
+/// characters, as Python does).
+std::string non_tensor_stack_repr(const nlohmann::json& values, at::IntArrayRef batch,
+                                  std::optional<at::Device> device);
 
 }  // namespace tensordict::detail

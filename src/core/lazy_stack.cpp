@@ -125,17 +125,31 @@ std::vector<std::string> LazyStackNode::keys() const {
   return {common.begin(), common.end()};
 }
 
+namespace {
+bool is_non_tensor_kind(EntryKind k) {
+  return k == EntryKind::NonTensor || k == EntryKind::NonTensorStack;
+}
+}  // namespace
+
 std::optional<EntryKind> LazyStackNode::kind(std::string_view key) const {
   if (members_.empty()) return std::nullopt;
   std::optional<EntryKind> out;
   for (std::size_t i = 0; i < members_.size(); ++i) {
     auto k = members_[i].node().kind(key);
     if (!k) return std::nullopt;
-    if (out && *k != *out)
+    if (out && *k != *out && !(is_non_tensor_kind(*k) && is_non_tensor_kind(*out)))
       throw TypeError("lazy stack: entry " + key_of(key).repr() + " is a " +
                       to_string(*out) + " in member 0 and a " + to_string(*k) +
                       " in member " + std::to_string(i));
-    out = k;
+    if (!out || *k == EntryKind::NonTensorStack) out = k;
+  }
+  // Non-tensors: one NonTensorData when every member holds the same value,
+  // a NonTensorStack otherwise (what find() returns).
+  if (out == EntryKind::NonTensor) {
+    auto first = members_[0].node().find(key);
+    for (std::size_t i = 1; i < members_.size(); ++i)
+      if (members_[i].node().find(key)->non_tensor().data() != first->non_tensor().data())
+        return EntryKind::NonTensorStack;
   }
   return out;
 }
@@ -228,16 +242,21 @@ std::optional<Value> LazyStackNode::find(std::string_view key) const {
       if (locked()) node->set_locked_flag(true);
       return Value(TensorDictBase(std::move(node)));
     }
-    case EntryKind::NonTensor: {
-      auto first = members_[0].node().find(key)->non_tensor();
-      for (std::size_t i = 1; i < members_.size(); ++i)
-        if (members_[i].node().find(key)->non_tensor().data() != first.data())
-          throw TypeError("lazy stack: the non-tensor entry " + key_of(key).repr() +
-                          " differs between members (member 0 and member " +
-                          std::to_string(i) +
-                          "); per-member values need a NonTensorStack, which this "
-                          "version does not provide yet: read it from the members");
-      return Value(NonTensorData(first.data(), batch_, device()));
+    case EntryKind::NonTensor:
+      // The same value in every member (kind() checked): one NonTensorData
+      // (its batch shows -1 where the members' batch sizes differ).
+      return Value(NonTensorData(members_[0].node().find(key)->non_tensor().data(), batch_,
+                                 device()));
+    case EntryKind::NonTensorStack: {
+      // One value per element, stacked along the stack dim (Python's
+      // NonTensorStack). ShapeError naming the key for ragged members.
+      std::vector<Value> held;
+      held.reserve(members_.size());
+      for (const auto& m : members_) held.push_back(*m.node().find(key));
+      std::vector<const Value*> items;
+      for (const auto& v : held) items.push_back(&v);
+      return stack_non_tensors(items, stack_dim_, "lazy stack", key_of(key),
+                               /*collapse_equal=*/false);
     }
   }
   return std::nullopt;
@@ -263,6 +282,18 @@ void LazyStackNode::write(std::string_view key, Value value) {
         m.set(k, NonTensorData(value.non_tensor().data(), m.batch_size().vec(),
                                m.device()));
       break;
+    case EntryKind::NonTensorStack: {
+      // Member i receives the values of its slice of the stack dim.
+      auto parts = unbind_non_tensor(value, stack_dim_, k);
+      if (parts.size() != members_.size())
+        throw ShapeError("set: the NonTensorStack for " + k.repr() + " has batch size " +
+                         format_shape(value.non_tensor_stack().batch_size()) +
+                         ", which does not match the lazy stack of batch size " +
+                         format_shape(batch_) + " along its stack dim " +
+                         std::to_string(stack_dim_));
+      for (std::size_t i = 0; i < members_.size(); ++i) members_[i].set(k, parts[i]);
+      break;
+    }
   }
 }
 

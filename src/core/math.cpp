@@ -140,13 +140,16 @@ TensorDictBase TensorDictBase::apply(const LeafFn& fn,
   }
   TensorDict raw = map_leaves(*this, B_of(*this), {},
                               [&](const at::Tensor& t, const NestedKey&) { return fn(t); },
-                              "apply");
+                              "apply", std::nullopt, nullptr, detail::StackPolicy::Drop);
   // Nested tensordicts were given batch [] + own extra dims; rebuild with the
   // requested batch size, checking every leaf.
   TensorDict out = detail::make_tensordict(*batch_size, device());
   for (auto& [k, v] : raw.items(true, true)) out.set(k, v);
   for (auto& [k, v] : raw.items(KeysOptions{true, true, true}))
     if (v.is_non_tensor()) out.set(k, v);
+  // Per-element values are kept as they are: they must fit the new batch size.
+  for (auto& [k, v] : items(KeysOptions{true, true, true}))
+    if (v.is_non_tensor_stack()) out.set(k, v);
   return out;
 }
 
@@ -474,6 +477,10 @@ bool TensorDictBase::equal(const TensorDictBase& other) const {
       if (a.scalar_type() != b.scalar_type() || !a.sizes().equals(b.sizes()) ||
           !at::equal(a, b.to(a.device())))
         return false;
+    } else if (v.is_non_tensor_stack()) {
+      const auto& a = v.non_tensor_stack();
+      const auto& b = o->non_tensor_stack();
+      if (!a.batch_size().equals(b.batch_size()) || a.values() != b.values()) return false;
     } else if (v.non_tensor().data() != o->non_tensor().data()) {
       return false;
     }

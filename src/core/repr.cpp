@@ -44,17 +44,20 @@ std::string meta_repr(const TensorMeta& m, bool shared) {
 
 std::string td_repr(const TensorDictBase& td);
 
-// A non-tensor entry of a lazy stack: one value when the members agree,
-// Python's NonTensorStack layout with every member's value otherwise.
-std::string lazy_non_tensor_repr(const detail::LazyStackNode& ls, const std::string& k) {
+// Per-element values of a lazy stack's members. Members of different batch
+// sizes cannot be stacked into one NonTensorStack (find() refuses), but repr
+// must not throw: then each member's values are listed.
+std::string lazy_stack_values_repr(const detail::LazyStackNode& ls, const std::string& k) {
+  try {
+    return ls.find(k)->non_tensor_stack().repr();
+  } catch (const ShapeError&) {
+  }
   nlohmann::json values = nlohmann::json::array();
-  for (const auto& m : ls.members()) values.push_back(m.node().find(k)->non_tensor().data());
-  bool same = true;
-  for (const auto& v : values) same = same && v == values[0];
-  if (same) return ls.find(k)->non_tensor().repr();
-  return "NonTensorStack(\n    " + values.dump() + ",\n    batch_size=" +
-         detail::format_torch_size(ls.batch_size()) + ",\n    device=" +
-         (ls.device() ? ls.device()->str() : std::string("None")) + ")";
+  for (const auto& m : ls.members()) {
+    Value v = m.at(k);
+    values.push_back(v.is_non_tensor() ? v.non_tensor().tolist() : v.non_tensor_stack().tolist());
+  }
+  return detail::non_tensor_stack_repr(values, ls.batch_size(), ls.device());
 }
 
 // "fields={...}" of the given keys of a node, sorted.
@@ -67,14 +70,15 @@ std::string fields_block(const Node& n, const std::vector<std::string>& keys,
     if (kind == EntryKind::Tensor) {
       // Metadata only: no data read from storages, ragged lazy leaves show -1.
       s = meta_repr(*n.tensor_meta(k), n.shared_flag());
-    } else if (kind == EntryKind::NonTensor && n.is_lazy_stack()) {
-      s = lazy_non_tensor_repr(static_cast<const detail::LazyStackNode&>(n), k);
+    } else if (kind == EntryKind::NonTensorStack && n.is_lazy_stack()) {
+      s = lazy_stack_values_repr(static_cast<const detail::LazyStackNode&>(n), k);
     } else {
       auto v = n.find(k);
       switch (v->kind()) {
         case EntryKind::Tensor: s = tensor_repr(v->tensor(), n.shared_flag()); break;
         case EntryKind::TensorDict: s = td_repr(v->tensordict()); break;
         case EntryKind::NonTensor: s = v->non_tensor().repr(); break;
+        case EntryKind::NonTensorStack: s = v->non_tensor_stack().repr(); break;
       }
     }
     fields.emplace_back(k, k + ": " + s);

@@ -20,7 +20,7 @@ std::vector<int64_t> concat(at::IntArrayRef a, at::IntArrayRef b) {
 TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
                    at::IntArrayRef new_batch, const MapFn& fn, const char* op,
                    std::optional<at::Device> device, const NestedKey& path,
-                   const LazyChildFn* on_lazy) {
+                   const LazyChildFn* on_lazy, StackPolicy stacks) {
   const Node& n = src.node();
   auto b = n.batch_size();
   TensorDict out = make_tensordict(
@@ -50,7 +50,29 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
           dst.write(k, (*on_lazy)(child));
           break;
         }
-        dst.write(k, map_rec(child, root_dims, new_batch, fn, op, device, key, on_lazy));
+        dst.write(k, map_rec(child, root_dims, new_batch, fn, op, device, key, on_lazy, stacks));
+        break;
+      }
+      case EntryKind::NonTensorStack: {
+        const auto& s = std::get<3>(v.variant());
+        auto sb = s.batch_size();
+        auto nb = concat(new_batch, sb.slice(std::min(root_dims, sb.size())));
+        Value r = s;
+        if (stacks == StackPolicy::Drop) break;
+        if (stacks == StackPolicy::MoveElements) {
+          r = map_non_tensor_stack(s, [&](const at::Tensor& p) { return fn(p, key); }, op, key);
+        } else if (!sb.equals(nb)) {
+          // Values cannot be reduced: equal ones collapse to one NonTensorData.
+          if (!s.all_equal() || s.numel() == 0)
+            throw ShapeError(std::string(op) + " cannot map the per-element non-tensor "
+                             "values of the NonTensorStack " + key.repr() + " from batch "
+                             "size " + format_shape(sb) + " to " + format_shape(nb) +
+                             "; exclude it first");
+          r = NonTensorData(s.values().front(), nb, s.device());
+        }
+        if (r.is_non_tensor()) r.non_tensor().set_device(device);
+        else r.non_tensor_stack().set_device(device);
+        dst.write(k, std::move(r));
         break;
       }
       case EntryKind::NonTensor: {
@@ -76,9 +98,9 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
 TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
                       at::IntArrayRef new_batch, const MapFn& fn, const char* op,
                       std::optional<std::optional<at::Device>> device,
-                      const LazyChildFn* on_lazy) {
+                      const LazyChildFn* on_lazy, StackPolicy stacks) {
   return map_rec(src, root_dims, new_batch, fn, op,
-                 device ? *device : src.device(), NestedKey(), on_lazy);
+                 device ? *device : src.device(), NestedKey(), on_lazy, stacks);
 }
 
 namespace {
@@ -180,7 +202,8 @@ TensorDictBase TensorDictBase::view(at::IntArrayRef shape) const {
   const std::size_t B = b.size();
   return locked_like(*this, map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.view(with_features(target, t, B)); },
-      "view"));
+      "view", std::nullopt, nullptr,
+      detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::reshape(at::IntArrayRef shape) const {
@@ -190,7 +213,8 @@ TensorDictBase TensorDictBase::reshape(at::IntArrayRef shape) const {
   const std::size_t B = b.size();
   return locked_like(*this, map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.reshape(with_features(target, t, B)); },
-      "reshape"));
+      "reshape", std::nullopt, nullptr,
+      detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -236,7 +260,8 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
   std::vector<int64_t> target = b.vec();
   target.erase(target.begin() + d);
   return locked_like(*this, map_leaves(*this, b.size(), target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.squeeze(d); }, "squeeze"));
+      [&](const at::Tensor& t, const NestedKey&) { return t.squeeze(d); }, "squeeze", std::nullopt, nullptr,
+      detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::squeeze() const {
@@ -267,7 +292,8 @@ TensorDictBase TensorDictBase::unsqueeze(int64_t dim) const {
   auto target = batch_size().vec();
   target.insert(target.begin() + d, 1);
   return locked_like(*this, map_leaves(*this, B, target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.unsqueeze(d); }, "unsqueeze"));
+      [&](const at::Tensor& t, const NestedKey&) { return t.unsqueeze(d); }, "unsqueeze", std::nullopt, nullptr,
+      detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
@@ -309,7 +335,7 @@ TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
         std::vector<int64_t> full = perm;
         for (int64_t i = B; i < t.dim(); ++i) full.push_back(i);
         return t.permute(full);
-      }, "permute"));
+      }, "permute", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
@@ -326,7 +352,8 @@ TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
   auto target = batch_size().vec();
   std::swap(target[a], target[c]);
   return locked_like(*this, map_leaves(*this, B, target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.transpose(a, c); }, "transpose"));
+      [&](const at::Tensor& t, const NestedKey&) { return t.transpose(a, c); }, "transpose", std::nullopt, nullptr,
+      detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::expand(at::IntArrayRef shape) const {
@@ -347,7 +374,8 @@ TensorDictBase TensorDictBase::expand(at::IntArrayRef shape) const {
   if (b.equals(target)) return *this;
   return locked_like(*this, map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.expand(with_features(target, t, B)); },
-      "expand"));
+      "expand", std::nullopt, nullptr,
+      detail::StackPolicy::MoveElements));
 }
 
 std::vector<TensorDictBase> TensorDictBase::unbind(int64_t dim) const {
@@ -436,7 +464,7 @@ TensorDict TensorDictBase::gather(int64_t dim, const at::Tensor& index) const {
         view_shape.resize(t.dim(), 1);
         auto idx = index.view(view_shape).expand(with_features(target, t, B));
         return t.gather(d, idx);
-      }, "gather");
+      }, "gather", std::nullopt, nullptr, detail::StackPolicy::MoveElements);
 }
 
 namespace {

@@ -51,7 +51,9 @@ std::vector<const Value*> gather_entries(const std::vector<TensorDictBase>& tds,
       holders.push_back(std::move(*f));
       v = &holders.back();
     }
-    if (!out.empty() && v->kind() != out.front()->kind()) {
+    // NonTensorData and NonTensorStack entries stack together.
+    if (!out.empty() && v->kind() != out.front()->kind() &&
+        !(v->is_non_tensor_or_stack() && out.front()->is_non_tensor_or_stack())) {
       NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
       throw TypeError(std::string(op) + ": entry " + key.repr() + " is a " +
                       to_string(out.front()->kind()) + " in tensordict 0 and a " +
@@ -117,22 +119,11 @@ TensorDict stack_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
         dst.write(k, stack_rec(subs, dim, key_of()));
         break;
       }
-      case EntryKind::NonTensor: {
-        for (std::size_t i = 1; i < entries.size(); ++i)
-          if (entries[i]->non_tensor().data() != entries[0]->non_tensor().data())
-            throw TypeError(
-                "stack: the non-tensor entry " + key_of().repr() +
-                " differs between tensordict 0 and tensordict " + std::to_string(i) +
-                "; stacking different values needs a NonTensorStack, which "
-                "this version does not support");
-        NonTensorData d = entries[0]->non_tensor();
-        auto nb = d.batch_size().vec();
-        nb.insert(nb.begin() + std::min<int64_t>(dim, nb.size()),
-                  static_cast<int64_t>(tds.size()));
-        d.set_batch_size(nb);
-        dst.write(k, d);
+      case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack:
+        // Equal values stay one NonTensorData; others give a NonTensorStack.
+        dst.write(k, detail::stack_non_tensors(entries, dim, "stack", key_of()));
         break;
-      }
     }
   }
   return out;
@@ -188,19 +179,10 @@ TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
         dst.write(k, cat_rec(subs, dim, key));
         break;
       }
-      case EntryKind::NonTensor: {
-        for (std::size_t i = 1; i < entries.size(); ++i)
-          if (entries[i]->non_tensor().data() != entries[0]->non_tensor().data())
-            throw TypeError("cat: the non-tensor entry " + key.repr() +
-                            " differs between tensordicts; per-row values need a "
-                            "NonTensorStack, which this version does not support");
-        NonTensorData d = entries[0]->non_tensor();
-        auto nb = d.batch_size().vec();
-        if (static_cast<int64_t>(nb.size()) > dim) nb[dim] = target[dim];
-        d.set_batch_size(nb);
-        dst.write(k, d);
+      case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack:
+        dst.write(k, detail::cat_non_tensors(entries, dim, key));
         break;
-      }
     }
   }
   return out;

@@ -105,6 +105,18 @@ Value validate_value(Value value, at::IntArrayRef batch,
       if (device) d.set_device(device);
       return d;
     }
+    case EntryKind::NonTensorStack: {
+      // One value per element: the elements must be this batch's.
+      NonTensorStack s = std::move(value.non_tensor_stack());
+      if (!starts_with(s.batch_size(), batch))
+        throw ShapeError("batch dimension mismatch for key " + key.repr() +
+                         ": got batch_size=" + format_shape(batch) +
+                         " and a NonTensorStack of batch size " + format_shape(s.batch_size()) +
+                         " (" + std::to_string(s.numel()) +
+                         " values; its batch size must start with the tensordict's)");
+      if (device) s.set_device(device);
+      return s;
+    }
   }
   return value;
 }
@@ -244,6 +256,16 @@ void check_batch_change(const Node& node, at::IntArrayRef new_size,
         }
         break;
       }
+      case EntryKind::NonTensorStack: {
+        auto sb = v->non_tensor_stack().batch_size();
+        if (!(sb.size() >= new_size.size() &&
+              std::equal(new_size.begin(), new_size.end(), sb.begin())))
+          throw ShapeError("the NonTensorStack " + key.repr() + " has batch size " +
+                           format_shape(sb) +
+                           " which is incompatible with the batch size " +
+                           format_shape(new_size));
+        break;
+      }
       case EntryKind::NonTensor:
         break;
     }
@@ -297,6 +319,7 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
         fn(key, v);
         break;
       case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack:
         if (!opt.leaves_only || opt.non_tensor_leaves) fn(key, v);
         break;
       case EntryKind::TensorDict:
@@ -318,7 +341,8 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
         emit_entry(k, placeholder);
         continue;
       }
-      if (!need_values && *kind == EntryKind::NonTensor &&
+      if (!need_values &&
+          (*kind == EntryKind::NonTensor || *kind == EntryKind::NonTensorStack) &&
           opt.leaves_only && !opt.non_tensor_leaves)
         continue;
       auto v = node.find(k);
@@ -400,6 +424,7 @@ TensorDictBase::non_tensor_items(bool include_nested) const {
   std::vector<std::pair<NestedKey, nlohmann::json>> out;
   for (auto& [k, v] : items(KeysOptions{include_nested, true, true}))
     if (v.is_non_tensor()) out.emplace_back(k, v.non_tensor().data());
+    else if (v.is_non_tensor_stack()) out.emplace_back(k, v.non_tensor_stack().tolist());
   return out;
 }
 
@@ -496,7 +521,7 @@ template <class Path>
   if (i + 1 == path.size())
     throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
                     ", not a Tensor" +
-                    (v->is_non_tensor() ? " (use get_non_tensor)" : " (use get_tensordict)"));
+                    (v->is_non_tensor_or_stack() ? " (use get_non_tensor)" : " (use get_tensordict)"));
   throw TypeError("key " + key.repr() + ": " + path.prefix(i + 1).repr() + " is a " +
                   tensordict::to_string(v->kind()) + ", not a TensorDict");
 }
@@ -568,26 +593,39 @@ TensorDictBase TensorDictBase::get_tensordict(const NestedKey& key) const {
   return v.tensordict();
 }
 
+namespace {
+nlohmann::json non_tensor_value(const Value& v, const NestedKey& key) {
+  if (v.is_non_tensor()) return v.non_tensor().data();
+  if (v.is_non_tensor_stack()) return v.non_tensor_stack().tolist();
+  throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
+                  ", not a non-tensor (NonTensorData or NonTensorStack)");
+}
+}  // namespace
+
 nlohmann::json TensorDictBase::get_non_tensor(const NestedKey& key) const {
-  Value v = at(key);
-  if (!v.is_non_tensor())
-    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
-                    ", not a NonTensorData");
-  return v.non_tensor().data();
+  return non_tensor_value(at(key), key);
 }
 
 nlohmann::json TensorDictBase::get_non_tensor(
     const NestedKey& key, nlohmann::json default_value) const {
   auto v = find(key);
   if (!v) return default_value;
-  if (!v->is_non_tensor())
-    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
-                    ", not a NonTensorData");
-  return v->non_tensor().data();
+  return non_tensor_value(*v, key);
+}
+
+NonTensorStack TensorDictBase::get_non_tensor_stack(const NestedKey& key) const {
+  Value v = at(key);
+  if (v.is_non_tensor_stack()) return std::move(v.non_tensor_stack());
+  if (v.is_non_tensor() && !v.non_tensor().batch_size().empty())
+    return NonTensorStack::from_non_tensor(v.non_tensor());
+  throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v.kind()) +
+                  (v.is_non_tensor() ? " of batch size [], which has no elements to stack"
+                                     : ", not a non-tensor (NonTensorData or NonTensorStack)"));
 }
 
 bool TensorDictBase::is_non_tensor(const NestedKey& key) const {
-  return entry_kind(key) == EntryKind::NonTensor;
+  auto k = entry_kind(key);
+  return k == EntryKind::NonTensor || k == EntryKind::NonTensorStack;
 }
 
 std::vector<int64_t> TensorDictBase::get_item_shape(const NestedKey& key) const {
@@ -608,6 +646,7 @@ std::vector<int64_t> TensorDictBase::get_item_shape(const NestedKey& key) const 
     case EntryKind::Tensor: s = v.tensor().sizes(); break;
     case EntryKind::TensorDict: s = v.tensordict().batch_size(); break;
     case EntryKind::NonTensor: s = v.non_tensor().batch_size(); break;
+    case EntryKind::NonTensorStack: s = v.non_tensor_stack().batch_size(); break;
   }
   return std::vector<int64_t>(s.begin(), s.end());
 }
@@ -712,6 +751,29 @@ TensorDictBase& TensorDictBase::set_(const NestedKey& key,
 TensorDictBase& TensorDictBase::set_non_tensor(const NestedKey& key,
                                                nlohmann::json value) {
   return set(key, NonTensorData(std::move(value)));
+}
+
+TensorDictBase& TensorDictBase::set_non_tensor_stack(const NestedKey& key,
+                                                     const nlohmann::json& values) {
+  if (key.empty()) throw KeyError("empty key");
+  // The batch size of the level that will hold the entry (missing levels are
+  // created with this tensordict's batch size).
+  std::vector<int64_t> batch = batch_size().vec();
+  if (key.size() > 1) {
+    auto parent = find(detail::prefix(key, key.size() - 1));
+    if (parent && parent->is_tensordict()) batch = parent->tensordict().batch_size().vec();
+  }
+  if (batch.empty())
+    throw ValueError("set_non_tensor_stack: key " + key.repr() +
+                     ": the tensordict has batch size [], so there are no elements to give "
+                     "values to (use set_non_tensor, or set a NonTensorStack)");
+  std::optional<NonTensorStack> stack;
+  try {
+    stack.emplace(values, batch, device());
+  } catch (const ValueError& e) {
+    throw ValueError("set_non_tensor_stack: key " + key.repr() + ": " + e.what());
+  }
+  return set(key, std::move(*stack));
 }
 
 TensorDictBase TensorDictBase::create_nested(const NestedKey& key) {
@@ -832,6 +894,37 @@ TensorDictBase& TensorDictBase::update(const TensorDictBase& other,
   return *this;
 }
 
+namespace {
+// update_ of the non-tensor entry `dest` (of `parent`) with `src`: a
+// NonTensorData source keeps the destination's kind (a stack receives the
+// value in every element); a NonTensorStack source replaces it and must have
+// the destination's batch size.
+Value update_non_tensor(const Value& dest, const Value& src, const Node& parent,
+                        const NestedKey& key) {
+  const at::IntArrayRef dest_batch = dest.is_non_tensor()
+                                         ? dest.non_tensor().batch_size()
+                                         : dest.non_tensor_stack().batch_size();
+  const auto device = dest.is_non_tensor() ? dest.non_tensor().device()
+                                           : dest.non_tensor_stack().device();
+  if (src.is_non_tensor()) {
+    NonTensorData d(src.non_tensor().data(), dest_batch.vec(), device);
+    if (dest.is_non_tensor()) return d;
+    return NonTensorStack::from_non_tensor(d);
+  }
+  NonTensorStack s = src.non_tensor_stack();
+  if (!s.batch_size().equals(dest_batch))
+    throw ShapeError("update_(): the NonTensorStack for " + key.repr() + " has batch size " +
+                     format_shape(s.batch_size()) + " and the destination " +
+                     format_shape(dest_batch));
+  if (dest.is_non_tensor() && detail::backs_files(parent))
+    throw LockedError("update_(): " + key.repr() +
+                      " holds a NonTensorData in a memory-mapped or shared tensordict, "
+                      "which cannot become a NonTensorStack (its storage is fixed)");
+  s.set_device(device);
+  return s;
+}
+}  // namespace
+
 TensorDictBase& TensorDictBase::update_(
     const TensorDictBase& other, const std::vector<NestedKey>& keys_to_update) {
   auto entries = other.items(KeysOptions{true, true, true});
@@ -848,7 +941,10 @@ TensorDictBase& TensorDictBase::update_(
       throw KeyError("update_(): key " + k.repr() +
                      " not found in the destination (update_ writes existing "
                      "entries only)");
-    if (*kind != v.kind())
+    const bool both_non_tensor =
+        v.is_non_tensor_or_stack() &&
+        (*kind == EntryKind::NonTensor || *kind == EntryKind::NonTensorStack);
+    if (*kind != v.kind() && !both_non_tensor)
       throw TypeError("update_(): entry " + k.repr() + " is a " +
                       tensordict::to_string(*kind) + " here and a " + tensordict::to_string(v.kind()) +
                       " in the source");
@@ -860,9 +956,9 @@ TensorDictBase& TensorDictBase::update_(
     } else {
       // A non-tensor value is replaced in place (allowed while locked).
       auto parent = walk_parent(node_, k, false);
-      NonTensorData d = v.non_tensor();
-      d.set_batch_size(parent->find(k.back())->non_tensor().batch_size().vec());
-      parent->write(k.back(), d);
+      Value updated = update_non_tensor(*parent->find(k.back()), v, *parent, k);
+      parent->write(k.back(), updated);
+      detail::persist_non_tensor(*parent, k.back(), updated);
     }
   }
   return *this;
@@ -1098,6 +1194,7 @@ TensorDictBase TensorDictBase::clone(bool recurse) const {
         dst.write(k, std::get<1>(v.variant()).clone(recurse));
         break;
       case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack:
         dst.write(k, v);
         break;
     }

@@ -1,4 +1,6 @@
 // Value, NonTensorData and Node defaults.
+#include "internal.h"
+
 #include <tensordict/detail/format.h>
 #include <tensordict/node.h>
 #include <tensordict/tensor_dict.h>
@@ -12,6 +14,7 @@ const char* to_string(EntryKind kind) noexcept {
     case EntryKind::Tensor: return "Tensor";
     case EntryKind::TensorDict: return "TensorDict";
     case EntryKind::NonTensor: return "NonTensorData";
+    case EntryKind::NonTensorStack: return "NonTensorStack";
   }
   return "?";
 }
@@ -43,10 +46,18 @@ NonTensorData& Value::non_tensor() & {
   if (!is_non_tensor()) wrong_kind(EntryKind::NonTensor, kind());
   return std::get<2>(v_);
 }
+const NonTensorStack& Value::non_tensor_stack() const& {
+  if (!is_non_tensor_stack()) wrong_kind(EntryKind::NonTensorStack, kind());
+  return std::get<3>(v_);
+}
+NonTensorStack& Value::non_tensor_stack() & {
+  if (!is_non_tensor_stack()) wrong_kind(EntryKind::NonTensorStack, kind());
+  return std::get<3>(v_);
+}
 
 std::string NonTensorData::repr() const {
   std::string data =
-      data_.is_string() ? data_.get<std::string>() : data_.dump();
+      data_.is_string() ? data_.get<std::string>() : detail::python_repr(data_);
   return "NonTensorData(data=" + data +
          ", batch_size=" + detail::format_torch_size(batch_size_) +
          ", device=" + (device_ ? device_->str() : std::string("None")) + ")";

@@ -199,6 +199,29 @@ nlohmann::json to_plain(const ojson& j) {
 
 const char* kTensorDictType = "<class 'tensordict._td.TensorDict'>";
 const char* kNonTensorDataType = "<class 'tensordict.tensorclass.NonTensorData'>";
+const char* kNonTensorStackType = "<class 'tensordict.tensorclass.NonTensorStack'>";
+
+// The meta.json of a non-tensor entry's directory, in Python's layout and key
+// order: NonTensorData {"_type","data","_metadata","_is_non_tensor"};
+// NonTensorStack {"_type","stack_dim","device","data"} with the nested list
+// (Python rebuilds it with stack_dim 0 whatever is stored, so 0 is written).
+ojson non_tensor_meta(const Value& v) {
+  ojson nt = ojson::object();
+  if (v.is_non_tensor()) {
+    nt["_type"] = kNonTensorDataType;
+    nt["data"] = ojson::parse(v.non_tensor().data().dump());
+    nt["_metadata"] = nullptr;
+    nt["_is_non_tensor"] = true;
+    return nt;
+  }
+  const NonTensorStack& s = v.non_tensor_stack();
+  nt["_type"] = kNonTensorStackType;
+  nt["stack_dim"] = 0;
+  if (s.device()) nt["device"] = s.device()->str();
+  else nt["device"] = nullptr;
+  nt["data"] = ojson::parse(s.tolist().dump());
+  return nt;
+}
 
 // ---- writing ----------------------------------------------------------------------------
 
@@ -268,17 +291,14 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
         out.node().write(name, plan_node(sub, dir / fname, copy_data, opt, jobs, metas, full));
         break;
       }
-      case EntryKind::NonTensor: {
-        meta[name] = ojson{{"type", "NonTensorData"}};
-        ojson nt = ojson::object();
-        nt["_type"] = kNonTensorDataType;
-        nt["data"] = ojson::parse(v.non_tensor().data().dump());
-        nt["_metadata"] = nullptr;
-        nt["_is_non_tensor"] = true;
-        metas.emplace_back(dir / fname / "meta.json", nt);
-        NonTensorData d = v.non_tensor();
-        d.set_device(at::Device(at::kCPU));
-        out.node().write(name, d);
+      case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack: {
+        meta[name] = ojson{{"type", v.is_non_tensor() ? "NonTensorData" : "NonTensorStack"}};
+        metas.emplace_back(dir / fname / "meta.json", non_tensor_meta(v));
+        Value d = v;
+        if (d.is_non_tensor()) d.non_tensor().set_device(at::Device(at::kCPU));
+        else d.non_tensor_stack().set_device(at::Device(at::kCPU));
+        out.node().write(name, std::move(d));
         break;
       }
     }
@@ -516,7 +536,9 @@ void check_loadable_key(const std::string& k, const std::string& where) {
 void set_loaded(TensorDict& out, const std::string& k, Value v, const NestedKey& key,
                 const std::string& meta_file) {
   at::IntArrayRef batch = out.batch_size();
-  at::IntArrayRef shape = v.is_tensor() ? v.tensor().sizes() : batch;
+  at::IntArrayRef shape = v.is_tensor()              ? v.tensor().sizes()
+                          : v.is_non_tensor_stack() ? v.non_tensor_stack().batch_size()
+                                                    : batch;
   if (shape.size() < batch.size() || shape.slice(0, batch.size()) != batch)
     throw FormatError(meta_file + ", key " + key.repr() + ": shape " + format_shape(shape) +
                       " does not start with the batch size " + format_shape(batch));
@@ -603,6 +625,56 @@ NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta,
 Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey& key,
                           at::IntArrayRef parent_batch);
 
+// A NonTensorStack directory (formats.md §1.9): the nested list in "data",
+// rebuilt as Python does (each level of equal-length lists is a batch dim,
+// stack_dim ignored); "pickle.pkl" (never unpickled) gives an opaque
+// NonTensorData; without "data", the members 0/, 1/, ... are stacked along
+// stack_dim.
+Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta, const Loader& L,
+                                const NestedKey& key, at::IntArrayRef parent_batch) {
+  const std::string where = (dir / "meta.json").string() + " (key " + key.repr() + ")";
+  if (meta.contains("data") && !meta["data"].is_null()) {
+    const auto& data = meta["data"];
+    if (data.is_string() && data.get<std::string>() == "pickle.pkl")
+      return NonTensorData(nlohmann::json{{"__tensordict_opaque__", "pickle"},
+                                          {"file", (dir / "pickle.pkl").string()}},
+                           parent_batch.vec(), at::Device(at::kCPU));
+    if (!data.is_array())
+      throw FormatError(where + ": the 'data' of a NonTensorStack must be a list or "
+                        "\"pickle.pkl\", got " + data.dump());
+    return NonTensorStack::from_list(to_plain(data), read_device(meta, where));
+  }
+  int64_t stack_dim = 0;
+  if (meta.contains("stack_dim")) {
+    if (!meta["stack_dim"].is_number_integer())
+      throw FormatError(where + ": 'stack_dim' is not an integer");
+    stack_dim = meta["stack_dim"].get<int64_t>();
+  }
+  std::vector<Value> members;
+  for (std::size_t i = 0; fs::exists(dir / std::to_string(i) / "meta.json"); ++i) {
+    Value m = load_entry_dir(dir / std::to_string(i), L, key, {});
+    if (!m.is_non_tensor_or_stack())
+      throw FormatError((dir / std::to_string(i) / "meta.json").string() + " (key " +
+                        key.repr() + "): a member of a NonTensorStack is a " +
+                        to_string(m.kind()) + ", not a non-tensor");
+    members.push_back(std::move(m));
+  }
+  if (members.empty())
+    throw FormatError(where + ": a NonTensorStack without 'data' and without members "
+                      "(no 0/meta.json)");
+  std::vector<const Value*> items;
+  for (const auto& m : members) items.push_back(&m);
+  try {
+    const int64_t n = items[0]->is_non_tensor()
+                          ? static_cast<int64_t>(items[0]->non_tensor().batch_size().size())
+                          : items[0]->non_tensor_stack().dim();
+    return stack_non_tensors(items, wrap_dim(stack_dim, n + 1, "NonTensorStack"),
+                             "NonTensorStack", key, /*collapse_equal=*/false);
+  } catch (const Error& e) {
+    throw FormatError(where + ": the members cannot be stacked: " + e.what());
+  }
+}
+
 // Any JSON value of the wrong type that slipped past the explicit checks
 // (nlohmann::json::type_error) is reported as a FormatError naming the file.
 Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
@@ -627,18 +699,7 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
     return load_tensordict_dir(dir, meta, L, key);
   if (type == kNonTensorDataType || type == "<class 'tensordict.tensorclass.MetaData'>")
     return load_non_tensor_dir(dir, meta, parent_batch, key);
-  if (type == "<class 'tensordict.tensorclass.NonTensorStack'>") {
-    // One value per batch element. Until NonTensorStack exists, the list is
-    // kept whole in one NonTensorData (documented in docs/storage.md).
-    if (!meta.contains("data") || meta["data"].is_null())
-      throw FormatError(meta_file.string() + " (key " + key.repr() +
-                        "): a NonTensorStack saved member by member is not supported yet");
-    if (meta["data"].is_string() && meta["data"].get<std::string>() == "pickle.pkl")
-      return NonTensorData(nlohmann::json{{"__tensordict_opaque__", "pickle"},
-                                          {"file", (dir / "pickle.pkl").string()}},
-                           parent_batch.vec(), at::Device(at::kCPU));
-    return NonTensorData(to_plain(meta["data"]), parent_batch.vec(), at::Device(at::kCPU));
-  }
+  if (type == kNonTensorStackType) return load_non_tensor_stack_dir(dir, meta, L, key, parent_batch);
   if (type == kLazyStackType) {
     // Members 0/, 1/, ... while they exist, re-stacked lazily on stack_dim.
     if (!meta.contains("stack_dim") || !meta["stack_dim"].is_number_integer())
@@ -680,6 +741,23 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
 }
 
 }  // namespace
+
+void persist_non_tensor(const Node& parent, std::string_view key, const Value& value) {
+  if (!backs_files(parent) || parent.saved_path().empty()) return;
+  const fs::path dir = fs::path(parent.saved_path()) / encode_key_for_filesystem(key);
+  std::string text;
+  try {
+    text = non_tensor_meta(value).dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError("cannot write the non-tensor entry '" + std::string(key) + "' to " +
+                     dir.string() + ": not valid UTF-8 (" + e.what() + ")");
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw StorageError("cannot create directory " + dir.string() + ": " + ec.message());
+  write_json_atomic((dir / "meta.json").string(), text);
+}
+
 }  // namespace detail
 
 // ---- public entry points -----------------------------------------------------------------

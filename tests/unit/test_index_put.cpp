@@ -220,13 +220,14 @@ TEST(TensorDictIndexPut, LazyPreallocationCreatesZerosWithTheValueDtype) {
   EXPECT_EQ(buf.get("step")[3].item<int64_t>(), 7);
   EXPECT_EQ(buf.get("step").sum().item<int64_t>(), 16);
 
-  // The same non-tensor value again is fine; a different one needs a stack.
+  // The same non-tensor value again keeps one value; a different one makes
+  // the entry a NonTensorStack (test_non_tensor_stack.cpp has more).
   buf.index_put_({1}, td::TensorDict({{"label", "hello"}}, {}));
-  Frozen frozen = Frozen::of(buf);
-  OPS_EXPECT_THROW_MSG(
-      buf.index_put_({1}, td::TensorDict({{"obs", torch::ones({5})}, {"label", "bye"}}, {})),
-      td::TypeError, "label", "NonTensorStack");
-  frozen.expect_unchanged(buf);
+  EXPECT_EQ(buf.entry_kind("label"), td::EntryKind::NonTensor);
+  buf.index_put_({1}, td::TensorDict({{"obs", torch::ones({5})}, {"label", "bye"}}, {}));
+  ASSERT_EQ(buf.entry_kind("label"), td::EntryKind::NonTensorStack);
+  EXPECT_EQ(buf[1].get_non_tensor("label"), "bye");
+  EXPECT_EQ(buf[0].get_non_tensor("label"), "hello");
 }
 
 TEST(TensorDictIndexPut, PreallocationWithSliceMaskAndLongIndices) {

@@ -285,18 +285,23 @@ TEST_F(Memmap, MetaJsonBytesMatchHeadExample13) {
 }
 
 TEST_F(Memmap, DirectoryMatchesHeadExample112) {
-  // §1.12 without the NonTensorStack entry (not representable yet).
+  // §1.12, byte for byte.
   td::TensorDict t({{"obs", torch::randn({4, 3})},
                     {"a b", torch::arange(4)},
                     {"nested", td::TensorDict({{"m", torch::zeros({4, 2}, torch::kBool)}}, {4})},
-                    {"label", "cat"}},
+                    {"label", "cat"},
+                    {"words", td::NonTensorStack({"x", "y", "z", "w"})}},
                    {4});
   t.memmap(P());
   EXPECT_EQ(read_text(prefix / "meta.json"),
             R"({"obs":{"device":"cpu","shape":[4,3],"dtype":"torch.float32","is_nested":false},)"
             R"("a b":{"device":"cpu","shape":[4],"dtype":"torch.int64","is_nested":false},)"
             R"("nested":{"type":"TensorDict"},"label":{"type":"NonTensorData"},)"
+            R"("words":{"type":"NonTensorStack"},)"
             R"("shape":[4],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})");
+  EXPECT_EQ(read_text(prefix / "words/meta.json"),
+            R"({"_type":"<class 'tensordict.tensorclass.NonTensorStack'>","stack_dim":0,)"
+            R"("device":null,"data":["x","y","z","w"]})");
   EXPECT_EQ(read_text(prefix / "nested/meta.json"),
             R"({"m":{"device":"cpu","shape":[4,2],"dtype":"torch.bool","is_nested":false},)"
             R"("shape":[4],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})");
@@ -308,7 +313,7 @@ TEST_F(Memmap, DirectoryMatchesHeadExample112) {
   for (const auto& [k, v] : files) names.insert(k);
   EXPECT_EQ(names, (std::set<std::string>{"meta.json", "obs.memmap", "a%20b.memmap", "nested",
                                           "nested/meta.json", "nested/m.memmap", "label",
-                                          "label/meta.json"}));
+                                          "label/meta.json", "words", "words/meta.json"}));
   EXPECT_EQ(files["obs.memmap"].size(), 48u);
   EXPECT_EQ(files["a%20b.memmap"].size(), 32u);
   EXPECT_EQ(files["nested/m.memmap"].size(), 8u);

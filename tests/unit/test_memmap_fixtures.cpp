@@ -255,7 +255,12 @@ TEST(MemmapFixtures, NonTensorDataOf032IsRead) {
 TEST(MemmapFixtures, NonTensorStackOf032IsRead) {
   auto t = td::load_memmap((memmap_fixtures() / "nontensorstack").string());
   ASSERT_TRUE(t.is_non_tensor("ns"));
+  ASSERT_EQ(t.entry_kind("ns"), td::EntryKind::NonTensorStack);
   EXPECT_EQ(t.get_non_tensor("ns"), json::parse(R"(["x","y","z"])"));
+  EXPECT_EQ(t.get_non_tensor_stack("ns").batch_size().vec(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(t[1].get_non_tensor("ns"), "y");
+  // The pickled variant cannot be read (pickles are never executed): one
+  // opaque value for the whole batch.
   ASSERT_TRUE(t.is_non_tensor("nsp"));
   json nsp = t.get_non_tensor("nsp");
   EXPECT_EQ(nsp.at("__tensordict_opaque__"), "pickle");

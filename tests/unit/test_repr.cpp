@@ -91,5 +91,5 @@ TEST(NonTensorDataRepr, StringAndJsonValues) {
   EXPECT_EQ(td::NonTensorData(nlohmann::json(3)).repr(),
             "NonTensorData(data=3, batch_size=torch.Size([]), device=None)");
   EXPECT_EQ(td::NonTensorData(nlohmann::json({1, 2}), {2}, at::Device(at::kCPU)).repr(),
-            "NonTensorData(data=[1,2], batch_size=torch.Size([2]), device=cpu)");
+            "NonTensorData(data=[1, 2], batch_size=torch.Size([2]), device=cpu)");
 }

@@ -143,16 +143,25 @@ TEST(TensorDictStack, DifferentKindsAtOneKeyAreTypeErrors) {
   OPS_EXPECT_THROW_MSG(td::stack({t, clash}), td::TypeError, "'a'");
 }
 
-TEST(TensorDictStack, NonTensorValuesMustBeEqual) {
+TEST(TensorDictStack, EqualNonTensorValuesStayOneValueDifferentOnesStack) {
   auto t = make_fixture();
   auto same = other_fixture(1);
   td::TensorDict s = td::stack({t, same}, 1);
+  EXPECT_EQ(s.entry_kind("label"), td::EntryKind::NonTensor);
   EXPECT_EQ(s.get_non_tensor("label"), nlohmann::json("x"));
   EXPECT_EQ(s.at("label").non_tensor().batch_size().vec(), (Shape{4, 2, 3}));
   auto different = t.clone();
   different.set_non_tensor("label", "y");
-  OPS_EXPECT_THROW_MSG(td::stack({t, different}), td::TypeError, "'label'", "NonTensorStack");
-  OPS_EXPECT_THROW_MSG(td::cat({t, different}), td::TypeError, "'label'");
+  // Different values: one value per element (test_non_tensor_stack.cpp has more).
+  td::TensorDict d = td::stack({t, different}, 1);
+  ASSERT_EQ(d.entry_kind("label"), td::EntryKind::NonTensorStack);
+  EXPECT_EQ(d.at("label").non_tensor_stack().batch_size().vec(), (Shape{4, 2, 3}));
+  EXPECT_EQ(d.get_non_tensor_stack("label").at({3, 1, 2}), "y");
+  EXPECT_EQ(d.get_non_tensor_stack("label").at({3, 0, 2}), "x");
+  td::TensorDict c = td::cat({t, different});
+  EXPECT_EQ(c.get_non_tensor("label"),
+            nlohmann::json::parse(R"([["x","x","x"],["x","x","x"],["x","x","x"],["x","x","x"],)"
+                                  R"(["y","y","y"],["y","y","y"],["y","y","y"],["y","y","y"]])"));
 }
 
 // ---- cat ----------------------------------------------------------------------------
