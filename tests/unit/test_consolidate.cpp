@@ -372,3 +372,8 @@ TEST_F(ConsolidatedFileErrors, MissingFile) {
     td_test::expect_message_contains(e.what(), {"nope.td", "cannot read"});
   }
 }
+
+TEST(ConsolidatedFile, UnwritablePathIsAStorageError) {
+  const std::string path = "/nonexistent-dir-td/c.td";
+  TD_EXPECT_THROW_MSG(spec_example().consolidate(path), td::StorageError, "/nonexistent-dir-td/");
+}

@@ -456,3 +456,34 @@ TEST(StateDictPickle, CorruptOrMissingFileIsAFormatError) {
   TD_EXPECT_THROW_MSG(td::load_state_dict_file(dir.str("missing.pt")), td::FormatError,
                       "missing.pt", "cannot open");
 }
+
+// ---- the StateDict container ---------------------------------------------------------------
+
+TEST(StateDictContainer, InsertReplaceEraseAndLookups) {
+  td::StateDict sd;
+  sd.insert("a", torch::zeros({1}));
+  sd.insert("b", torch::ones({1}));
+  sd.insert("a", torch::full({1}, 2.));  // replaced in place
+  EXPECT_EQ(sd.keys(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(sd.tensor("a").item<float>(), 2.f);
+  EXPECT_TRUE(sd.erase("a"));
+  EXPECT_FALSE(sd.erase("a"));
+  EXPECT_EQ(sd.keys(), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(sd.tensor("b").item<float>(), 1.f);  // the index follows the erase
+  EXPECT_EQ(sd.find("a"), nullptr);
+  TD_EXPECT_THROW_MSG(sd.at("zz"), td::KeyError, "'zz'", "['b']");
+  TD_EXPECT_THROW_MSG(sd.at("b").nested(), td::TypeError, "a tensor", "nested");
+  EXPECT_FALSE(sd.has_metadata());
+  sd.set_metadata("", plain_meta({1}));
+  sd.set_metadata("x", plain_meta({1}));
+  sd.set_metadata("", plain_meta({}));  // replaced in place
+  EXPECT_EQ(metadata_prefixes(sd), (std::vector<std::string>{"", "x"}));
+  EXPECT_EQ(sd.find_metadata("")->batch_size, Shape{});
+  EXPECT_EQ(sd.find_metadata("y"), nullptr);
+}
+
+TEST(StateDictPickle, UnwritablePathIsAStorageError) {
+  const std::string path = "/nonexistent-dir-td/sd.pt";
+  TD_EXPECT_THROW_MSG(td::save_state_dict(spec_example().state_dict(), path), td::StorageError,
+                      path.c_str());
+}
