@@ -221,6 +221,19 @@ class TensorDict : public TensorDictBase {
   TensorDict index(IndexList index) const;
   TensorDict operator[](int64_t i) const;
 
+  /// Python's TensorDict.from_consolidated(filename): maps the consolidated
+  /// file at `path` (copy-on-write: the file is never modified) and returns a
+  /// tensordict whose leaves are views of that one mapping, of the class the
+  /// metadata names (a TensorDict or a LazyStackedTensorDict). Entries come in
+  /// the metadata's order (non-tensors, leaves, nested), locked as recorded.
+  /// FormatError naming the file for a truncated or corrupt file (length
+  /// footer, JSON, leaf ranges outside the buffer, unknown dtype or class).
+  static TensorDictBase from_consolidated(const std::string& path);
+  /// The same from a buffer (1-D uint8, CPU) and its metadata, e.g. received
+  /// over a network; leaves are views of `storage`.
+  static TensorDictBase from_consolidated(const at::Tensor& storage,
+                                          const nlohmann::ordered_json& metadata);
+
   /// Constructor options by name, for code that prefers them to positional
   /// arguments: `TensorDict::make(items, {.batch_size = {4}, .lock = true})`.
   struct Options {

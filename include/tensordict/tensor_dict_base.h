@@ -11,6 +11,7 @@
 #include <tensordict/memmap_options.h>
 #include <tensordict/nested_key.h>
 #include <tensordict/non_tensor.h>
+#include <tensordict/state_dict.h>
 
 #include <cstdint>
 #include <functional>
@@ -333,6 +334,55 @@ class TensorDictBase {
   TensorDictBase& share_memory_();
   /// The name another process passes to attach_shared() (empty if not shared).
   std::string shared_name() const;
+
+  // ---- state dict -------------------------------------------------------------
+  /// Python's td.state_dict(): the tensor leaves and the batch size and device
+  /// of every node, in the layout `options` asks for (see state_dict.h).
+  /// Leaves are detached views unless keep_vars (the legacy layout clones).
+  /// A lazy stack gives its stacked leaves; ValueError when its members have
+  /// exclusive keys. KeyError when two keys flatten to the same name.
+  StateDict state_dict(const StateDictOptions& options = {}) const;
+  /// Python's td.load_state_dict(sd, strict): copies the leaves of `state_dict`
+  /// (flat, nested or legacy, detected as Python does) into the existing
+  /// leaves and sets each node's batch size (and device, when this tensordict
+  /// has none) from its metadata. Everything is checked before anything is
+  /// written: a leaf of another shape is a ShapeError, of another dtype a
+  /// TypeError, a batch size the entries do not start with a ShapeError, a
+  /// device other than ours a DeviceError, all naming the key path. With
+  /// strict, a key missing from `state_dict` or unknown to this tensordict is
+  /// a KeyError (empty nested tensordicts excepted, as in Python); without it,
+  /// missing keys are left alone and unknown keys are added (as clones).
+  /// Adding keys to, or replacing a non-tensor of, a locked tensordict is a
+  /// LockedError.
+  TensorDictBase& load_state_dict(const StateDict& state_dict, bool strict = true);
+
+  // ---- consolidated storage -----------------------------------------------------
+  /// Python's td.consolidate(): a copy of this tensordict whose tensor leaves
+  /// are views into one contiguous uint8 buffer, visited depth-first in key
+  /// order (a lazy stack member by member), each leaf padded with zeros to a
+  /// multiple of 8 bytes; non-tensors are kept. The result is locked and keeps
+  /// the structure (a lazy stack stays one). KeyError for a nested tensordict
+  /// named "cls", "non_tensors", "leaves", "cls_metadata" or "size" (reserved
+  /// in the metadata); DeviceError for a leaf that is not on the CPU.
+  TensorDictBase consolidate() const;
+  /// Writes the consolidated file (the buffer, the metadata as compact JSON,
+  /// its length as int64 little-endian) to `path` and returns the result of
+  /// consolidate() over the file mapped shared: in-place writes reach the file.
+  /// StorageError when the file cannot be written.
+  TensorDictBase consolidate(const std::string& path) const;
+  /// True when every tensor leaf is a contiguous view into one buffer, 8-byte
+  /// aligned and not overlapping another (what consolidate() and
+  /// TensorDict::from_consolidated() return). True without tensor leaves.
+  bool is_consolidated() const;
+  /// The buffer of a consolidated tensordict: a 1-D uint8 tensor of the bytes
+  /// up to the end of the last leaf's padding. ValueError naming a leaf when
+  /// the tensordict is not consolidated.
+  at::Tensor consolidated_storage() const;
+  /// The metadata of Python's consolidated format for this tensordict and its
+  /// buffer (keys in Python's order: "cls", "non_tensors", "leaves",
+  /// "cls_metadata", then nested tensordicts or the members "0", "1", ... of a
+  /// lazy stack). ValueError when not consolidated.
+  nlohmann::ordered_json consolidated_metadata() const;
 
   // ---- indexing -------------------------------------------------------------
   /// td[idx] with any LibTorch index list. The batch size follows LibTorch:

@@ -12,6 +12,7 @@
 #include <tensordict/node.h>
 #include <tensordict/non_tensor.h>
 #include <tensordict/schema.h>
+#include <tensordict/state_dict.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/stack.h>
 #include <tensordict/tensor_class.h>

@@ -1,6 +1,7 @@
 // Memmap directories in Python tensordict's layout (spec: formats.md §0-1):
 // writing (memmap, memmap_, memmap_like, share_memory_) and loading.
 #include "../core/internal.h"
+#include "../core/json_io.h"
 #include "mapped_file.h"
 
 #include <tensordict/memmap.h>
@@ -109,54 +110,6 @@ namespace {
 
 // ---- JSON ---------------------------------------------------------------------------
 
-const char* kNaN = "\x01tensordict:NaN";
-const char* kInf = "\x01tensordict:Infinity";
-const char* kNegInf = "\x01tensordict:-Infinity";
-
-// Python's json writes NaN/Infinity/-Infinity tokens; nlohmann does not read
-// them. Replace them (outside strings) by sentinel strings, then restore.
-std::string quote_special_numbers(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) out += text[++i];
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-      out += c;
-    } else if (text.compare(i, 3, "NaN") == 0) {
-      out += std::string("\"") + "\\u0001tensordict:NaN\"";
-      i += 2;
-    } else if (text.compare(i, 8, "Infinity") == 0) {
-      out += std::string("\"") + "\\u0001tensordict:Infinity\"";
-      i += 7;
-    } else if (text.compare(i, 9, "-Infinity") == 0) {
-      out += std::string("\"") + "\\u0001tensordict:-Infinity\"";
-      i += 8;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-void restore_special_numbers(ojson& j) {
-  if (j.is_string()) {
-    const auto& s = j.get_ref<const std::string&>();
-    if (s == kNaN) j = std::numeric_limits<double>::quiet_NaN();
-    else if (s == kInf) j = std::numeric_limits<double>::infinity();
-    else if (s == kNegInf) j = -std::numeric_limits<double>::infinity();
-  } else if (j.is_structured()) {
-    for (auto& v : j) restore_special_numbers(v);
-  }
-}
-
 ojson read_json(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw FormatError("cannot read " + file.string() + ": missing or unreadable");
@@ -164,37 +117,12 @@ ojson read_json(const fs::path& file) {
   ss << in.rdbuf();
   ojson j;
   try {
-    j = ojson::parse(quote_special_numbers(ss.str()));
+    j = parse_python_json(ss.str());
   } catch (const nlohmann::json::exception& e) {
     throw FormatError("malformed JSON in " + file.string() + ": " + e.what());
   }
-  restore_special_numbers(j);
   if (!j.is_object()) throw FormatError("malformed " + file.string() + ": not a JSON object");
   return j;
-}
-
-// Converted element by element: a dump()/parse() round trip would turn the
-// NaN/Infinity values read above into null.
-nlohmann::json to_plain(const ojson& j) {
-  if (j.is_object()) {
-    nlohmann::json out = nlohmann::json::object();
-    for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = to_plain(it.value());
-    return out;
-  }
-  if (j.is_array()) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& v : j) out.push_back(to_plain(v));
-    return out;
-  }
-  switch (j.type()) {
-    case ojson::value_t::null: return nullptr;
-    case ojson::value_t::boolean: return j.get<bool>();
-    case ojson::value_t::string: return j.get<std::string>();
-    case ojson::value_t::number_integer: return j.get<int64_t>();
-    case ojson::value_t::number_unsigned: return j.get<uint64_t>();
-    case ojson::value_t::number_float: return j.get<double>();
-    default: return nlohmann::json::parse(j.dump());
-  }
 }
 
 const char* kTensorDictType = "<class 'tensordict._td.TensorDict'>";
