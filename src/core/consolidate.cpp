@@ -138,6 +138,9 @@ TensorDictBase rebuild_on(const TensorDictBase& td, const at::Tensor& buffer,
       case EntryKind::NonTensor:
         out.node().write(name, v.non_tensor());
         break;
+      case EntryKind::NonTensorStack:  // kept out of the buffer, like NonTensorData
+        out.node().write(name, v.non_tensor_stack());
+        break;
     }
   }
   return out;
@@ -190,6 +193,10 @@ ojson node_metadata(const TensorDictBase& td, const std::vector<int64_t>& starts
              nt.device() ? ojson(nt.device()->str()) : ojson(nullptr)});
         break;
       }
+      case EntryKind::NonTensorStack:
+        // Python writes a NonTensorStack node with NonTensorData members.
+        throw TypeError("consolidated metadata: " + name +
+                        " is a NonTensorStack, which consolidated files do not support yet");
     }
   }
   md["cls"] = kTensorDictCls;

@@ -241,6 +241,14 @@ void add_legacy_footer(StateDict& out, const TensorDictBase& td, const NestedKey
   out.insert("__device", StateDictItem::of_device(td.device()));
 }
 
+// Python writes a NonTensorStack as a node of NonTensorData members; that
+// layout is not produced yet, and dropping the entry silently would lose data.
+[[noreturn]] void refuse_non_tensor_stack(const NestedKey& key) {
+  throw TypeError("state_dict(): " + key.repr() +
+                  " is a NonTensorStack, which state dicts do not support yet; "
+                  "exclude it or store it as a NonTensorData");
+}
+
 // The flat layouts, depth-first. Python >= 0.12: a node's metadata, then its
 // leaves; a NonTensorData is a metadata node. Python <= 0.11 (td.flatten_keys
 // then the items): no metadata; a NonTensorData is its tensorclass form.
@@ -266,6 +274,8 @@ void emit_flat(const TensorDictBase& td, const std::string& prefix, const Nested
         else
           insert_flat_metadata(out, prefix + name, non_tensor_metadata(v.non_tensor()), key);
         break;
+      case EntryKind::NonTensorStack:
+        refuse_non_tensor_stack(key);
     }
   }
 }
@@ -296,6 +306,8 @@ StateDict emit_nested(const TensorDictBase& td, const NestedKey& path,
           out.insert(name, std::move(nt));
         }
         break;
+      case EntryKind::NonTensorStack:
+        refuse_non_tensor_stack(child_key(path, name));
     }
   }
   if (opt.legacy) add_legacy_footer(out, td, path);

@@ -92,7 +92,7 @@ void plan_copies(const TensorDictBase& params, const torch::nn::Module& m, const
   for (const auto& [k, v] : params.items()) {
     const std::string& name = k.front();
     const NestedKey full = path.child(name);
-    if (v.is_non_tensor())
+    if (v.is_non_tensor_or_stack())
       throw TypeError("to_module: key " + full.repr() +
                       " is a non-tensor entry; only tensors can be written into a module");
     const at::Tensor* dst = find_own(name);
@@ -129,6 +129,7 @@ void plan_copies(const TensorDictBase& params, const torch::nn::Module& m, const
         plan_copies(v.tensordict(), **child, full, opt, plan, missing);
         break;
       case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack:
         break;  // refused above
     }
   }

@@ -377,3 +377,17 @@ TEST(ConsolidatedFile, UnwritablePathIsAStorageError) {
   const std::string path = "/nonexistent-dir-td/c.td";
   TD_EXPECT_THROW_MSG(spec_example().consolidate(path), td::StorageError, "/nonexistent-dir-td/");
 }
+
+// A NonTensorStack stays out of the buffer in memory; files refuse it (Python
+// writes it as a node of NonTensorData members, not produced yet).
+TEST(Consolidate, NonTensorStackStaysOutOfTheBufferAndFilesRefuseIt) {
+  td::TensorDict d({{"a", torch::arange(2.0)}}, {2});
+  d.set_non_tensor_stack("s", json::array({"x", "y"}));
+  auto c = d.consolidate();
+  EXPECT_EQ(c.get_non_tensor_stack("s").tolist(), json::array({"x", "y"}));
+  EXPECT_TRUE(torch::equal(c.get("a"), d.get("a")));
+  td_test::TempDir dir("td_consolidate");
+  fs::create_directories(dir.path);
+  const fs::path path = dir.path / "stack.td";
+  TD_EXPECT_THROW_MSG(d.consolidate(path.string()), td::TypeError, "s is a NonTensorStack");
+}

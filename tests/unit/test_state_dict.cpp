@@ -487,3 +487,14 @@ TEST(StateDictPickle, UnwritablePathIsAStorageError) {
   TD_EXPECT_THROW_MSG(td::save_state_dict(spec_example().state_dict(), path), td::StorageError,
                       path.c_str());
 }
+
+// Python writes a NonTensorStack as a node of members; until that layout is
+// produced, the entry is refused by name rather than silently dropped.
+TEST(StateDictLayout, NonTensorStackIsRefusedNamingTheKey) {
+  td::TensorDict d({{"a", torch::zeros({2})}}, {2});
+  d.set({"sub", "b"}, torch::zeros({2}));
+  d.set_non_tensor_stack({"sub", "s"}, json::array({1, 2}));
+  for (bool flatten : {true, false})
+    TD_EXPECT_THROW_MSG(d.state_dict({.flatten = flatten}), td::TypeError,
+                        "('sub', 's') is a NonTensorStack");
+}
