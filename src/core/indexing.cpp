@@ -473,7 +473,10 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
                              format_shape(src.sizes()) + " into " + key.repr() +
                              " at an index of shape " + format_shape(target));
           if (dry_run) break;
-          at::Tensor cast = src.to(meta->device, meta->dtype);
+          // Tensor::to() is a dispatcher call even when it has nothing to do.
+          at::Tensor cast = src.scalar_type() == meta->dtype && src.device() == meta->device
+                                ? src
+                                : src.to(meta->device, meta->dtype);
           if (dest->holds_values()) {
             at::Tensor leaf = dv->tensor();
             detail::put_index(leaf, *plan.t, cast);
