@@ -5,6 +5,8 @@
 #include <tensordict/node.h>
 #include <tensordict/tensor_dict_base.h>
 
+#include <c10/util/SmallVector.h>
+
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -27,14 +29,24 @@ struct StringHash {
 };
 
 /// Storage of an in-memory TensorDict: entries in insertion order plus a hash
-/// index from key to position.
+/// index from key to position. The index depends only on the keys and their
+/// order, so nodes with the same keys (a tensordict and the results of
+/// indexing it) share one copy; a node that adds or removes a key first makes
+/// its own (copy on write).
 class MemoryNode final : public Node {
  public:
-  MemoryNode(std::vector<int64_t> batch_size, std::optional<at::Device> device)
-      : batch_size_(std::move(batch_size)), device_(device) {
+  using Entries = std::vector<std::pair<std::string, Value>>;
+
+  MemoryNode(at::IntArrayRef batch_size, std::optional<at::Device> device)
+      : batch_size_(batch_size.begin(), batch_size.end()), device_(device) {
     holds_values_ = true;
     is_memory_node_ = true;
   }
+  /// A node holding `entries`, whose keys are exactly those of `same_keys`,
+  /// in the same order (the caller guarantees it): the key index of
+  /// `same_keys` is shared instead of being built key by key.
+  MemoryNode(at::IntArrayRef batch_size, std::optional<at::Device> device,
+             Entries entries, const MemoryNode& same_keys);
   /// Non-virtual peek, for the core's hot paths.
   const Value* lookup(std::string_view key) const {
     auto pos = position(key);
@@ -43,7 +55,7 @@ class MemoryNode final : public Node {
   std::string type_name() const override { return "TensorDict"; }
   at::IntArrayRef batch_size() const override { return batch_size_; }
   void set_batch_size(std::vector<int64_t> b) override {
-    batch_size_ = std::move(b);
+    batch_size_.assign(b.begin(), b.end());
   }
   std::optional<at::Device> device() const override { return device_; }
   void set_device(std::optional<at::Device> d) override { device_ = d; }
@@ -63,13 +75,8 @@ class MemoryNode final : public Node {
     auto pos = position(key);
     return pos == npos ? nullptr : &entries_[pos].second;
   }
-  const std::vector<std::pair<std::string, Value>>& entries() const {
-    return entries_;
-  }
-  void reserve(std::size_t n) {
-    entries_.reserve(n);
-    tags_.reserve(n);
-  }
+  const Entries& entries() const { return entries_; }
+  void reserve(std::size_t n);
 
  private:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
@@ -143,16 +150,29 @@ class MemoryNode final : public Node {
   // At most a quarter of the slots are used: a successful lookup then nearly
   // always hits on its first probe (a probe costs as much as the hash).
   static constexpr std::size_t kSlotsPerEntry = 4;
+  // The key index, shared by the nodes whose keys are the same, in the same
+  // order; never modified while shared.
+  struct KeyIndex {
+    std::vector<KeyTag> tags;          // tags[i] belongs to entries_[i]
+    std::vector<std::int32_t> slots;   // power of two; -1 = empty
+    std::size_t slot_mask = 0;         // slots.size() - 1; 0 while slots is empty
+    unsigned slot_shift = 64;          // 64 - log2(slots.size())
+  };
+  KeyIndex& own_index();  // index_, unshared (copied or created if needed)
+  void cache_index() noexcept;  // copies index_'s fields below
   void rebuild_index();
-  void insert_slot(std::size_t pos);  // slots_ has room
+  void insert_slot(std::size_t pos);  // the slots have room
 
-  std::vector<int64_t> batch_size_;
+  c10::SmallVector<int64_t, 5> batch_size_;
   std::optional<at::Device> device_;
-  std::vector<std::pair<std::string, Value>> entries_;
-  std::vector<KeyTag> tags_;  // tags_[i] belongs to entries_[i]
-  std::vector<std::int32_t> slots_;  // power of two; -1 = empty
-  std::size_t slot_mask_ = 0;        // slots_.size() - 1; 0 while slots_ is empty
-  unsigned slot_shift_ = 64;         // 64 - log2(slots_.size())
+  Entries entries_;
+  std::shared_ptr<KeyIndex> index_;  // null until the first key
+  // index_'s arrays and fields, read by position() without going through
+  // index_ (a lookup is inlined into every get()).
+  const KeyTag* tags_ = nullptr;
+  const std::int32_t* slots_ = nullptr;
+  std::size_t slot_mask_ = 0;
+  unsigned slot_shift_ = 64;
 };
 
 // One level of find_memory_tensor(): the entry at key, nullptr when missing
@@ -213,7 +233,8 @@ class TensorDict : public TensorDictBase {
   explicit TensorDict(std::shared_ptr<Node> node);
 
   static bool is_node(const Node& node) noexcept {
-    return dynamic_cast<const detail::MemoryNode*>(&node) != nullptr;
+    // detail::MemoryNode is final and the only storage that sets the flag.
+    return node.is_memory_node();
   }
   static const char* static_type_name() noexcept { return "TensorDict"; }
 

@@ -72,8 +72,7 @@ void resolve_basic(TranslatedIndex& out, at::IntArrayRef batch) {
       out.batch.push_back(0);
     }
   }
-  out.batch.insert(out.batch.end(), batch.begin() + static_cast<std::ptrdiff_t>(dim),
-                   batch.end());
+  out.batch.append(batch.begin() + static_cast<std::ptrdiff_t>(dim), batch.end());
 }
 
 namespace {
@@ -160,15 +159,16 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
                            std::to_string(n));
         if (lo < 0) out.first_dim_long = at::remainder(out.first_dim_long, n);
       }
-      out.batch = out.first_dim_long.sizes().vec();
-      out.batch.insert(out.batch.end(), batch.begin() + 1, batch.end());
+      out.batch.assign(out.first_dim_long.sizes().begin(), out.first_dim_long.sizes().end());
+      out.batch.append(batch.begin() + 1, batch.end());
       out.items[0] = TensorIndex(out.first_dim_long);
       return out;
     }
   }
   try {
     at::Tensor dummy = at::zeros({1}, at::kByte).expand(batch);
-    out.batch = dummy.index(out.items).sizes().vec();
+    auto sizes = dummy.index(out.items).sizes();
+    out.batch.assign(sizes.begin(), sizes.end());
   } catch (const c10::Error& e) {
     throw IndexError("invalid index for a tensordict of batch size " +
                      format_shape(batch) + ": " + e.what_without_backtrace());
@@ -179,16 +179,24 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
 at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index) {
   if (index.basic) {
     using Op = TranslatedIndex::BasicOp;
-    at::Tensor r = leaf;
     int64_t dim = 0;
-    for (const auto& op : index.ops) {
+    auto step = [&dim](const at::Tensor& x, const Op& op) -> at::Tensor {
       switch (op.kind) {
-        case Op::Select: r = r.select(dim, op.start); break;
-        case Op::Slice: r = r.slice(dim++, op.start, op.stop, op.step); break;
-        case Op::Unsqueeze: r = r.unsqueeze(dim++); break;
-        case Op::Empty: r = r.unsqueeze(dim).slice(dim, 0, 0); ++dim; break;
+        case Op::Select: return x.select(dim, op.start);
+        case Op::Slice: return x.slice(dim++, op.start, op.stop, op.step);
+        case Op::Unsqueeze: return x.unsqueeze(dim++);
+        case Op::Empty: break;
       }
-    }
+      // Op::Empty (a false bool): a new dim of size 0.
+      at::Tensor r = x.unsqueeze(dim).slice(dim, 0, 0);
+      ++dim;
+      return r;
+    };
+    if (index.ops.empty()) return leaf;
+    // The first step reads the leaf itself (no copy of the handle: td[i] is
+    // one select per leaf, as in the floor).
+    at::Tensor r = step(leaf, index.ops[0]);
+    for (std::size_t k = 1; k < index.ops.size(); ++k) r = step(r, index.ops[k]);
     return r;
   }
   if (index.first_dim_long.defined()) {
@@ -303,69 +311,103 @@ std::vector<int64_t> concat_shape(at::IntArrayRef a, at::IntArrayRef b) {
   return out;
 }
 
-// Indexes `src` (batch dims of the root: B) into a new TensorDict of batch
-// new_batch + src.batch[B:].
-TensorDict index_node(const TensorDictBase& src, const TranslatedIndex& t,
-                      std::size_t B, const NestedKey& path) {
-  const Node& n = src.node();
-  auto b = n.batch_size();
-  TensorDict out = detail::make_tensordict(
-      concat_shape(t.batch, b.slice(std::min(B, b.size()))), n.device());
-  auto& dst = static_cast<detail::MemoryNode&>(out.node());
-  dst.reserve(n.size());
-  const auto* mem = dynamic_cast<const detail::MemoryNode*>(&n);
-  std::vector<std::string> storage_keys;
-  if (!mem) storage_keys = n.keys();
-  const std::size_t count = mem ? mem->entries().size() : storage_keys.size();
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::string& k = mem ? mem->entries()[i].first : storage_keys[i];
+// The batch size of an indexed (nested) tensordict or non-tensor of batch
+// size `b`: the indexed root batch, then its own dims beyond the root's B.
+c10::SmallVector<int64_t, 5> indexed_batch(const TranslatedIndex& t, at::IntArrayRef b,
+                                           std::size_t B) {
+  c10::SmallVector<int64_t, 5> out(t.batch.begin(), t.batch.end());
+  auto own = b.slice(std::min(B, b.size()));
+  out.append(own.begin(), own.end());
+  return out;
+}
+
+// The key of the entry being indexed, as a chain of parts that lives on the
+// stack of the walk: the NestedKey is built only for an error message.
+struct KeyChain {
+  const KeyChain* parent;
+  std::string_view part;
+  NestedKey key() const {
+    return parent ? parent->key().child(part) : NestedKey(part);
+  }
+};
+
+[[noreturn]] void throw_entry_error(const KeyChain& key, const c10::Error& e) {
+  throw IndexError("indexing entry " + key.key().repr() + " failed: " +
+                   e.what_without_backtrace());
+}
+
+std::shared_ptr<detail::MemoryNode> index_node(const Node& n, const TranslatedIndex& t,
+                                               std::size_t B, const KeyChain* path);
+
+// One entry of a tensordict (batch dims of the root: B), indexed.
+Value index_entry(const Value& v, const TranslatedIndex& t, std::size_t B,
+                  const KeyChain& key) {
+  try {
+    if (const auto* leaf = std::get_if<at::Tensor>(&v.variant()))
+      return detail::apply_index(*leaf, t);
+    if (const auto* td = std::get_if<TensorDictBase>(&v.variant())) {
+      if (td->node().is_lazy_stack()) return td->index(t.items);  // keeps it lazy
+      return TensorDictBase(index_node(td->node(), t, B, &key));
+    }
+    if (v.is_non_tensor_stack())  // the selected elements (one element: a NonTensorData)
+      return detail::index_non_tensor_stack(v.non_tensor_stack(), t);
+    NonTensorData d = v.non_tensor();
+    auto b = indexed_batch(t, d.batch_size(), B);
+    d.set_batch_size(std::vector<int64_t>(b.begin(), b.end()));
+    return d;
+  } catch (const c10::Error& e) {
+    throw_entry_error(key, e);
+  }
+}
+
+// Indexes the tensordict stored in `n` (batch dims of the root: B) into a new
+// in-memory node of batch t.batch + n.batch[B:].
+std::shared_ptr<detail::MemoryNode> index_node(const Node& n, const TranslatedIndex& t,
+                                               std::size_t B, const KeyChain* path) {
+  const auto batch = indexed_batch(t, n.batch_size(), B);
+  if (n.is_memory_node()) {
+    // Same keys in the same order: the result shares the source's key index.
+    const auto& src = static_cast<const detail::MemoryNode&>(n);
+    detail::MemoryNode::Entries entries;
+    entries.reserve(src.entries().size());
+    for (const auto& [k, v] : src.entries()) {
+      const KeyChain key{path, k};
+      if (const auto* leaf = std::get_if<at::Tensor>(&v.variant())) {
+        // The common case, without a Value temporary.
+        try {
+          entries.emplace_back(k, detail::apply_index(*leaf, t));
+        } catch (const c10::Error& e) {
+          throw_entry_error(key, e);
+        }
+        continue;
+      }
+      entries.emplace_back(k, index_entry(v, t, B, key));
+    }
+    return std::make_shared<detail::MemoryNode>(batch, n.device(), std::move(entries), src);
+  }
+  auto dst = std::make_shared<detail::MemoryNode>(batch, n.device());
+  const std::vector<std::string> keys = n.keys();
+  dst->reserve(keys.size());
+  for (const std::string& k : keys) {
+    const KeyChain key{path, k};
     std::optional<Value> holder;
-    const Value* v = mem ? &mem->entries()[i].second
-                         : (n.holds_values() ? n.peek(k) : nullptr);
-    auto key_of = [&]() { return path.empty() ? NestedKey(k) : path.child(k); };
+    const Value* v = n.holds_values() ? n.peek(k) : nullptr;
     if (!v) {
       // A storage reads only the rows asked for: never find() a tensor leaf.
       if (n.kind(k) == EntryKind::Tensor) {
         try {
-          dst.write(k, n.read_at(k, t.items));
+          dst->write(k, n.read_at(k, t.items));
         } catch (const c10::Error& e) {
-          throw IndexError("indexing entry " + key_of().repr() + " failed: " +
-                           e.what_without_backtrace());
+          throw_entry_error(key, e);
         }
         continue;
       }
       holder = n.find(k);
       v = &*holder;
     }
-    try {
-      switch (v->kind()) {
-        case EntryKind::Tensor:
-          dst.write(k, detail::apply_index(v->tensor(), t));
-          break;
-        case EntryKind::TensorDict:
-          if (v->tensordict().node().is_lazy_stack())
-            dst.write(k, v->tensordict().index(t.items));  // keeps it lazy
-          else
-            dst.write(k, index_node(v->tensordict(), t, B, key_of()));
-          break;
-        case EntryKind::NonTensor: {
-          NonTensorData d = v->non_tensor();
-          auto nb = d.batch_size();
-          d.set_batch_size(concat_shape(t.batch, nb.slice(std::min(B, nb.size()))));
-          dst.write(k, d);
-          break;
-        }
-        case EntryKind::NonTensorStack:
-          // The values of the selected elements (one element: a NonTensorData).
-          dst.write(k, detail::index_non_tensor_stack(v->non_tensor_stack(), t));
-          break;
-      }
-    } catch (const c10::Error& e) {
-      throw IndexError("indexing entry " + key_of().repr() + " failed: " +
-                       e.what_without_backtrace());
-    }
+    dst->write(k, index_entry(*v, t, B, key));
   }
-  return out;
+  return dst;
 }
 
 void check_zero_dim_index(const TensorDictBase& td, IndexList index) {
@@ -377,6 +419,29 @@ void check_zero_dim_index(const TensorDictBase& td, IndexList index) {
           "None, Ellipsis or True may index it)");
 }
 
+
+// self[index] for a tensordict that is not a lazy stack, once the trivial
+// indices (nothing, full slices) have been handled.
+TensorDict index_tree(const TensorDictBase& self, IndexList index) {
+  const Node& n = self.node();
+  TranslatedIndex t = detail::translate_index(index, n.batch_size(), false);
+  TensorDict out(index_node(n, t, n.batch_size().size(), nullptr));
+  // Python: indexing a memmap/shared tensordict keeps that status (and the
+  // lock) when the result starts at the same data pointer: ints, None,
+  // Ellipsis and slices starting at 0.
+  if ((n.memmap_flag() || n.shared_flag()) && t.basic) {
+    bool same_start = true;
+    for (const auto& op : t.ops)
+      if (op.kind == TranslatedIndex::BasicOp::Slice && op.start != 0) same_start = false;
+    if (same_start) {
+      out.lock_();
+      out.node().set_memmap_flag(n.memmap_flag());
+      out.node().set_shared_flag(n.shared_flag());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TensorDictBase TensorDictBase::index(IndexList index) const {
@@ -384,25 +449,22 @@ TensorDictBase TensorDictBase::index(IndexList index) const {
   check_zero_dim_index(*this, index);
   if (const auto* ls = detail::as_lazy_stack(*this))
     return detail::lazy_index(*ls, *this, index);
-  TranslatedIndex t = detail::translate_index(index, batch_size(), false);
-  TensorDict out = index_node(*this, t, batch_size().size(), NestedKey());
-  // Python: indexing a memmap/shared tensordict keeps that status (and the
-  // lock) when the result starts at the same data pointer: ints, None,
-  // Ellipsis and slices starting at 0.
-  if ((is_memmap() || is_shared()) && t.basic) {
-    bool same_start = true;
-    for (const auto& op : t.ops)
-      if (op.kind == TranslatedIndex::BasicOp::Slice && op.start != 0) same_start = false;
-    if (same_start) {
-      out.lock_();
-      out.node().set_memmap_flag(is_memmap());
-      out.node().set_shared_flag(is_shared());
-    }
-  }
-  return out;
+  return index_tree(*this, index);
 }
 
 TensorDictBase TensorDictBase::operator[](int64_t i) const {
+  return index({at::indexing::TensorIndex(i)});
+}
+
+// A TensorDict is never a lazy stack: the result is always a TensorDict,
+// returned without converting it from a TensorDictBase (a check per call).
+TensorDict TensorDict::index(IndexList index) const {
+  if (index.empty() || all_full_slices(index)) return *this;
+  check_zero_dim_index(*this, index);
+  return index_tree(*this, index);
+}
+
+TensorDict TensorDict::operator[](int64_t i) const {
   return index({at::indexing::TensorIndex(i)});
 }
 
@@ -581,8 +643,7 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
   }
 }
 
-TensorDictBase broadcast_value(const TensorDictBase& value,
-                               const std::vector<int64_t>& target) {
+TensorDictBase broadcast_value(const TensorDictBase& value, at::IntArrayRef target) {
   auto vb = value.batch_size();
   if (vb.equals(target)) return value;
   // Python: value.shape == indexed_bs[-len(value.shape):], and for batch []

@@ -6,6 +6,8 @@
 #include <tensordict/node.h>
 #include <tensordict/tensor_dict.h>
 
+#include <c10/util/SmallVector.h>
+
 #include <string>
 #include <vector>
 
@@ -35,9 +37,9 @@ Value validate_value(Value value, at::IntArrayRef batch,
                      std::optional<at::Device> device, const NestedKey& key);
 
 /// A new in-memory TensorDict handle with the given batch size and device.
-inline TensorDict make_tensordict(std::vector<int64_t> batch,
+inline TensorDict make_tensordict(at::IntArrayRef batch,
                                   std::optional<at::Device> device) {
-  return TensorDict(std::make_shared<MemoryNode>(std::move(batch), device));
+  return TensorDict(std::make_shared<MemoryNode>(batch, device));
 }
 
 /// The nested tensordicts directly under `node` (handles to the live children).
@@ -56,11 +58,13 @@ struct TranslatedIndex {
     enum Kind : std::uint8_t { Select, Slice, Unsqueeze, Empty } kind;
     int64_t start = 0, stop = 0, step = 1;  // Select uses start
   };
-  std::vector<at::indexing::TensorIndex> items;  // applies to any leaf
+  // Inline capacities: an index of a few items over a few batch dims
+  // allocates nothing.
+  c10::SmallVector<at::indexing::TensorIndex, 4> items;  // applies to any leaf
   at::Tensor first_dim_long;  // defined: the index is exactly this on dim 0
-  std::vector<int64_t> batch;  // the indexed batch size
-  bool basic = true;           // only ints, slices, None, Ellipsis, bools
-  std::vector<BasicOp> ops;    // when basic: select/slice/unsqueeze per leaf
+  c10::SmallVector<int64_t, 5> batch;  // the indexed batch size
+  bool basic = true;                   // only ints, slices, None, Ellipsis, bools
+  c10::SmallVector<BasicOp, 4> ops;    // when basic: select/slice/unsqueeze per leaf
 };
 
 /// With check_bounds (writes), a long index is bounds-checked up front.

@@ -4,13 +4,12 @@
 namespace tensordict {
 
 TensorDict::TensorDict()
-    : TensorDictBase(std::make_shared<detail::MemoryNode>(std::vector<int64_t>{},
+    : TensorDictBase(std::make_shared<detail::MemoryNode>(at::IntArrayRef(),
                                                           std::nullopt)) {}
 
 TensorDict::TensorDict(at::IntArrayRef batch_size,
                        std::optional<at::Device> device)
-    : TensorDictBase(std::make_shared<detail::MemoryNode>(batch_size.vec(),
-                                                          device)) {
+    : TensorDictBase(std::make_shared<detail::MemoryNode>(batch_size, device)) {
   for (auto s : batch_size)
     if (s < 0)
       throw ShapeError("invalid batch size " + detail::format_shape(batch_size) +
@@ -37,14 +36,6 @@ TensorDict::TensorDict(std::shared_ptr<Node> node)
     : TensorDictBase(std::move(node)) {
   if (!node_ || !is_node(*node_))
     throw TypeError("TensorDict: the storage is not an in-memory TensorDict");
-}
-
-TensorDict TensorDict::index(IndexList index) const {
-  return TensorDict(TensorDictBase::index(index).node_ptr());
-}
-
-TensorDict TensorDict::operator[](int64_t i) const {
-  return TensorDict(TensorDictBase::operator[](i).node_ptr());
 }
 
 TensorDict TensorDict::make(const std::vector<Item>& items,

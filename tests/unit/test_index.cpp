@@ -180,6 +180,58 @@ TEST(TensorDictIndex, TheResultIsANewContainer) {
   EXPECT_FALSE(t.contains("brand_new"));
 }
 
+// A result node shares its source's key index until one of them adds or
+// removes a key: each side must then see only its own keys, at every level.
+TEST(TensorDictIndex, KeyChangesAfterIndexingStayOnTheirSide) {
+  auto t = make_fixture();
+  auto row = t[1];
+  auto rows = t.index({Slice(1, 3)});
+  // Removing and adding on the result.
+  row.del_("b");
+  row.set("z", torch::zeros({3}));
+  row.del_({"nested", "deeper", "e"});
+  EXPECT_TRUE(t.contains("b"));
+  EXPECT_FALSE(t.contains("z"));
+  EXPECT_TRUE(t.contains({"nested", "deeper", "e"}));
+  EXPECT_TRUE(torch::equal(t.get("c"), make_fixture().get("c")));
+  EXPECT_TRUE(torch::equal(row.get("c"), t.get("c")[1]));
+  EXPECT_TRUE(torch::equal(row.get({"nested", "deeper", "f"}),
+                           t.get({"nested", "deeper", "f"})[1]));
+  EXPECT_EQ(row.keys(), (std::vector<td::NestedKey>{"a", "c", "nested", "label", "z"}));
+  // Adding and removing on the source, after indexing.
+  t.set("w", torch::ones({4, 3}));
+  t.del_("a");
+  t.rename_key_("c", "c2");
+  EXPECT_FALSE(rows.contains("w"));
+  EXPECT_TRUE(rows.contains("a"));
+  EXPECT_TRUE(rows.contains("c"));
+  EXPECT_FALSE(rows.contains("c2"));
+  EXPECT_TRUE(torch::equal(rows.get("c"), t.get("c2").slice(0, 1, 3)));
+  EXPECT_TRUE(torch::equal(t.get("w"), torch::ones({4, 3})));
+  EXPECT_TRUE(torch::equal(t.get("b"), make_fixture().get("b")));
+  EXPECT_TRUE(torch::equal(rows.get("b"), t.get("b").slice(0, 1, 3)));
+  EXPECT_EQ(rows.keys(), (std::vector<td::NestedKey>{"a", "b", "c", "nested", "label"}));
+  // Replacing an entry changes neither side's keys.
+  rows.set("a", torch::zeros({2, 3, 2}));
+  EXPECT_EQ(rows.keys(), (std::vector<td::NestedKey>{"a", "b", "c", "nested", "label"}));
+  EXPECT_TRUE(torch::equal(rows.get("a"), torch::zeros({2, 3, 2})));
+  EXPECT_FALSE(t.contains("a"));
+  // Many new keys on an indexed copy (the index grows past its first table).
+  auto grown = make_fixture()[0];
+  for (int i = 0; i < 40; ++i) grown.set("k" + std::to_string(i), torch::full({3}, i));
+  for (int i = 0; i < 40; ++i)
+    EXPECT_EQ(grown.get("k" + std::to_string(i))[0].item<int64_t>(), i);
+  EXPECT_TRUE(torch::equal(grown.get({"nested", "d"}), make_fixture().get({"nested", "d"})[0]));
+}
+
+// A leaf that LibTorch fails to index is named with its full nested key.
+TEST(TensorDictIndex, LeafErrorsNameTheNestedKey) {
+  td::TensorDict inner({{"x", torch::zeros({4, 2})}}, {4});
+  td::TensorDict outer({{"nested", inner}}, {4});
+  OPS_EXPECT_THROW_MSG(outer.index({torch::tensor({9})}), td::IndexError,
+                       "('nested', 'x')");
+}
+
 TEST(TensorDictIndex, SubscriptSugarIsIndexOnTheFirstDim) {
   auto t = make_fixture();
   for (int64_t i : {0, 2, -1, -4}) {
