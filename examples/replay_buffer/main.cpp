@@ -312,9 +312,9 @@ int main(int argc, char** argv) {
       Transition batch = rb.at(pick.indices);
       busy += seconds_since(start);
       rows_ok &= consistent(batch, rb);
-      // A stand-in for the learner's |TD error|, weighted as a learner would.
+      // A stand-in for the learner's |TD error| (a learner would also scale its
+      // loss by pick.weights, the importance weights).
       at::Tensor td_error = batch.done().to(at::kFloat) * 10 + 0.1;
-      (void)(td_error * pick.weights);
       sampler.update_priorities(pick.indices, td_error);
       if (k >= opt.samples / 2) {  // once most priorities are known
         drawn += opt.batch_size;
