@@ -50,7 +50,9 @@ td::TensorDict many_td() {
 }
 
 void raw_write(const std::string& path, const torch::Tensor& t) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  // Replace the previous file as memmap() does (unlink, create).
+  ::unlink(path.c_str());
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   const char* p = static_cast<const char*>(t.data_ptr());
   std::size_t n = t.nbytes(), done = 0;
   while (done < n) {
@@ -177,7 +179,8 @@ void BM_memmap_like_1M_rows_td(benchmark::State& state) {
 void BM_memmap_like_1M_rows_floor(benchmark::State& state) {
   auto file = bench_dir() / "like_raw.bin";
   for (auto _ : state) {
-    int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    ::unlink(file.c_str());
+    int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (::ftruncate(fd, 1'000'000LL * 3 * 64 * 64) != 0) state.SkipWithError("ftruncate");
     ::close(fd);
   }

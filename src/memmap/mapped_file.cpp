@@ -115,8 +115,16 @@ void write_file(const std::string& path, const at::Tensor& tensor,
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
     throw StorageError("refusing to write through the symbolic link " + path + what);
+  // An existing file is unlinked and a new one created, never truncated:
+  // truncation would pull the pages from under every mapping of the old file
+  // (the source of this very copy, a module loaded with share_storage, another
+  // process), which would then die of SIGBUS; an unlinked file lives on for
+  // them. On ext4 it is also about 3x faster than truncating pages that are
+  // still being written back.
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw StorageError("cannot replace " + path + what + ": " + errno_text());
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (f.fd < 0)
     throw StorageError("cannot create " + path + what + ": " + errno_text());
   const std::size_t nbytes = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();

@@ -323,27 +323,6 @@ TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix,
                        ": a key or non-tensor value is not valid UTF-8 (" + e.what() + ")");
     }
   }
-  // A source mapped from a file that this call rewrites (e.g. a slice of a
-  // memmapped tensordict saved over its own directory) would be truncated
-  // before it is read: copy such sources to memory first.
-  if (copy_data) {
-    auto file_id = [](const std::string& path) -> std::optional<std::pair<dev_t, ino_t>> {
-      struct stat st {};
-      if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-      return std::make_pair(st.st_dev, st.st_ino);
-    };
-    std::set<std::pair<dev_t, ino_t>> targets;
-    for (const auto& j : jobs)
-      if (!j.reuse)
-        if (auto id = file_id(j.path)) targets.insert(*id);
-    for (auto& j : jobs) {
-      if (j.reuse || targets.empty()) continue;
-      auto src_file = mapped_filename(j.source);
-      if (!src_file) continue;
-      auto id = file_id(*src_file);
-      if (id && targets.count(*id)) j.source = j.source.clone();
-    }
-  }
   // Directories first, then the leaf files, then every meta.json last so that
   // a directory is complete once its metadata appears.
   std::error_code ec;

@@ -910,6 +910,16 @@ TEST_F(Memmap, SourceMappedFromAnotherTargetFileIsReadBeforeItIsOverwritten) {
   EXPECT_TRUE(at::equal(l.get("y"), torch::arange(4.0f)));
 }
 
+TEST_F(Memmap, SavingOverADirectoryLeavesEarlierMappingsOfItIntact) {
+  td::TensorDict({{"x", torch::arange(1024.0)}}, {1024}).memmap(P());
+  at::Tensor old_x = td::load_memmap(P()).get("x");
+  td::TensorDict({{"x", torch::full({1024}, 7.0)}}, {1024}).memmap(P());
+  // The old file was replaced, not truncated: its mapping still reads the old
+  // bytes (a truncated one would crash with SIGBUS), the directory the new ones.
+  EXPECT_TRUE(at::equal(old_x, torch::arange(1024.0f)));
+  EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::full({1024}, 7.0f)));
+}
+
 TEST_F(Memmap, InvalidUtf8KeyIsRefusedBeforeAnythingIsWritten) {
   td::TensorDict t({{"ok", torch::ones({2})}, {"bad\xff", torch::zeros({2})}}, {2});
   TD_EXPECT_THROW_MSG(t.memmap(P()), td::ValueError, "UTF-8");

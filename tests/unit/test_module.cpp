@@ -182,6 +182,29 @@ TEST_F(Module, RoundTripThroughMemmap) {
   EXPECT_TRUE(dst->fc->weight.grad().defined());
 }
 
+TEST_F(Module, ShareStorageIsZeroCopyAndOutlivesASaveOverItsDirectory) {
+  Net src = make_net(1);
+  Net dst = make_net(2);
+  const auto expected = values_of(*src);
+  td::from_module(*src).memmap(dir.str("ckpt"));
+  at::Tensor weight_before = dst->fc->weight;
+  td::to_module(td::load_memmap(dir.str("ckpt"), {.writable = false}), *dst,
+                {.strict = true, .share_storage = true});
+  expect_same_values(*dst, expected);
+  // The layer's own handle now reads the file's mapping (set_, same identity).
+  EXPECT_TRUE(dst->fc->weight.is_same(weight_before));
+  EXPECT_TRUE(td::MemoryMappedTensor::is_memory_mapped(dst->fc->weight));
+  EXPECT_TRUE(dst->fc->weight.requires_grad());
+  // Another checkpoint written over the same directory replaces the files; the
+  // module keeps reading the ones it mapped (no SIGBUS, no change).
+  td::from_module(*make_net(3)).memmap(dir.str("ckpt"));
+  expect_same_values(*dst, expected);
+  torch::Tensor x = torch::randn({5, 3});
+  dst->eval();
+  src->eval();
+  EXPECT_TRUE(torch::allclose(dst->forward(x), src->forward(x)));
+}
+
 // to_module reads a mapped source from its file only when the file holds the
 // tensor's current bytes.
 TEST_F(Module, MappedSourcesAreReadAsTheyAreNow) {
