@@ -76,6 +76,12 @@ class MemoryNode final : public Node {
     return pos == npos ? nullptr : &entries_[pos].second;
   }
   const Entries& entries() const { return entries_; }
+  /// True when both nodes share one key index: the same keys at the same
+  /// positions (e.g. a tensordict and the results of indexing it), so their
+  /// entries can be paired by position without looking keys up.
+  bool shares_keys_with(const MemoryNode& other) const noexcept {
+    return index_ != nullptr && index_ == other.index_;
+  }
   void reserve(std::size_t n);
 
  private:

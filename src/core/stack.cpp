@@ -31,11 +31,31 @@ namespace {
                  "] that tensordict 0 lacks");
 }
 
-// Entries of `tds` at key k, checked to be of one kind. Pointers into the
-// inputs (valid while they are not mutated); `holders` keeps entries that a
-// storage materialized.
+// The in-memory nodes of `tds` when they all share the first one's key index
+// (parts or rows indexed from one tensordict): their entries pair up by
+// position, with no key lookups. Empty otherwise.
+std::vector<const detail::MemoryNode*> aligned_nodes(const std::vector<TensorDictBase>& tds) {
+  std::vector<const detail::MemoryNode*> out;
+  if (!tds[0].node().is_memory_node()) return out;
+  const auto& first = static_cast<const detail::MemoryNode&>(tds[0].node());
+  out.reserve(tds.size());
+  for (const auto& t : tds) {
+    const Node& n = t.node();
+    if (!n.is_memory_node() ||
+        !static_cast<const detail::MemoryNode&>(n).shares_keys_with(first))
+      return {};
+    out.push_back(static_cast<const detail::MemoryNode*>(&n));
+  }
+  return out;
+}
+
+// Entries of `tds` at key k (the pos-th key of each node when `aligned` is
+// not empty), checked to be of one kind. Pointers into the inputs (valid
+// while they are not mutated); `holders` keeps entries that a storage
+// materialized.
 std::vector<const Value*> gather_entries(const std::vector<TensorDictBase>& tds,
-                                         const std::string& k, const char* op,
+                                         const std::vector<const detail::MemoryNode*>& aligned,
+                                         std::size_t pos, const std::string& k, const char* op,
                                          const NestedKey& path,
                                          std::vector<Value>& holders) {
   std::vector<const Value*> out;
@@ -43,13 +63,18 @@ std::vector<const Value*> gather_entries(const std::vector<TensorDictBase>& tds,
   holders.clear();
   holders.reserve(tds.size());
   for (std::size_t i = 0; i < tds.size(); ++i) {
-    const Node& n = tds[i].node();
-    const Value* v = n.holds_values() ? n.peek(k) : nullptr;
-    if (!v) {
-      auto f = n.find(k);
-      if (!f) key_mismatch(op, tds[0], tds[i], i, path);
-      holders.push_back(std::move(*f));
-      v = &holders.back();
+    const Value* v;
+    if (!aligned.empty()) {
+      v = &aligned[i]->entries()[pos].second;
+    } else {
+      const Node& n = tds[i].node();
+      v = n.holds_values() ? n.peek(k) : nullptr;
+      if (!v) {
+        auto f = n.find(k);
+        if (!f) key_mismatch(op, tds[0], tds[i], i, path);
+        holders.push_back(std::move(*f));
+        v = &holders.back();
+      }
     }
     // NonTensorData and NonTensorStack entries stack together.
     if (!out.empty() && v->kind() != out.front()->kind() &&
@@ -85,11 +110,13 @@ TensorDict stack_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   const auto keys = first.node().keys();
   dst.reserve(keys.size());
+  const auto aligned = aligned_nodes(tds);
   std::vector<at::Tensor> leaves;
   std::vector<Value> holders;
-  for (const auto& k : keys) {
+  for (std::size_t pos = 0; pos < keys.size(); ++pos) {
+    const std::string& k = keys[pos];
     auto key_of = [&]() { return path.empty() ? NestedKey(k) : path.child(k); };
-    auto entries = gather_entries(tds, k, "stack", path, holders);
+    auto entries = gather_entries(tds, aligned, pos, k, "stack", path, holders);
     switch (entries[0]->kind()) {
       case EntryKind::Tensor: {
         leaves.clear();
@@ -154,11 +181,15 @@ TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
   }
   TensorDict out = detail::make_tensordict(target, device);
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
+  const auto keys = first.node().keys();
+  dst.reserve(keys.size());
+  const auto aligned = aligned_nodes(tds);
   std::vector<at::Tensor> leaves;
   std::vector<Value> holders;
-  for (const auto& k : first.node().keys()) {
-    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    auto entries = gather_entries(tds, k, "cat", path, holders);
+  for (std::size_t pos = 0; pos < keys.size(); ++pos) {
+    const std::string& k = keys[pos];
+    auto key_of = [&]() { return path.empty() ? NestedKey(k) : path.child(k); };
+    auto entries = gather_entries(tds, aligned, pos, k, "cat", path, holders);
     switch (entries[0]->kind()) {
       case EntryKind::Tensor: {
         leaves.clear();
@@ -168,20 +199,21 @@ TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
           dst.write(k, at::cat(leaves, dim));
         } catch (const c10::Error& e) {
           throw ShapeError("cat: the shapes of the tensors to concatenate are "
-                           "incompatible for key " + key.repr() + ": " +
+                           "incompatible for key " + key_of().repr() + ": " +
                            e.what_without_backtrace());
         }
         break;
       }
       case EntryKind::TensorDict: {
         std::vector<TensorDictBase> subs;
+        subs.reserve(entries.size());
         for (auto* e : entries) subs.push_back(e->tensordict());
-        dst.write(k, cat_rec(subs, dim, key));
+        dst.write(k, cat_rec(subs, dim, key_of()));
         break;
       }
       case EntryKind::NonTensor:
       case EntryKind::NonTensorStack:
-        dst.write(k, detail::cat_non_tensors(entries, dim, key));
+        dst.write(k, detail::cat_non_tensors(entries, dim, key_of()));
         break;
     }
   }

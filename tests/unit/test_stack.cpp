@@ -204,3 +204,41 @@ TEST(TensorDictStack, CatMismatchesAreErrors) {
   td::TensorDict z({{"x", torch::ones({2})}}, {});
   OPS_EXPECT_THROW_MSG(td::cat({z, z}, 0), td::IndexError);
 }
+
+// Parts indexed from one tensordict share its key index and are paired by
+// position; parts that do not (other key order, a key replaced) by key. The
+// result is the same either way.
+TEST(TensorDictStack, PartsOfOneTensorDictAndForeignPartsCombineByKey) {
+  auto t = make_fixture();
+  std::vector<td::TensorDictBase> rows, slices;
+  for (int64_t i = 0; i < 4; ++i) rows.push_back(t[i]);
+  for (int64_t i = 0; i < 4; i += 2) slices.push_back(t.index({Slice(i, i + 2)}));
+  auto memory_node = [](const td::TensorDictBase& x) -> const td::detail::MemoryNode& {
+    return static_cast<const td::detail::MemoryNode&>(x.node());
+  };
+  ASSERT_TRUE(memory_node(rows[3]).shares_keys_with(memory_node(rows[0])));
+  ASSERT_TRUE(memory_node(slices[1]).shares_keys_with(memory_node(slices[0])));
+  EXPECT_TRUE(td::stack(rows, 0).equal(t));
+  EXPECT_TRUE(td::cat(slices, 0).equal(t));
+
+  // A value replaced in one part (same keys, same order) is the one used.
+  auto changed = t.index({Slice(2, 4)});
+  changed.set({"nested", "d"}, torch::full({2, 3, 5}, 9.0));
+  ASSERT_TRUE(memory_node(changed).shares_keys_with(memory_node(slices[0])));
+  td::TensorDict c = td::cat({slices[0], changed}, 0);
+  EXPECT_TRUE(at::equal(c.get({"nested", "d"}).index({Slice(2, 4)}), torch::full({2, 3, 5}, 9.0f)));
+  EXPECT_TRUE(at::equal(c.get("a"), t.get("a")));
+
+  // The same keys inserted in another order.
+  td::TensorDict reordered({{"label", "x"}}, {2, 3});
+  reordered.set("nested", slices[1].get_tensordict("nested"));
+  for (const char* k : {"c", "b", "a"}) reordered.set(k, slices[1].get(k));
+  td::TensorDict r = td::cat({slices[0], reordered}, 0);
+  EXPECT_TRUE(r.equal(t));
+  EXPECT_EQ(r.keys(), t.keys());  // the first part's order
+
+  // A leaf replaced by a tensordict at the same position is a TypeError.
+  auto odd = t.index({Slice(2, 4)});
+  odd.set("a", td::TensorDict({{"x", torch::zeros({2, 3})}}, {2, 3}));
+  OPS_EXPECT_THROW_MSG(td::cat({slices[0], odd}, 0), td::TypeError, "'a'", "tensordict 1");
+}
