@@ -103,7 +103,12 @@ def run_binary(binary: Path, args: argparse.Namespace) -> dict:
         cmd = [str(binary), "--benchmark_format=json", f"--benchmark_out={out}",
                "--benchmark_out_format=json"]
         if args.repetitions > 1:
+            # Repetitions in random order: otherwise every tensordict variant
+            # runs right after another op's floor (a different heap and cache
+            # state) and every floor right after its own op, which measured up
+            # to 1.3x for identical work (clone: same instruction count).
             cmd += [f"--benchmark_repetitions={args.repetitions}",
+                    "--benchmark_enable_random_interleaving=true",
                     "--benchmark_report_aggregates_only=true"]
         if args.filter:
             cmd.append(f"--benchmark_filter={args.filter}")
@@ -249,7 +254,8 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
         f"with raw LibTorch and standard containers), measured in the same run of "
         f"`{binary.name}`. ratio = tensordict time / floor time "
         f"({args.metric.replace('_', ' ')}"
-        + (f", median of {args.repetitions} repetitions" if args.repetitions > 1 else "")
+        + (f", median of {args.repetitions} repetitions run in random order"
+           if args.repetitions > 1 else "")
         + "); 1.0 means no overhead.",
         "",
         "| operation | tensordict (ns) | floor (ns) | ratio |",

@@ -2,7 +2,7 @@
 # Builds every benchmark, runs each next to its floor, and writes the report:
 # benchmarks/results/<name>.{md,json}, docs/benchmarks.md and docs/benchmarks.png.
 # Run it on a quiet machine: the ratios of a busy one are noise.
-#   REPETITIONS=5 bash scripts/benchmark-report.sh
+#   REPETITIONS=9 bash scripts/benchmark-report.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -13,7 +13,7 @@ if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
 fi
 BUILD_DIR=${BUILD_DIR:-build-bench}
 JOBS=${JOBS:-$(nproc)}
-REPETITIONS=${REPETITIONS:-5}
+REPETITIONS=${REPETITIONS:-9}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=ON
 BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)
