@@ -162,7 +162,7 @@ bool consistent(const Transition& batch, const ReplayBuffer& rb) {
            flat.amax(1).to(at::kLong).eq(expect).all().item<bool>();
   };
   return uniform_pixels(batch.obs(), ids.remainder(251)) &&
-         uniform_pixels(batch.next_obs(), (ids + 1).remainder(251)) &&
+         uniform_pixels(batch.next().obs(), (ids + 1).remainder(251)) &&
          batch.done().eq(ids.remainder(50).eq(49)).all().item<bool>() &&
          at::allclose(batch.action(), (ids.to(at::kFloat) / 1000).unsqueeze(1).expand({n, 4})) &&
          ids.ge(rb.total_written() - rb.size()).all().item<bool>() &&

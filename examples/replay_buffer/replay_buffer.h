@@ -38,13 +38,16 @@ namespace td = tensordict;
 namespace fs = std::filesystem;
 using at::indexing::Slice;
 
+/// The state after a transition: the nested "next" level.
+struct NextState : td::TypedTensorDict<NextState> {
+  TENSORDICT_FIELDS(obs);
+};
+
 /// One transition (or a batch of them): obs uint8[84,84,3], action float[4],
-/// reward float, done bool, and the nested next/obs.
+/// reward float, done bool, and the nested next/obs (`t.next().obs()`).
 struct Transition : td::TypedTensorDict<Transition> {
   TENSORDICT_FIELDS(obs, action, reward, done);
-
-  /// The nested "next" level is read through the untyped API.
-  at::Tensor next_obs() const { return get({"next", "obs"}); }
+  TENSORDICT_NESTED_FIELDS((NextState, next));
 
   /// The element layout of a transition, without batch dims.
   static td::Schema schema() {

@@ -76,6 +76,7 @@ class TensorClass {
   static constexpr detail::FieldGroup<void, 0> td_required_fields_() { return {}; }
   static constexpr detail::FieldGroup<void, 0> td_optional_fields_() { return {}; }
   static constexpr detail::FieldGroup<void, 0> td_non_tensor_fields_() { return {}; }
+  static constexpr detail::FieldGroup<void, 0> td_nested_fields_() { return {}; }
 
   /// A null tensorclass (defined() is false).
   TensorClass() = default;
@@ -92,7 +93,8 @@ class TensorClass {
 
   // ---- the schema -------------------------------------------------------------
   /// Every field in declaration order: TENSORDICT_FIELDS, then
-  /// TENSORDICT_OPTIONAL_FIELDS, then TENSORDICT_NON_TENSOR_FIELDS.
+  /// TENSORDICT_OPTIONAL_FIELDS, TENSORDICT_NON_TENSOR_FIELDS and
+  /// TENSORDICT_NESTED_FIELDS.
   static std::span<const FieldInfo> fields() noexcept {
     static constexpr auto table = td_all_fields_();
     static_assert(!detail::has_duplicate_fields(table), "a field is declared twice");
@@ -153,7 +155,7 @@ class TensorClass {
           continue;
         }
         if (it.value().is_null()) continue;
-        if (f->kind == FieldKind::Tensor)
+        if (f->kind != FieldKind::NonTensor)
           throw SchemaError(ctx + ": field '" + it.key() +
                             "' is a tensor field: pass it in the tensordict");
         if (td.contains(NestedKey(it.key())))
@@ -332,7 +334,8 @@ class TensorClass {
         "(TENSORDICT_FIELDS() when there is none): it also brings in the constructors");
     return detail::concat_fields(detail::own_fields<Derived>(Derived::td_required_fields_()),
                                  detail::own_fields<Derived>(Derived::td_optional_fields_()),
-                                 detail::own_fields<Derived>(Derived::td_non_tensor_fields_()));
+                                 detail::own_fields<Derived>(Derived::td_non_tensor_fields_()),
+                                 detail::own_fields<Derived>(Derived::td_nested_fields_()));
   }
 
  protected:
@@ -349,6 +352,16 @@ class TensorClass {
   }
   void td_write_tensor_inplace_(std::string_view name, const at::Tensor& value) {
     td_.set_(NestedKey(name), value);
+  }
+  TensorDictBase td_read_nested_(std::string_view name) const {
+    if (!td_.contains(NestedKey(name))) td_throw_not_set_(name);
+    return td_.get_tensordict(NestedKey(name));
+  }
+  void td_write_nested_(std::string_view name, const TensorDictBase& value) {
+    td_.set(NestedKey(name), value);
+  }
+  void td_write_nested_inplace_(std::string_view name, const TensorDictBase& value) {
+    td_read_nested_(name).update_(value);
   }
 
   template <class T>
@@ -412,6 +425,12 @@ class TensorClass {
       if (non_tensor)
         throw SchemaError(ctx + ": field '" + name + "' is a tensor field but holds a " +
                           to_string(kind));
+      return;
+    }
+    if (f.kind == FieldKind::Nested) {
+      if (kind != EntryKind::TensorDict)
+        throw SchemaError(ctx + ": field '" + name + "' is a nested " + std::string(f.type) +
+                          " field but holds a " + to_string(kind));
       return;
     }
     // A NonTensorStack (one value per element) is not checked value by value.

@@ -9,14 +9,19 @@
 ///   TENSORDICT_OPTIONAL_FIELDS(mask);              // tensor fields that may be absent
 ///   TENSORDICT_NON_TENSOR_FIELDS((float, gamma),   // TensorClass only: any type
 ///                                (std::string, env));  // nlohmann::json converts
+///   TENSORDICT_NESTED_FIELDS((NextState, next));   // a TypedTensorDict class at
+///                                                  // the key "next"
 /// @endcode
 /// Each field `x` of type T gets three members, all one-line forwards to the
 /// untyped tensordict with the literal key "x":
 ///   - `T x() const`: reads it (SchemaError "declared but not set" when absent);
 ///   - `Self& set_x(T)`: stores it, replacing any entry (Python's `obj.x = v`);
-///   - `Self& set_x_(T)` (tensor fields): copies into the existing tensor in
-///     place, as set_() does; the form that works on locked (memory-mapped or
+///   - `Self& set_x_(T)` (tensor and nested fields): copies into the existing
+///     tensor in place, as set_() does (a nested field: update_() of every
+///     key of the value); the form that works on locked (memory-mapped or
 ///     shared) tensordicts.
+/// A nested field's getter returns the typed class over the nested level
+/// itself (no copy: writes through it reach this tensordict's storage).
 ///
 /// Rules, checked at compile time where the compiler can:
 ///   - TENSORDICT_FIELDS appears once in every class, even with no field
@@ -50,7 +55,11 @@
 namespace tensordict {
 
 /// What a field holds.
-enum class FieldKind : std::uint8_t { Tensor, NonTensor };
+enum class FieldKind : std::uint8_t {
+  Tensor,     ///< a tensor (or, as Python allows, a nested tensordict)
+  NonTensor,  ///< a NonTensorData value of a declared C++ type (TensorClass)
+  Nested,     ///< a nested tensordict wrapped by a declared TypedTensorDict class
+};
 
 /// One declared field of a typed wrapper (see Derived::fields()).
 struct FieldInfo {
@@ -59,7 +68,8 @@ struct FieldInfo {
   /// from_tensordict wraps (when checked).
   bool required = true;
   FieldKind kind = FieldKind::Tensor;
-  /// Non-tensor fields: the declared C++ type as written ("float").
+  /// Non-tensor and nested fields: the declared C++ type as written
+  /// ("float", "NextState").
   std::string_view type = {};
   /// Non-tensor fields: "" when a JSON value converts to the declared type,
   /// otherwise why it does not.
@@ -118,6 +128,16 @@ template <class T, class = void>
 struct is_typed_wrapper : std::false_type {};
 template <class T>
 struct is_typed_wrapper<T, std::void_t<typename T::td_wrapper_tag_>> : std::true_type {};
+
+/// True for TypedTensorDict classes (typed wrappers that are tensordicts
+/// themselves, so they can be stored as a nested level).
+template <class T>
+constexpr bool is_typed_tensordict() {
+  if constexpr (is_typed_wrapper<T>::value)
+    return !T::td_allows_non_tensor_;
+  else
+    return false;
+}
 
 // ---- names a field may not take ---------------------------------------------
 
@@ -367,6 +387,29 @@ std::string unqualified_type_name() {
 #define TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS(pair) \
   TENSORDICT_DETAIL_CALL(TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS_, TENSORDICT_DETAIL_UNPAREN pair)
 
+#define TENSORDICT_DETAIL_NESTED_INFO_(type, name) \
+  , ::tensordict::FieldInfo{#name, true, ::tensordict::FieldKind::Nested, #type}
+#define TENSORDICT_DETAIL_NESTED_INFO(pair) \
+  TENSORDICT_DETAIL_CALL(TENSORDICT_DETAIL_NESTED_INFO_, TENSORDICT_DETAIL_UNPAREN pair)
+
+#define TENSORDICT_DETAIL_NESTED_ACCESSORS_(type, name)                                 \
+  TENSORDICT_DETAIL_CHECK_NAME(name)                                                    \
+  static_assert(::tensordict::detail::is_typed_tensordict<type>(),                      \
+                "nested field '" #name "': " #type " must be a td::TypedTensorDict class"); \
+  type name() const {                                                                   \
+    return type::from_tensordict(this->td_read_nested_(#name), /*check=*/false);        \
+  }                                                                                     \
+  td_self_& set_##name(const type& value) {                                             \
+    this->td_write_nested_(#name, value);                                               \
+    return *this;                                                                       \
+  }                                                                                     \
+  td_self_& set_##name##_(const type& value) {                                          \
+    this->td_write_nested_inplace_(#name, value);                                       \
+    return *this;                                                                       \
+  }
+#define TENSORDICT_DETAIL_NESTED_ACCESSORS(pair) \
+  TENSORDICT_DETAIL_CALL(TENSORDICT_DETAIL_NESTED_ACCESSORS_, TENSORDICT_DETAIL_UNPAREN pair)
+
 // ---- the public macros -------------------------------------------------------------
 
 /// Declares required tensor fields (and brings in the wrapper's constructors).
@@ -407,4 +450,19 @@ std::string unqualified_type_name() {
             TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NON_TENSOR_INFO, __VA_ARGS__)); \
   }                                                                                   \
   TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS, __VA_ARGS__)     \
+  static_assert(true, "")
+
+/// Declares required nested fields as (Type, name) pairs: the entry `name` is
+/// a nested tensordict whose fields Type (a TypedTensorDict class) declares,
+/// as Python's `next: NextState` annotation. `x()` wraps the nested level live
+/// (its own fields are checked when read), `set_x(v)` stores v there,
+/// `set_x_(v)` copies v's entries into the existing ones (update_).
+#define TENSORDICT_NESTED_FIELDS(...)                                                 \
+ public:                                                                              \
+  static constexpr auto td_nested_fields_() {                                         \
+    return ::tensordict::detail::make_field_group<td_self_>(                          \
+        ::tensordict::detail::FieldGroupStart{}                                       \
+            TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NESTED_INFO, __VA_ARGS__));  \
+  }                                                                                   \
+  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NESTED_ACCESSORS, __VA_ARGS__)         \
   static_assert(true, "")

@@ -15,6 +15,11 @@
 ///     TENSORDICT_FIELDS(info);
 ///     TENSORDICT_OPTIONAL_FIELDS(mask);
 ///   };
+///   // A nested level with fields of its own.
+///   struct Step : td::TypedTensorDict<Step> {
+///     TENSORDICT_FIELDS(obs);
+///     TENSORDICT_NESTED_FIELDS((Replay, next));   // step.next().obs()
+///   };
 ///
 ///   Replay r({{"obs", torch::zeros({4, 3})}, {"action", torch::zeros({4, 2})},
 ///             {"reward", torch::zeros({4})}}, /*batch_size=*/{4});
@@ -81,6 +86,7 @@ class TypedTensorDict : public Base {
   static constexpr bool td_allows_non_tensor_ = false;
   static constexpr detail::FieldGroup<void, 0> td_required_fields_() { return {}; }
   static constexpr detail::FieldGroup<void, 0> td_optional_fields_() { return {}; }
+  static constexpr detail::FieldGroup<void, 0> td_nested_fields_() { return {}; }
 
   /// A null handle (defined() is false).
   TypedTensorDict() = default;
@@ -100,7 +106,9 @@ class TypedTensorDict : public Base {
   explicit TypedTensorDict(std::shared_ptr<Node> node) : Base(std::move(node)) {}
 
   // ---- the schema -------------------------------------------------------------
-  /// Every field, the base classes' first, in declaration order.
+  /// Every field, the base classes' first, in declaration order
+  /// (TENSORDICT_FIELDS, then TENSORDICT_OPTIONAL_FIELDS and
+  /// TENSORDICT_NESTED_FIELDS).
   static std::span<const FieldInfo> fields() noexcept {
     static constexpr auto table = td_all_fields_();
     static_assert(!detail::has_duplicate_fields(table),
@@ -273,7 +281,8 @@ class TypedTensorDict : public Base {
         "(TENSORDICT_FIELDS() when it adds none): it also brings in the constructors");
     return detail::concat_fields(td_parent_fields_(),
                                  detail::own_fields<Derived>(Derived::td_required_fields_()),
-                                 detail::own_fields<Derived>(Derived::td_optional_fields_()));
+                                 detail::own_fields<Derived>(Derived::td_optional_fields_()),
+                                 detail::own_fields<Derived>(Derived::td_nested_fields_()));
   }
 
  protected:
@@ -290,6 +299,16 @@ class TypedTensorDict : public Base {
   }
   void td_write_tensor_inplace_(std::string_view name, const at::Tensor& value) {
     TensorDictBase::set_(NestedKey(name), value);
+  }
+  TensorDictBase td_read_nested_(std::string_view name) const {
+    if (!TensorDictBase::contains(NestedKey(name))) td_throw_not_set_(name);
+    return TensorDictBase::get_tensordict(NestedKey(name));
+  }
+  void td_write_nested_(std::string_view name, const TensorDictBase& value) {
+    TensorDictBase::set(NestedKey(name), value);
+  }
+  void td_write_nested_inplace_(std::string_view name, const TensorDictBase& value) {
+    td_read_nested_(name).update_(value);
   }
 
  private:

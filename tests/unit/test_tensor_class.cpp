@@ -41,6 +41,13 @@ struct TypedObsAction : td::TypedTensorDict<TypedObsAction> {
   TENSORDICT_FIELDS(obs, action);
 };
 
+// A tensorclass with a nested typed level.
+struct WithNext : td::TensorClass<WithNext> {
+  TENSORDICT_FIELDS(obs);
+  TENSORDICT_NON_TENSOR_FIELDS((std::string, env));
+  TENSORDICT_NESTED_FIELDS((TypedObsAction, next));
+};
+
 const Shape kB{4};
 
 Transition make_transition(double offset = 0, const char* env = "CartPole") {
@@ -361,4 +368,20 @@ TEST(TensorClassMemmap, ReadsPython032Fixture) {
   EXPECT_TRUE(at::equal(d.obs(), torch::ones({2, 3})));
   EXPECT_EQ(d.label(), "hello");
   EXPECT_EQ(d.extra(), std::nullopt);  // pickled by Python: not read
+}
+
+TEST(TensorClassNested, TypedLevelUnderATensorClass) {
+  WithNext w({{"obs", torch::zeros({4, 3})}, {"env", "Pong"}, {"next", obs_action()}}, kB);
+  EXPECT_EQ(WithNext::fields()[2].kind, td::FieldKind::Nested);
+  EXPECT_TRUE(at::equal(w.next().action(), torch::arange(4, torch::kFloat)));
+  w.next().set_action_(torch::full({4}, 3.0));
+  EXPECT_TRUE(at::equal(w.tensordict().get({"next", "action"}), torch::full({4}, 3.0f)));
+  EXPECT_EQ(w[1].next().obs().sizes(), (at::IntArrayRef{3}));
+  // A nested field must hold a tensordict, and is not a non-tensor value.
+  TD_EXPECT_THROW_MSG(
+      WithNext({{"obs", torch::zeros({4, 3})}, {"next", torch::zeros({4})}}, kB),
+      td::SchemaError, "'next' is a nested TypedObsAction field but holds a Tensor");
+  TD_EXPECT_THROW_MSG(WithNext::from_tensordict(td::TensorDict({{"obs", torch::zeros({4, 3})}}, kB),
+                                                {{"next", 1}}),
+                      td::SchemaError, "'next' is a tensor field");
 }

@@ -37,6 +37,17 @@ struct Sample : td::TypedTensorDict<Sample> {
   TENSORDICT_FIELDS(obs, reward);
 };
 
+// A nested level with fields of its own (Python: `next: NextState`).
+struct NextState : td::TypedTensorDict<NextState> {
+  TENSORDICT_FIELDS(obs);
+  TENSORDICT_OPTIONAL_FIELDS(info);
+};
+struct Step : td::TypedTensorDict<Step> {
+  TENSORDICT_FIELDS(obs, reward);
+  TENSORDICT_NESTED_FIELDS((NextState, next));
+};
+static_assert(std::is_same_v<decltype(std::declval<Step>().next()), NextState>);
+
 const Shape kB{4};
 
 td::TensorDict replay_td() {
@@ -428,4 +439,80 @@ TEST(TypedSchema, SchemaMustHoldTheRequiredFields) {
   // check=false accepts it; the missing fields fail when read.
   Replay r = Replay::from_schema(partial, {5}, td::storage::Memory{}, /*check=*/false);
   TD_EXPECT_THROW_MSG(r.action(), td::SchemaError, "declared but not set");
+}
+
+// ---- nested fields ---------------------------------------------------------------
+
+TEST(TypedNested, FieldTableAndConstruction) {
+  auto f = Step::fields();
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[2].name, "next");
+  EXPECT_EQ(f[2].kind, td::FieldKind::Nested);
+  EXPECT_EQ(f[2].type, "NextState");
+  EXPECT_TRUE(f[2].required);
+  EXPECT_EQ(Step::required_field_names(), (std::vector<std::string>{"obs", "reward", "next"}));
+
+  // A nested key names the field; a missing nested field is reported.
+  Step s({{"obs", torch::zeros({4, 3})},
+          {"reward", torch::zeros({4})},
+          {{"next", "obs"}, torch::ones({4, 3})}},
+         kB);
+  EXPECT_TRUE(at::equal(s.next().obs(), torch::ones({4, 3})));
+  TD_EXPECT_THROW_MSG(Step({{"obs", torch::zeros({4, 3})}, {"reward", torch::zeros({4})}}, kB),
+                      td::SchemaError, "Step() missing required field(s): next");
+}
+
+TEST(TypedNested, GetterIsLiveSettersReplaceOrCopy) {
+  Step s({{"obs", torch::zeros({4, 3})},
+          {"reward", torch::zeros({4})},
+          {{"next", "obs"}, torch::zeros({4, 3})}},
+         kB);
+  // The getter wraps the nested level itself: writes through it land in s.
+  NextState n = s.next();
+  n.set_obs_(torch::full({4, 3}, 2.0));
+  n.set_info(torch::ones({4}));
+  EXPECT_TRUE(at::equal(s.get({"next", "obs"}), torch::full({4, 3}, 2.0f)));
+  EXPECT_TRUE(s.contains({"next", "info"}));
+  EXPECT_TRUE(at::equal(s.next().info(), torch::ones({4})));
+
+  // set_next replaces the level; set_next_ copies into the existing tensors.
+  at::Tensor storage_before = s.get({"next", "obs"});
+  s.set_next_(NextState({{"obs", torch::full({4, 3}, 5.0)}}, kB));
+  EXPECT_TRUE(at::equal(storage_before, torch::full({4, 3}, 5.0f)));
+  s.set_next(NextState({{"obs", torch::full({4, 3}, 6.0)}}, kB));
+  EXPECT_FALSE(s.contains({"next", "info"}));
+  EXPECT_TRUE(at::equal(s.next().obs(), torch::full({4, 3}, 6.0f)));
+  EXPECT_TRUE(at::equal(storage_before, torch::full({4, 3}, 5.0f)));  // not written
+
+  // Indexing keeps both levels typed.
+  Step row = s[1];
+  EXPECT_EQ(row.next().obs().sizes(), (at::IntArrayRef{3}));
+}
+
+TEST(TypedNested, ErrorsNameTheField) {
+  Step s = Step::from_tensordict(
+      td::TensorDict({{"obs", torch::zeros({4, 3})}, {"reward", torch::zeros({4})}}, kB),
+      /*check=*/false);
+  TD_EXPECT_THROW_MSG(s.next(), td::SchemaError, "'Step' has field 'next' declared but not set");
+  s.set("next", torch::zeros({4}));
+  TD_EXPECT_THROW_MSG(s.next(), td::TypeError, "next");
+  s.set("next", td::TensorDict({}, kB));
+  TD_EXPECT_THROW_MSG(s.next().obs(), td::SchemaError,
+                      "'NextState' has field 'obs' declared but not set");
+  // set_next_ into a level that lacks a key of the value.
+  TD_EXPECT_THROW_MSG(s.set_next_(NextState({{"obs", torch::ones({4, 3})}}, kB)), td::KeyError,
+                      "obs");
+}
+
+TEST(TypedNested, MemmapSchemaRoundTrip) {
+  TempDir dir;
+  td::Schema schema{{"obs", {{3}, torch::kFloat32}},
+                    {"reward", {{}, torch::kFloat32}},
+                    {{"next", "obs"}, {{3}, torch::kFloat32}}};
+  Step buf = Step::from_schema(schema, {5}, td::storage::Memmap{.prefix = dir.str()});
+  // The replay-buffer pattern: write one row's nested level in place.
+  buf[2].next().set_obs_(torch::full({3}, 4.0));
+  Step back = Step::load_memmap(dir.str());
+  EXPECT_TRUE(at::equal(back.next().obs()[2], torch::full({3}, 4.0f)));
+  EXPECT_EQ(back.next().obs().sum().item<float>(), 12.0f);
 }
