@@ -32,6 +32,7 @@ import os
 import platform
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--name", help="report name (default: the binary name without 'bench_'); "
                    "only with a single binary")
     p.add_argument("--repetitions", type=int, default=1,
-                   help="run each benchmark N times and report the median (default: 1)")
+                   help="run each benchmark N times, in random order (default: 1)")
+    p.add_argument("--statistic", choices=("min", "median"), default="min",
+                   help="which time of the repetitions the ratio uses (default: min, the "
+                   "fastest: noise only adds time; the median ratio is reported beside it)")
     p.add_argument("--filter", help="passed as --benchmark_filter (a regex)")
     p.add_argument("--metric", choices=("real_time", "cpu_time"), default="real_time",
                    help="which time to compare (default: real_time)")
@@ -108,8 +112,7 @@ def run_binary(binary: Path, args: argparse.Namespace) -> dict:
             # state) and every floor right after its own op, which measured up
             # to 1.3x for identical work (clone: same instruction count).
             cmd += [f"--benchmark_repetitions={args.repetitions}",
-                    "--benchmark_enable_random_interleaving=true",
-                    "--benchmark_report_aggregates_only=true"]
+                    "--benchmark_enable_random_interleaving=true"]
         if args.filter:
             cmd.append(f"--benchmark_filter={args.filter}")
         cmd += args.benchmark_arg
@@ -129,21 +132,34 @@ def split_name(run_name: str) -> tuple[str, str, tuple[str, ...]] | None:
     return parts[0][len("BM_"):], parts[1], args
 
 
-def measured(doc: dict, repetitions: int) -> list[dict]:
-    """One entry per benchmark: the single run, or the median of repetitions."""
-    rows = []
+def measured(doc: dict, statistic: str) -> list[dict]:
+    """One entry per benchmark: its single run, or its repetitions reduced to
+    their fastest ('min') or median time. A saved output that holds only
+    aggregates gives its median."""
+    reps: dict[str, list[dict]] = {}
+    medians: dict[str, dict] = {}
     for b in doc.get("benchmarks", []):
         if b.get("error_occurred"):
             print(f"run.py: {b['name']} failed: {b.get('error_message', '')}",
                   file=sys.stderr)
             continue
-        is_aggregate = b.get("run_type") == "aggregate"
-        if repetitions > 1:
-            if not is_aggregate or b.get("aggregate_name") != "median":
-                continue
-        elif is_aggregate:
+        run_name = b.get("run_name", b["name"])
+        if b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") == "median":
+                medians[run_name] = b
             continue
-        rows.append(b)
+        reps.setdefault(run_name, []).append(b)
+    rows = []
+    for run_name in dict.fromkeys([*reps, *medians]):
+        runs = reps.get(run_name, [])
+        if len(runs) <= 1:
+            rows.append(runs[0] if runs else medians[run_name])
+            continue
+        row = dict(runs[0])
+        for metric in ("real_time", "cpu_time"):
+            times = [float(r[metric]) for r in runs]  # one time_unit per benchmark
+            row[metric] = min(times) if statistic == "min" else statistics.median(times)
+        rows.append(row)
     return rows
 
 
@@ -167,6 +183,9 @@ def pair(rows: list[dict], metric: str) -> tuple[list[dict], list[str]]:
     def ns(b: dict) -> float:
         return float(b[metric]) * _TO_NS[b.get("time_unit", "ns")]
 
+    # Registration order (random interleaving shuffles the JSON's order).
+    variants.sort(key=lambda v: (v[3].get("family_index", 0),
+                                 v[3].get("per_family_instance_index", 0)))
     ratios = []
     paired_floors = set()
     for op, variant, args, b in variants:
@@ -246,7 +265,9 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
     ctx = doc.get("context", {})
     load = ctx.get("load_avg")
     scaling = ctx.get("cpu_scaling_enabled")
-    busy = bool(load) and load[0] > 0.5 * max(nproc(), 1)
+    # The benchmarks themselves keep about one core busy (the load average
+    # is over the last minute, so the previous binary counts too).
+    busy = bool(load) and load[0] - 1.0 > 0.5 * max(nproc(), 1)
     lines = [
         f"# Benchmarks: {name}",
         "",
@@ -254,21 +275,30 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
         f"with raw LibTorch and standard containers), measured in the same run of "
         f"`{binary.name}`. ratio = tensordict time / floor time "
         f"({args.metric.replace('_', ' ')}"
-        + (f", median of {args.repetitions} repetitions run in random order"
+        + (f", {'fastest' if args.statistic == 'min' else 'median'} of "
+           f"{args.repetitions} repetitions run in random order"
            if args.repetitions > 1 else "")
         + "); 1.0 means no overhead.",
         "",
-        "| operation | tensordict (ns) | floor (ns) | ratio |",
-        "| --- | ---: | ---: | ---: |",
     ]
+    with_median = any(r.get("median_ratio") is not None for r in ratios)
+    if with_median:
+        lines += ["| operation | tensordict (ns) | floor (ns) | ratio | ratio of the medians |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+    else:
+        lines += ["| operation | tensordict (ns) | floor (ns) | ratio |",
+                  "| --- | ---: | ---: | ---: |"]
     for r in ratios:
         op = r["operation"]
         if r["args"]:
             op += "/" + r["args"]
         if r["variant"] != "tensordict":
             op += f" ({r['variant']})"
-        lines.append(f"| {op} | {fmt_ns(r['tensordict_ns'])} | {fmt_ns(r['floor_ns'])} "
-                     f"| {r['ratio']:.2f}x |")
+        row = f"| {op} | {fmt_ns(r['tensordict_ns'])} | {fmt_ns(r['floor_ns'])} | {r['ratio']:.2f}x |"
+        if with_median:
+            m = r.get("median_ratio")
+            row += f" {m:.2f}x |" if m is not None else " |"
+        lines.append(row)
     if unpaired:
         lines += ["", "Benchmarks without a pair: " + ", ".join(f"`{u}`" for u in unpaired)]
     if busy:
@@ -319,13 +349,22 @@ def main(argv: list[str]) -> int:
             name = args.name or saved.stem
             reps = max((b.get("repetitions", 1) for b in doc.get("benchmarks", [])), default=1)
             args.repetitions = reps
+            if reps > 1 and not any(b.get("run_type") == "iteration"
+                                    for b in doc.get("benchmarks", [])):
+                args.statistic = "median"  # saved with aggregates only
         else:
             name = report_name(binary, args.name)
             doc = run_binary(binary, args)
             run_command, source = command, args.source or source_revision()
         doc["report"] = {"command": run_command, "source": source, "metric": args.metric,
-                         "repetitions": args.repetitions}
-        ratios, unpaired = pair(measured(doc, args.repetitions), args.metric)
+                         "repetitions": args.repetitions, "statistic": args.statistic}
+        ratios, unpaired = pair(measured(doc, args.statistic), args.metric)
+        if args.statistic != "median":
+            by_median = {r["name"]: r for r in pair(measured(doc, "median"), args.metric)[0]}
+            for r in ratios:
+                m = by_median.get(r["name"])
+                r["median_ratio"] = m["ratio"] if m else None
+                r["median_tensordict_ns"] = m["tensordict_ns"] if m else None
         doc["ratios"] = ratios
         json_path = args.out_dir / f"{name}.json"
         md_path = args.out_dir / f"{name}.md"
