@@ -93,7 +93,24 @@ at::ScalarType dtype_from_string(const std::string& s) {
 }
 
 // Written as a temporary file then renamed, so a reader never sees half a file.
+namespace {
+// True when `file` is a regular file holding exactly `text`.
+bool file_holds(const std::string& file, const std::string& text) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<std::size_t>(st.st_size) != text.size())
+    return false;
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes(text.size(), '\0');
+  return in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())) && bytes == text;
+}
+}  // namespace
+
 void write_json_atomic(const std::string& file, const std::string& text) {
+  // A checkpoint saved again with the same layout has the same metadata:
+  // leaving the file alone spares a new inode per directory and save (on ext4
+  // without a journal, every create scans the recently deleted inodes).
+  if (file_holds(file, text)) return;
   std::string tmp = file + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -918,6 +919,22 @@ TEST_F(Memmap, SavingOverADirectoryLeavesEarlierMappingsOfItIntact) {
   // bytes (a truncated one would crash with SIGBUS), the directory the new ones.
   EXPECT_TRUE(at::equal(old_x, torch::arange(1024.0f)));
   EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::full({1024}, 7.0f)));
+}
+
+TEST_F(Memmap, UnchangedMetadataIsLeftInPlaceChangedMetadataIsReplaced) {
+  auto inode = [](const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+    return st.st_ino;
+  };
+  td::TensorDict({{"x", torch::zeros({2})}}, {2}).memmap(P());
+  const auto meta = inode(prefix / "meta.json");
+  td::TensorDict({{"x", torch::ones({2})}}, {2}).memmap(P());  // same layout, new data
+  EXPECT_EQ(inode(prefix / "meta.json"), meta);
+  EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::ones({2})));
+  td::TensorDict({{"x", torch::ones({2}, torch::kDouble)}}, {2}).memmap(P());  // new dtype
+  EXPECT_NE(inode(prefix / "meta.json"), meta);
+  EXPECT_EQ(td::load_memmap(P()).get("x").scalar_type(), torch::kDouble);
 }
 
 TEST_F(Memmap, InvalidUtf8KeyIsRefusedBeforeAnythingIsWritten) {
