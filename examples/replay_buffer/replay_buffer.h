@@ -10,8 +10,13 @@
 // ReplayBuffer::open(DIR) resumes with the write position of the last flush().
 // Rows written after that flush are treated as never written: the state file
 // lags the data, never leads it, so a crash loses at most the unflushed rows.
+//
+// Bad input is a tensordict:: error naming what was expected: ValueError for
+// arguments, IndexError for rows out of range, FormatError for a directory or
+// state file that is missing, corrupt or foreign (nothing is modified then).
 #pragma once
 
+#include <tensordict/errors.h>
 #include <tensordict/memmap.h>
 #include <tensordict/schema.h>
 #include <tensordict/tensor_dict.h>
@@ -67,10 +72,12 @@ class ReplayBuffer {
   /// (required for "memmap"), replacing a buffer already there.
   static ReplayBuffer create(int64_t capacity, const std::string& storage,
                              const std::optional<fs::path>& dir = std::nullopt) {
-    if (capacity <= 0) throw std::invalid_argument("replay buffer capacity must be positive");
+    if (capacity <= 0)
+      throw td::ValueError("ReplayBuffer::create: the capacity must be positive, got " +
+                           std::to_string(capacity));
     td::StorageOptions options;
     if (storage == "memmap") {
-      if (!dir) throw std::invalid_argument("a memmap replay buffer needs a directory");
+      if (!dir) throw td::ValueError("ReplayBuffer::create: a memmap buffer needs a directory");
       fs::create_directories(*dir);
       fs::remove(*dir / "state.json");  // a half-replaced buffer must not look resumable
       options["prefix"] = (*dir / "storage").string();
@@ -86,19 +93,37 @@ class ReplayBuffer {
 
   /// Resumes the memmap buffer in `dir` at the write position of its last flush().
   static ReplayBuffer open(const fs::path& dir) {
-    std::ifstream in(dir / "state.json");
-    if (!in) throw std::runtime_error("no replay buffer to resume in " + dir.string());
-    nlohmann::json state = nlohmann::json::parse(in);
+    const std::string file = (dir / "state.json").string();
+    std::ifstream in(file);
+    if (!in)
+      throw td::FormatError("ReplayBuffer::open: no replay buffer to resume in " + dir.string() +
+                            " (" + file + " is missing)");
+    int64_t capacity = 0, cursor = 0, size = 0, total_written = 0;
+    try {
+      nlohmann::json state = nlohmann::json::parse(in);
+      capacity = state.at("capacity").get<int64_t>();
+      cursor = state.at("cursor").get<int64_t>();
+      size = state.at("size").get<int64_t>();
+      total_written = state.at("total_written").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw td::FormatError("ReplayBuffer::open: corrupt " + file +
+                            " (expected integers capacity, cursor, size, total_written): " +
+                            e.what());
+    }
+    if (capacity <= 0 || cursor < 0 || cursor >= capacity || size < 0 || size > capacity ||
+        total_written < size)
+      throw td::FormatError("ReplayBuffer::open: corrupt " + file + ": capacity " +
+                            std::to_string(capacity) + ", cursor " + std::to_string(cursor) +
+                            ", size " + std::to_string(size) + ", total_written " +
+                            std::to_string(total_written));
     ReplayBuffer rb(Transition::load_memmap((dir / "storage").string()), dir);
-    if (state.at("capacity").get<int64_t>() != rb.capacity())
-      throw std::runtime_error("replay buffer in " + dir.string() + ": state.json says capacity " +
-                               state.at("capacity").dump() + " but the storage holds " +
-                               std::to_string(rb.capacity()) + " rows");
-    rb.cursor_ = state.at("cursor").get<int64_t>();
-    rb.size_ = state.at("size").get<int64_t>();
-    rb.total_written_ = state.at("total_written").get<int64_t>();
-    if (rb.cursor_ < 0 || rb.cursor_ >= rb.capacity() || rb.size_ < 0 || rb.size_ > rb.capacity())
-      throw std::runtime_error("replay buffer in " + dir.string() + ": corrupt state.json");
+    if (rb.capacity() != capacity)
+      throw td::FormatError("ReplayBuffer::open: " + file + " says capacity " +
+                            std::to_string(capacity) + " but " + (dir / "storage").string() +
+                            " holds " + std::to_string(rb.capacity()) + " rows");
+    rb.cursor_ = cursor;
+    rb.size_ = size;
+    rb.total_written_ = total_written;
     return rb;
   }
 
@@ -113,7 +138,10 @@ class ReplayBuffer {
   /// Writes a batch of transitions (batch size [n]) at the write position,
   /// wrapping around the end; returns the rows written.
   at::Tensor extend(const td::TensorDictBase& batch) {
-    int64_t n = batch.batch_size().at(0);
+    if (batch.batch_dims() != 1)
+      throw td::ShapeError("ReplayBuffer::extend: expected a batch of transitions (batch size "
+                           "[n]), got batch size " + c10::str(batch.batch_size()));
+    int64_t n = batch.batch_size()[0];
     td::TensorDictBase rows = batch;
     if (n > capacity()) {  // only the last `capacity` rows survive
       rows = batch.index({Slice(n - capacity(), n)});
@@ -131,7 +159,10 @@ class ReplayBuffer {
   /// `batch_size` transitions drawn uniformly (with replacement) from the filled rows.
   Transition sample(int64_t batch_size) const { return at(sample_indices(batch_size)); }
   at::Tensor sample_indices(int64_t batch_size) const {
-    if (size_ == 0) throw std::runtime_error("cannot sample from an empty replay buffer");
+    if (batch_size <= 0)
+      throw td::ValueError("ReplayBuffer::sample: the batch size must be positive, got " +
+                           std::to_string(batch_size));
+    if (size_ == 0) throw td::ValueError("ReplayBuffer::sample: the buffer is empty");
     return at::randint(size_, {batch_size}, at::kLong);
   }
 
@@ -182,6 +213,12 @@ class SumTree {
   }
 
   void set(int64_t i, double weight) {
+    if (i < 0 || i >= capacity_)
+      throw td::IndexError("SumTree::set: row " + std::to_string(i) + " is out of range for " +
+                           std::to_string(capacity_) + " rows");
+    if (!(weight >= 0.0) || !std::isfinite(weight))
+      throw td::ValueError("SumTree::set: the weight of row " + std::to_string(i) +
+                           " must be finite and non-negative, got " + std::to_string(weight));
     int64_t n = i + leaves_;
     sums_[n] = weight;
     // Recomputed from the children rather than adjusted by a delta, so that
@@ -240,7 +277,13 @@ class PrioritizedSampler {
   /// `batch_size` rows among the first `size`, stratified over the total mass.
   Batch sample(int64_t batch_size, int64_t size, std::mt19937_64& rng) const {
     const double total = tree_.total();
-    if (size == 0 || total <= 0.0) throw std::runtime_error("cannot sample: no priorities set");
+    if (batch_size <= 0)
+      throw td::ValueError("PrioritizedSampler::sample: the batch size must be positive, got " +
+                           std::to_string(batch_size));
+    if (size <= 0 || size > tree_.capacity())
+      throw td::ValueError("PrioritizedSampler::sample: size must be in [1, " +
+                           std::to_string(tree_.capacity()) + "], got " + std::to_string(size));
+    if (total <= 0.0) throw td::ValueError("PrioritizedSampler::sample: no priorities set");
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     at::Tensor indices = at::empty({batch_size}, at::kLong);
     at::Tensor weights = at::empty({batch_size}, at::kFloat);
@@ -266,10 +309,21 @@ class PrioritizedSampler {
     at::Tensor idx = indices.to(at::kLong).contiguous();
     at::Tensor pr = priorities.to(at::kDouble).abs().contiguous();
     if (idx.numel() != pr.numel())
-      throw std::invalid_argument("update_priorities: " + std::to_string(idx.numel()) +
-                                  " indices but " + std::to_string(pr.numel()) + " priorities");
+      throw td::ShapeError("PrioritizedSampler::update_priorities: " +
+                           std::to_string(idx.numel()) + " indices but " +
+                           std::to_string(pr.numel()) + " priorities");
     const int64_t* i = idx.data_ptr<int64_t>();
     const double* p = pr.data_ptr<double>();
+    // Checked before any is applied, so a bad entry changes nothing.
+    for (int64_t k = 0; k < idx.numel(); ++k) {
+      if (i[k] < 0 || i[k] >= tree_.capacity())
+        throw td::IndexError("PrioritizedSampler::update_priorities: row " +
+                             std::to_string(i[k]) + " is out of range for " +
+                             std::to_string(tree_.capacity()) + " rows");
+      if (!std::isfinite(p[k]))
+        throw td::ValueError("PrioritizedSampler::update_priorities: the priority of row " +
+                             std::to_string(i[k]) + " is " + std::to_string(p[k]));
+    }
     for (int64_t k = 0; k < idx.numel(); ++k) {
       const double priority = p[k] + eps_;
       max_priority_ = std::max(max_priority_, priority);
@@ -293,10 +347,12 @@ class PrioritizedSampler {
   void load(const fs::path& dir) {
     td::TensorDictBase state = td::load_memmap(dir.string());
     at::Tensor weights = state.get("weights").contiguous();
-    if (weights.numel() != tree_.capacity())
-      throw std::runtime_error("priorities in " + dir.string() + " are for " +
-                               std::to_string(weights.numel()) + " rows, not " +
-                               std::to_string(tree_.capacity()));
+    if (weights.numel() != tree_.capacity() || weights.scalar_type() != at::kDouble)
+      throw td::FormatError("PrioritizedSampler::load: " + dir.string() + " holds " +
+                            std::to_string(weights.numel()) + " " +
+                            std::string(c10::toString(weights.scalar_type())) +
+                            " weights, expected " + std::to_string(tree_.capacity()) +
+                            " Double");
     const double* p = weights.data_ptr<double>();
     for (int64_t i = 0; i < tree_.capacity(); ++i) tree_.set(i, p[i]);
     max_priority_ = state.get("max_priority").item<double>();
