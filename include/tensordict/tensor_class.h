@@ -354,8 +354,12 @@ class TensorClass {
     td_.set_(NestedKey(name), value);
   }
   TensorDictBase td_read_nested_(std::string_view name) const {
-    if (!td_.contains(NestedKey(name))) td_throw_not_set_(name);
-    return td_.get_tensordict(NestedKey(name));
+    try {
+      return td_.get_tensordict(NestedKey(name));
+    } catch (const KeyError&) {
+      if (!td_.contains(NestedKey(name))) td_throw_not_set_(name);
+      throw;
+    }
   }
   void td_write_nested_(std::string_view name, const TensorDictBase& value) {
     td_.set(NestedKey(name), value);

@@ -301,8 +301,12 @@ class TypedTensorDict : public Base {
     TensorDictBase::set_(NestedKey(name), value);
   }
   TensorDictBase td_read_nested_(std::string_view name) const {
-    if (!TensorDictBase::contains(NestedKey(name))) td_throw_not_set_(name);
-    return TensorDictBase::get_tensordict(NestedKey(name));
+    try {
+      return TensorDictBase::get_tensordict(NestedKey(name));
+    } catch (const KeyError&) {
+      if (!TensorDictBase::contains(NestedKey(name))) td_throw_not_set_(name);
+      throw;
+    }
   }
   void td_write_nested_(std::string_view name, const TensorDictBase& value) {
     TensorDictBase::set(NestedKey(name), value);

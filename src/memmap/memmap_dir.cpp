@@ -92,7 +92,6 @@ at::ScalarType dtype_from_string(const std::string& s) {
   throw FormatError("unknown dtype '" + s + "'");
 }
 
-// Written as a temporary file then renamed, so a reader never sees half a file.
 namespace {
 // True when `file` is a regular file holding exactly `text`.
 bool file_holds(const std::string& file, const std::string& text) {
@@ -106,6 +105,7 @@ bool file_holds(const std::string& file, const std::string& text) {
 }
 }  // namespace
 
+// Written as a temporary file then renamed, so a reader never sees half a file.
 void write_json_atomic(const std::string& file, const std::string& text) {
   // A checkpoint saved again with the same layout has the same metadata:
   // leaving the file alone spares a new inode per directory and save (on ext4
