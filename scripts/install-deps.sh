@@ -8,7 +8,10 @@ PACKAGES=(
   build-essential cmake git ccache python3
   libtorch-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libhdf5-dev libhiredis-dev redis-server
+  libfmt-dev
+  libhdf5-dev python3-h5py
+  libhiredis-dev redis-server python3-redis
+  libgloo-dev
 )
 
 missing=()

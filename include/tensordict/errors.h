@@ -11,6 +11,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tensordict {
 
@@ -78,9 +79,40 @@ class FormatError : public Error {
 };
 
 /// I/O or server failure of a storage backend.
+///
+/// A storage throws it (or a subclass) naming what it knows; when the error
+/// leaves a storage call, the core prepends the operation and the full key
+/// path, records the path in key_path(), and keeps the storage's original
+/// exception as the nested one (std::rethrow_if_nested reaches it). The
+/// dynamic type is kept, so a caller can catch ConnectionError or TimeoutError
+/// and retry.
 class StorageError : public Error {
  public:
   using Error::Error;
+  StorageError(const std::string& message, std::string key_path)
+      : Error(message), key_path_(std::move(key_path)) {}
+  /// The full key path the core attached ("('next', 'obs')"), empty when the
+  /// error did not pass through the core or concerns no key.
+  const std::string& key_path() const noexcept { return key_path_; }
+
+ private:
+  std::string key_path_;
+};
+
+/// The storage's server or file cannot be reached: refused or dropped
+/// connection, a server that went away. The operation may be retried (a
+/// storage reconnects on its next call).
+class ConnectionError : public StorageError {
+ public:
+  using StorageError::StorageError;
+};
+
+/// A storage call did not complete in the time allowed (a command or connect
+/// timeout). Whether the write took effect is unknown; retrying an idempotent
+/// row write is safe.
+class TimeoutError : public StorageError {
+ public:
+  using StorageError::StorageError;
 };
 
 }  // namespace tensordict

@@ -55,7 +55,7 @@ class LazyStackNode final : public Node {
   std::optional<Value> find(std::string_view key) const override;
   void write(std::string_view key, Value value) override;
   void write_(std::string_view key, const at::Tensor& value) override;
-  void write_at_(std::string_view key, IndexList index,
+  void write_at_(std::string_view key, const RowSelection& rows,
                  const at::Tensor& value) override;
   void create_leaf(std::string_view key, at::IntArrayRef shape,
                    const at::TensorOptions& options) override;

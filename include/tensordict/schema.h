@@ -20,7 +20,7 @@
 #include <tensordict/nested_key.h>
 #include <tensordict/tensor_dict_base.h>
 
-#include <ATen/core/TensorBody.h>
+#include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
 #include <functional>
@@ -120,15 +120,61 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
 TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
                            const std::string& storage, const StorageOptions& options = {});
 
-/// The factory registry (for storage components).
-namespace detail {
+/// Pre-allocates every entry of `schema` in `td`, whose batch size is used:
+/// missing levels are created with Node::create_nested and all the leaves
+/// with one Node::create_leaves call on td's storage (zero-filled, and not
+/// sent as zeros by storages that can avoid it). What a storage's from_schema
+/// calls after creating its empty root. SchemaError when an entry exists.
+void allocate_schema(const TensorDictBase& td, const Schema& schema);
+
+/// Builds a tensordict of a storage from a schema and string options.
 using StorageFactory = std::function<TensorDictBase(
     const Schema&, const std::vector<int64_t>&, const StorageOptions&)>;
-/// Registers `name` (replacing an earlier registration of the same name).
+
+/// Makes `name` available to from_schema(schema, batch, name, options),
+/// replacing an earlier registration of the same name. Thread-safe; storage
+/// components call it from a static initializer (see
+/// TENSORDICT_REGISTER_STORAGE and docs/storage_backends.md).
 void register_storage(const std::string& name, StorageFactory factory);
+
+/// Helpers for a factory's string options: the option `name` of `storage`
+/// as a T (`fallback` when absent; SchemaError naming it when of another
+/// type), and a check that every option given is in `accepted`.
+template <class T>
+T storage_option(const StorageOptions& options, const std::string& storage,
+                 const std::string& name, T fallback) {
+  auto it = options.find(name);
+  if (it == options.end()) return fallback;
+  try {
+    return it->second.get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw SchemaError("from_schema: the option '" + name + "' of storage '" + storage +
+                      "' has the wrong type: " + it->second.dump());
+  }
+}
+void check_storage_options(const StorageOptions& options, const std::string& storage,
+                           std::initializer_list<const char*> accepted);
+
+namespace detail {
+using StorageFactory = tensordict::StorageFactory;
+/// Older spelling of tensordict::register_storage.
+inline void register_storage(const std::string& name, StorageFactory factory) {
+  tensordict::register_storage(name, std::move(factory));
+}
 }  // namespace detail
 
 /// The storage names from_schema accepts in this program, sorted.
 std::vector<std::string> available_storages();
 
 }  // namespace tensordict
+
+/// Registers the storage `name` (a string literal) with `factory` (a
+/// tensordict::StorageFactory) when the program starts. Put it in a source
+/// file of a storage component built as a CMake OBJECT library (the recipe
+/// tensordict_add_storage_component does): its objects always reach the
+/// link, so the registration is there in static and shared builds alike.
+#define TENSORDICT_REGISTER_STORAGE(name, factory)                                    \
+  static const bool TENSORDICT_REGISTER_CONCAT_(tensordict_registered_, __LINE__) = \
+      (::tensordict::register_storage(name, factory), true)
+#define TENSORDICT_REGISTER_CONCAT_(a, b) TENSORDICT_REGISTER_CONCAT2_(a, b)
+#define TENSORDICT_REGISTER_CONCAT2_(a, b) a##b

@@ -62,6 +62,7 @@ class MemoryNode final : public Node {
   std::vector<std::string> keys() const override;
   std::size_t size() const override { return entries_.size(); }
   std::optional<EntryKind> kind(std::string_view key) const override;
+  std::optional<TensorMeta> tensor_meta(std::string_view key) const override;
   std::optional<Value> find(std::string_view key) const override;
   void write(std::string_view key, Value value) override;
   void write_(std::string_view key, const at::Tensor& value) override;

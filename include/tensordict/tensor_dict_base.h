@@ -10,6 +10,7 @@
 #include <tensordict/errors.h>
 #include <tensordict/memmap_options.h>
 #include <tensordict/nested_key.h>
+#include <tensordict/row_selection.h>
 #include <tensordict/non_tensor.h>
 #include <tensordict/state_dict.h>
 
@@ -37,9 +38,6 @@ enum class EntryKind : std::uint8_t { Tensor, TensorDict, NonTensor, NonTensorSt
 
 /// "Tensor", "TensorDict", "NonTensorData" or "NonTensorStack".
 const char* to_string(EntryKind kind) noexcept;
-
-/// A list of LibTorch indices, as taken by at::Tensor::index.
-using IndexList = at::ArrayRef<at::indexing::TensorIndex>;
 
 namespace detail {
 /// The hot path of TensorDictBase::get(): the tensor at the path `parts`

@@ -49,7 +49,9 @@ void resolve_basic(TranslatedIndex& out, at::IntArrayRef batch) {
       if (v < -n || v >= n)
         throw IndexError("index " + std::to_string(v) + " is out of bounds for batch dim " +
                          std::to_string(dim) + " of size " + std::to_string(n));
-      out.ops.push_back(Op{Op::Select, v < 0 ? v + n : v});
+      const int64_t row = v < 0 ? v + n : v;
+      out.ops.push_back(Op{Op::Select, row});
+      out.ranges.push_back(RowRange{row, row + 1, 1, true});
       ++dim;
     } else if (i.is_slice()) {
       int64_t n = batch[dim];
@@ -62,6 +64,7 @@ void resolve_basic(TranslatedIndex& out, at::IntArrayRef batch) {
       start = std::clamp<int64_t>(start, 0, n);
       stop = std::clamp<int64_t>(stop, start, n);
       out.ops.push_back(Op{Op::Slice, start, stop, step});
+      out.ranges.push_back(RowRange{start, stop, step, false});
       out.batch.push_back((stop - start + step - 1) / step);
       ++dim;
     } else if (i.is_none() || (i.is_boolean() && i.boolean())) {
@@ -73,6 +76,7 @@ void resolve_basic(TranslatedIndex& out, at::IntArrayRef batch) {
     }
   }
   out.batch.append(batch.begin() + static_cast<std::ptrdiff_t>(dim), batch.end());
+  out.box = out.ranges.size() == out.ops.size();  // no None, no False
 }
 
 namespace {
@@ -291,6 +295,102 @@ void put_index(at::Tensor& leaf, const TranslatedIndex& index,
 
 }  // namespace detail
 
+// ---- RowSelection -----------------------------------------------------------------
+
+RowSelection RowSelection::all(at::IntArrayRef batch) noexcept {
+  RowSelection r;
+  r.kind_ = Kind::All;
+  r.source_batch_ = batch;
+  return r;
+}
+
+RowSelection RowSelection::of(const detail::TranslatedIndex& t, at::IntArrayRef batch) {
+  RowSelection r;
+  r.source_batch_ = batch;
+  r.t_ = &t;
+  if (t.basic && t.box) {
+    r.kind_ = Kind::Box;
+    r.ranges_ = at::ArrayRef<RowRange>(t.ranges.data(), t.ranges.size());
+  } else if (t.first_dim_long.defined() && !batch.empty()) {
+    r.kind_ = Kind::Rows;
+    if (!t.rows_in_range.defined()) {
+      // Storages get row numbers they can use as they are: in [0, n).
+      const int64_t n = batch[0];
+      at::Tensor rows = t.first_dim_long;
+      if (rows.numel() > 0) {
+        auto [lo_t, hi_t] = at::aminmax(rows);
+        const int64_t lo = lo_t.item<int64_t>(), hi = hi_t.item<int64_t>();
+        if (lo < -n || hi >= n)
+          throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
+                           " is out of bounds for batch dim 0 of size " + std::to_string(n));
+        if (lo < 0) rows = at::remainder(rows, n);
+      }
+      t.rows_in_range = rows.contiguous();
+    }
+  } else {
+    r.kind_ = Kind::General;
+  }
+  return r;
+}
+
+const at::Tensor& RowSelection::rows() const noexcept {
+  static const at::Tensor undefined;
+  return kind_ == Kind::Rows ? t_->rows_in_range : undefined;
+}
+
+bool RowSelection::rows_sorted() const {
+  if (kind_ != Kind::Rows) return false;
+  if (t_->rows_sorted < 0) {
+    const at::Tensor flat = t_->rows_in_range.reshape({-1});
+    t_->rows_sorted = flat.numel() < 2 || (flat.slice(0, 1) >= flat.slice(0, 0, -1)).all().item<bool>();
+  }
+  return t_->rows_sorted > 0;
+}
+
+bool RowSelection::rows_unique() const {
+  if (kind_ != Kind::Rows) return false;
+  if (t_->rows_unique < 0) {
+    const at::Tensor flat = t_->rows_in_range.reshape({-1});
+    t_->rows_unique = flat.numel() < 2 || std::get<0>(at::_unique(flat)).numel() == flat.numel();
+  }
+  return t_->rows_unique > 0;
+}
+
+IndexList RowSelection::items() const noexcept {
+  if (!t_) return {};
+  return IndexList(t_->items.data(), t_->items.size());
+}
+
+at::IntArrayRef RowSelection::batch() const noexcept {
+  return t_ ? at::IntArrayRef(t_->batch.data(), t_->batch.size()) : source_batch_;
+}
+
+int64_t RowSelection::numel() const noexcept {
+  int64_t n = 1;
+  for (auto d : batch()) n *= d;
+  return n;
+}
+
+std::vector<int64_t> RowSelection::selected_shape(at::IntArrayRef leaf_shape) const {
+  auto b = batch();
+  std::vector<int64_t> out(b.begin(), b.end());
+  const std::size_t skip = std::min(source_batch_.size(), leaf_shape.size());
+  out.insert(out.end(), leaf_shape.begin() + static_cast<std::ptrdiff_t>(skip), leaf_shape.end());
+  return out;
+}
+
+at::Tensor RowSelection::apply(const at::Tensor& leaf) const {
+  return t_ ? detail::apply_index(leaf, *t_) : leaf;
+}
+
+void RowSelection::put(at::Tensor& leaf, const at::Tensor& value) const {
+  if (!t_) {
+    leaf.copy_(value);
+    return;
+  }
+  detail::put_index(leaf, *t_, value);
+}
+
 using detail::format_shape;
 using detail::TranslatedIndex;
 
@@ -336,23 +436,32 @@ struct KeyChain {
                    e.what_without_backtrace());
 }
 
-std::shared_ptr<detail::MemoryNode> index_node(const Node& n, const TranslatedIndex& t,
-                                               std::size_t B, const KeyChain* path);
+// The walk of one td[index]: the translated index, the root's batch dims,
+// and the leaves of storages that do not hold values, read at the end with
+// one read_leaves call per storage.
+struct IndexWalk {
+  const TranslatedIndex& t;
+  std::size_t B;
+  detail::BatchedReads reads;
+};
+
+std::shared_ptr<detail::MemoryNode> index_node(const Node& n, IndexWalk& walk,
+                                               const KeyChain* path, const Node* storage);
 
 // One entry of a tensordict (batch dims of the root: B), indexed.
-Value index_entry(const Value& v, const TranslatedIndex& t, std::size_t B,
-                  const KeyChain& key) {
+Value index_entry(const Value& v, IndexWalk& walk, const KeyChain& key) {
+  const TranslatedIndex& t = walk.t;
   try {
     if (const auto* leaf = std::get_if<at::Tensor>(&v.variant()))
       return detail::apply_index(*leaf, t);
     if (const auto* td = std::get_if<TensorDictBase>(&v.variant())) {
       if (td->node().is_lazy_stack()) return td->index(t.items);  // keeps it lazy
-      return TensorDictBase(index_node(td->node(), t, B, &key));
+      return TensorDictBase(index_node(td->node(), walk, &key, nullptr));
     }
     if (v.is_non_tensor_stack())  // the selected elements (one element: a NonTensorData)
       return detail::index_non_tensor_stack(v.non_tensor_stack(), t);
     NonTensorData d = v.non_tensor();
-    auto b = indexed_batch(t, d.batch_size(), B);
+    auto b = indexed_batch(t, d.batch_size(), walk.B);
     d.set_batch_size(std::vector<int64_t>(b.begin(), b.end()));
     return d;
   } catch (const c10::Error& e) {
@@ -361,10 +470,12 @@ Value index_entry(const Value& v, const TranslatedIndex& t, std::size_t B,
 }
 
 // Indexes the tensordict stored in `n` (batch dims of the root: B) into a new
-// in-memory node of batch t.batch + n.batch[B:].
-std::shared_ptr<detail::MemoryNode> index_node(const Node& n, const TranslatedIndex& t,
-                                               std::size_t B, const KeyChain* path) {
-  const auto batch = indexed_batch(t, n.batch_size(), B);
+// in-memory node of batch t.batch + n.batch[B:]. `storage` is the topmost
+// node of n's storage in this walk (null when n is where it starts).
+std::shared_ptr<detail::MemoryNode> index_node(const Node& n, IndexWalk& walk,
+                                               const KeyChain* path, const Node* storage) {
+  const TranslatedIndex& t = walk.t;
+  const auto batch = indexed_batch(t, n.batch_size(), walk.B);
   if (n.is_memory_node()) {
     // Same keys in the same order: the result shares the source's key index.
     const auto& src = static_cast<const detail::MemoryNode&>(n);
@@ -381,31 +492,37 @@ std::shared_ptr<detail::MemoryNode> index_node(const Node& n, const TranslatedIn
         }
         continue;
       }
-      entries.emplace_back(k, index_entry(v, t, B, key));
+      entries.emplace_back(k, index_entry(v, walk, key));
     }
     return std::make_shared<detail::MemoryNode>(batch, n.device(), std::move(entries), src);
   }
   auto dst = std::make_shared<detail::MemoryNode>(batch, n.device());
   const std::vector<std::string> keys = n.keys();
   dst->reserve(keys.size());
+  if (!n.holds_values() && !storage) storage = &n;
   for (const std::string& k : keys) {
     const KeyChain key{path, k};
     std::optional<Value> holder;
     const Value* v = n.holds_values() ? n.peek(k) : nullptr;
     if (!v) {
-      // A storage reads only the rows asked for: never find() a tensor leaf.
-      if (n.kind(k) == EntryKind::Tensor) {
-        try {
-          dst->write(k, n.read_at(k, t.items));
-        } catch (const c10::Error& e) {
-          throw_entry_error(key, e);
-        }
+      auto kind = n.kind(k);
+      if (kind == EntryKind::Tensor) {
+        // A storage reads only the rows asked for, all leaves in one call.
+        dst->write(k, at::Tensor());
+        walk.reads.add(storage, n.shared_from_this(), key.key(), dst.get());
         continue;
       }
       holder = n.find(k);
+      if (!holder) continue;  // gone since keys(): nothing to index
+      if (kind == EntryKind::TensorDict && !holder->tensordict().node().is_lazy_stack() &&
+          !holder->tensordict().node().holds_values()) {
+        // A level of a storage: its leaves join the same read_leaves call.
+        dst->write(k, TensorDictBase(index_node(holder->tensordict().node(), walk, &key, storage)));
+        continue;
+      }
       v = &*holder;
     }
-    dst->write(k, index_entry(*v, t, B, key));
+    dst->write(k, index_entry(*v, walk, key));
   }
   return dst;
 }
@@ -425,7 +542,9 @@ void check_zero_dim_index(const TensorDictBase& td, IndexList index) {
 TensorDict index_tree(const TensorDictBase& self, IndexList index) {
   const Node& n = self.node();
   TranslatedIndex t = detail::translate_index(index, n.batch_size(), false);
-  TensorDict out(index_node(n, t, n.batch_size().size(), nullptr));
+  IndexWalk walk{t, n.batch_size().size(), {}};
+  TensorDict out(index_node(n, walk, nullptr, nullptr));
+  if (!walk.reads.empty()) walk.reads.run(RowSelection::of(t, n.batch_size()));
   // Python: indexing a memmap/shared tensordict keeps that status (and the
   // lock) when the result starts at the same data pointer: ints, None,
   // Ellipsis and slices starting at 0.
@@ -482,14 +601,20 @@ namespace {
 struct PutPlan {
   const TranslatedIndex* t;
   std::size_t B;
+  // Rows of storages that do not hold values, written after the walk with one
+  // write_leaves_ call per storage.
+  detail::BatchedWrites* writes;
 };
 
 // Walks `value` against `dest`. With dry_run, only checks (dest may be null
 // for a nested tensordict that will be created); otherwise writes.
+// `storage` is the topmost node of dest's storage in this walk (null when
+// dest is where it starts or holds values).
 void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
              const PutPlan& plan, bool dry_run, bool allow_create,
-             const NestedKey& path) {
+             const NestedKey& path, Node* storage = nullptr) {
   const Node& vn = value.node();
+  if (dest && !dest->holds_values() && !storage) storage = dest.get();
   for (const auto& k : vn.keys()) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     Value vv = *vn.find(k);
@@ -543,7 +668,7 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
             at::Tensor leaf = dv->tensor();
             detail::put_index(leaf, *plan.t, cast);
           } else {
-            dest->write_at_(k, plan.t->items, cast.expand(target));
+            plan.writes->add(storage, dest, key, cast.expand(target));
           }
         } else {
           refuse_new();
@@ -560,7 +685,7 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
             detail::put_index(leaf, *plan.t, src.to(device));
           } else {
             auto target = concat_shape(plan.t->batch, feature);
-            dest->write_at_(k, plan.t->items, src.to(device).expand(target));
+            plan.writes->add(storage, dest, key, src.to(device).expand(target));
           }
         }
         break;
@@ -590,7 +715,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
                                    plan.t->items, vv.tensordict(), !allow_create);
           break;
         }
-        put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key);
+        put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key,
+                dest && !dest->holds_values() ? storage : nullptr);
         break;
       }
       case EntryKind::NonTensor:
@@ -680,9 +806,11 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   }
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase v = broadcast_value(value, t.batch);
-  PutPlan plan{&t, batch_size().size()};
+  detail::BatchedWrites writes;
+  PutPlan plan{&t, batch_size().size(), &writes};
   put_rec(node_, v, plan, /*dry_run=*/true, true, NestedKey());
   put_rec(node_, v, plan, /*dry_run=*/false, true, NestedKey());
+  if (!writes.empty()) writes.run(RowSelection::of(t, batch_size()));
   return *this;
 }
 
@@ -701,26 +829,31 @@ TensorDictBase& TensorDictBase::update_at_(
                            ? other
                            : TensorDictBase(other.select(keys_to_update));
   TensorDictBase v = broadcast_value(src, t.batch);
-  PutPlan plan{&t, batch_size().size()};
+  detail::BatchedWrites writes;
+  PutPlan plan{&t, batch_size().size(), &writes};
   put_rec(node_, v, plan, true, false, NestedKey());
   put_rec(node_, v, plan, false, false, NestedKey());
+  if (!writes.empty()) writes.run(RowSelection::of(t, batch_size()));
   return *this;
 }
 
 namespace {
 
-// fn(node, key, meta, full_key) for every tensor leaf, without reading data
-// from storages.
+// fn(node, key, meta, full_key, storage) for every tensor leaf, without
+// reading data from storages; `storage` is the topmost node of the leaf's
+// storage in the walk (null for storages that hold values).
 template <class Fn>
 void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path,
-                        const Fn& fn) {
+                        const Fn& fn, Node* storage = nullptr) {
+  if (n->holds_values()) storage = nullptr;
+  else if (!storage) storage = n.get();
   for (const auto& k : n->keys()) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     auto kind = n->kind(k);
     if (kind == EntryKind::Tensor) {
-      fn(n, k, *n->tensor_meta(k), key);
+      fn(n, k, *n->tensor_meta(k), key, storage);
     } else if (kind == EntryKind::TensorDict) {
-      for_each_leaf_node(n->find(k)->tensordict().node_ptr(), key, fn);
+      for_each_leaf_node(n->find(k)->tensordict().node_ptr(), key, fn, storage);
     }
   }
 }
@@ -739,25 +872,27 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   // Check every leaf first.
   for_each_leaf_node(node_, NestedKey(), [&](auto&, const std::string&,
                                              const TensorMeta& leaf,
-                                             const NestedKey& key) {
+                                             const NestedKey& key, Node*) {
     auto target = concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B));
     if (!at::is_expandable_to(value.sizes(), target))
       throw ShapeError("index_put_: cannot write a tensor of shape " +
                        format_shape(value.sizes()) + " into " + key.repr() +
                        " at an index of shape " + format_shape(target));
   });
+  detail::BatchedWrites writes;
   for_each_leaf_node(node_, NestedKey(), [&](const std::shared_ptr<Node>& n,
-                                             const std::string& k,
-                                             const TensorMeta& leaf, const NestedKey&) {
+                                             const std::string& k, const TensorMeta& leaf,
+                                             const NestedKey& key, Node* storage) {
     at::Tensor cast = value.to(leaf.device, leaf.dtype);
     if (n->holds_values()) {
       at::Tensor stored = n->peek(k)->tensor();
       detail::put_index(stored, t, cast);
     } else {
-      n->write_at_(k, t.items,
-                   cast.expand(concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B))));
+      writes.add(storage, n, key,
+                 cast.expand(concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B))));
     }
   });
+  if (!writes.empty()) writes.run(RowSelection::of(t, batch_size()));
   return *this;
 }
 
@@ -770,34 +905,30 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   return index_put_(index, at::scalar_tensor(value, at::TensorOptions(dtype)));
 }
 
-namespace {
-// The node holding the last part of `key` (KeyError / TypeError on the way).
-std::shared_ptr<Node> parent_of(std::shared_ptr<Node> n, const NestedKey& key) {
-  if (key.empty()) throw KeyError("empty key");
-  for (std::size_t i = 0; i + 1 < key.size(); ++i) {
-    auto v = n->find(key[i]);
-    if (!v) detail::throw_missing(key, i, *n);
-    if (!v->is_tensordict())
-      throw TypeError("key " + key.repr() + ": " + detail::prefix(key, i + 1).repr() +
-                      " is not a TensorDict");
-    n = v->tensordict().node_ptr();
-  }
-  return n;
-}
-}  // namespace
-
 at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
   check_zero_dim_index(*this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), false);
-  std::shared_ptr<Node> n = parent_of(node_, key);
+  (void)node();  // a null handle is a ValueError
+  std::shared_ptr<Node> n = detail::walk_parent(node_, key, false);
   auto kind = n->kind(key.back());
   if (!kind) detail::throw_missing(key, key.size() - 1, *n);
   if (*kind != EntryKind::Tensor)
     throw TypeError("get_at: entry " + key.repr() + " is a " +
                     tensordict::to_string(*kind) + ", not a Tensor");
+  if (!n->holds_values()) {
+    // Through the batched read, so that a storage sees one call either way.
+    LeafRead leaf{n.get(), key, at::Tensor()};
+    try {
+      n->read_leaves(RowSelection::of(t, batch_size()), std::span<LeafRead>(&leaf, 1));
+    } catch (const StorageError&) {
+      detail::rethrow_storage_error(key, "get_at");
+    } catch (const c10::Error& e) {
+      throw IndexError("get_at " + key.repr() + ": " + e.what_without_backtrace());
+    }
+    return leaf.out;
+  }
   try {
-    return n->holds_values() ? detail::apply_index(n->peek(key.back())->tensor(), t)
-                             : n->read_at(key.back(), t.items);
+    return detail::apply_index(n->peek(key.back())->tensor(), t);
   } catch (const c10::Error& e) {
     throw IndexError("get_at " + key.repr() + ": " + e.what_without_backtrace());
   }
@@ -808,7 +939,8 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
                                         IndexList index) {
   check_zero_dim_index(*this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
-  std::shared_ptr<Node> n = parent_of(node_, key);
+  (void)node();  // a null handle is a ValueError
+  std::shared_ptr<Node> n = detail::walk_parent(node_, key, false);
   auto kind = n->kind(key.back());
   if (!kind)
     throw KeyError("set_at_(): key " + key.repr() +
@@ -827,7 +959,9 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
     at::Tensor leaf = n->peek(key.back())->tensor();
     detail::put_index(leaf, t, cast);
   } else {
-    n->write_at_(key.back(), t.items, cast.expand(target));
+    detail::BatchedWrites writes;
+    writes.add(n.get(), n, key, cast.expand(target));
+    writes.run(RowSelection::of(t, batch_size()));
   }
   return *this;
 }

@@ -24,6 +24,18 @@ inline NestedKey prefix(const NestedKey& key, std::size_t n) {
 [[noreturn]] void throw_missing(const NestedKey& key, std::size_t level,
                                 const Node& node);
 
+/// Inside a catch of StorageError: rethrows it as the same type with
+/// `operation` and the full key `path` prepended and key_path() set, the
+/// original nested. An error that already names its path is rethrown as is.
+[[noreturn]] void rethrow_storage_error(const NestedKey& path, const char* operation);
+
+/// The node holding the last part of `key`, walking from `root` (the one
+/// key-path walk of the core). With `create`, missing intermediate levels are
+/// created (LockedError naming `operation` when locked). KeyError for a
+/// missing level, TypeError for a level that is not a tensordict.
+std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root, const NestedKey& key,
+                                  bool create, const char* operation = "set");
+
 /// "Cannot modify locked TensorDict ..."
 [[noreturn]] void throw_locked(const NestedKey& key, const char* operation);
 
@@ -65,6 +77,14 @@ struct TranslatedIndex {
   c10::SmallVector<int64_t, 5> batch;  // the indexed batch size
   bool basic = true;                   // only ints, slices, None, Ellipsis, bools
   c10::SmallVector<BasicOp, 4> ops;    // when basic: select/slice/unsqueeze per leaf
+  // When basic with ints and slices only: one range per leading dim (the
+  // RowSelection::Box storages receive).
+  bool box = false;
+  c10::SmallVector<RowRange, 4> ranges;
+  // first_dim_long bounds-checked and wrapped to [0, n) (RowSelection::Rows),
+  // made on first use: in-memory reads let index_select check instead.
+  mutable at::Tensor rows_in_range;
+  mutable std::int8_t rows_sorted = -1, rows_unique = -1;  // -1: not computed
 };
 
 /// With check_bounds (writes), a long index is bounds-checked up front.
@@ -77,6 +97,49 @@ at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index);
 /// leaf[index] = value (value already broadcastable, cast to leaf's dtype).
 void put_index(at::Tensor& leaf, const TranslatedIndex& index,
                const at::Tensor& value);
+
+/// Leaf reads from storages that do not hold values, gathered over one
+/// operation's walk and sent as one Node::read_leaves call per storage (the
+/// topmost node of that storage met by the walk). Each result lands in an
+/// in-memory node of the operation's output, under the leaf's key.
+class BatchedReads {
+ public:
+  /// Queues the leaf `path` (last part: its key in `node`), to be stored in
+  /// `dest` (which already holds a placeholder at that key).
+  void add(const Node* root, std::shared_ptr<const Node> node, NestedKey path,
+           MemoryNode* dest);
+  bool empty() const noexcept { return groups_.empty(); }
+  /// One read_leaves per storage; results stored (cloned with
+  /// clone_results). StorageError gets the path of the leaves, a LibTorch
+  /// error becomes an IndexError naming them.
+  void run(const RowSelection& rows, bool clone_results = false);
+
+ private:
+  struct Group {
+    const Node* root;
+    std::vector<LeafRead> leaves;
+    std::vector<MemoryNode*> dests;
+  };
+  std::vector<Group> groups_;
+  std::vector<std::shared_ptr<const Node>> keep_alive_;
+};
+
+/// Leaf writes into storages that do not hold values, gathered after every
+/// check of one operation and sent as one Node::write_leaves_ call per storage.
+class BatchedWrites {
+ public:
+  void add(Node* root, std::shared_ptr<Node> node, NestedKey path, at::Tensor value);
+  bool empty() const noexcept { return groups_.empty(); }
+  void run(const RowSelection& rows);
+
+ private:
+  struct Group {
+    Node* root;
+    std::vector<LeafWrite> leaves;
+  };
+  std::vector<Group> groups_;
+  std::vector<std::shared_ptr<Node>> keep_alive_;
+};
 
 /// Copies the lock state of `src` onto `out` (shape ops propagate the lock).
 inline void propagate_lock(const TensorDictBase& src, TensorDictBase& out) {

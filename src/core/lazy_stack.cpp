@@ -303,7 +303,7 @@ void LazyStackNode::write_(std::string_view key, const at::Tensor& value) {
   for (std::size_t i = 0; i < members_.size(); ++i) members_[i].set_(k, parts[i]);
 }
 
-void LazyStackNode::write_at_(std::string_view key, IndexList index,
+void LazyStackNode::write_at_(std::string_view key, const RowSelection& rows,
                               const at::Tensor& value) {
   // The value arrives expanded to the indexed batch plus the leaf's feature
   // dims: wrap it as a tensordict and let the members take their rows.
@@ -312,7 +312,7 @@ void LazyStackNode::write_at_(std::string_view key, IndexList index,
   auto vb = value.sizes().slice(0, static_cast<std::size_t>(value.dim() - features));
   TensorDict one(vb);
   one.set(key_of(key), value);
-  lazy_index_put(*this, index, one, /*existing_only=*/true);
+  lazy_index_put(*this, rows.items(), one, /*existing_only=*/true);
 }
 
 void LazyStackNode::create_leaf(std::string_view key, at::IntArrayRef shape,
@@ -580,6 +580,7 @@ std::vector<int64_t> member_batch_after(const LazyStackNode& ls,
   // The batch of a member after `sub`, computed on a dummy tensor.
   auto mb = ls.member_batch();
   for (auto& d : mb) d = std::max<int64_t>(d, 1);
+  if (sub.empty()) return mb;  // Tensor::index refuses an empty index list
   return at::empty(mb, at::TensorOptions().device(at::kMeta)).index(sub).sizes().vec();
 }
 

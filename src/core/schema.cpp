@@ -6,6 +6,8 @@
 #include <tensordict/schema.h>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <mutex>
 
@@ -170,37 +172,9 @@ TensorDict expanded_zeros(const Schema& schema, const std::vector<int64_t>& batc
   return out;
 }
 
-// ---- option parsing for the string form ----
-
-template <class T>
-T option(const StorageOptions& o, const std::string& storage, const std::string& name, T fallback) {
-  auto it = o.find(name);
-  if (it == o.end()) return fallback;
-  try {
-    return it->second.get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw SchemaError("from_schema: the option '" + name + "' of storage '" + storage +
-                      "' has the wrong type: " + it->second.dump());
-  }
-}
-
-void check_options(const StorageOptions& o, const std::string& storage,
-                   std::initializer_list<const char*> accepted) {
-  for (const auto& [name, _] : o) {
-    bool ok = false;
-    for (const char* a : accepted) ok = ok || name == a;
-    if (!ok) {
-      std::string list;
-      for (const char* a : accepted) list += (list.empty() ? "" : ", ") + std::string(a);
-      throw SchemaError("from_schema: unknown option '" + name + "' for storage '" + storage +
-                        "' (accepted: " + (list.empty() ? std::string("none") : list) + ")");
-    }
-  }
-}
-
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, detail::StorageFactory> factories;
+  std::map<std::string, StorageFactory> factories;
 };
 
 Registry& registry() {
@@ -208,9 +182,9 @@ Registry& registry() {
     auto* reg = new Registry;  // never destroyed: used from static initializers
     reg->factories["memory"] = [](const Schema& s, const std::vector<int64_t>& b,
                                   const StorageOptions& o) {
-      check_options(o, "memory", {"device"});
+      check_storage_options(o, "memory", {"device"});
       storage::Memory m;
-      auto dev = option<std::string>(o, "memory", "device", "");
+      auto dev = storage_option<std::string>(o, "memory", "device", "");
       if (!dev.empty()) {
         try {
           m.device = at::Device(dev);
@@ -222,16 +196,16 @@ Registry& registry() {
     };
     reg->factories["memmap"] = [](const Schema& s, const std::vector<int64_t>& b,
                                   const StorageOptions& o) {
-      check_options(o, "memmap", {"prefix", "existsok", "num_threads"});
+      check_storage_options(o, "memmap", {"prefix", "existsok", "num_threads"});
       storage::Memmap m;
-      m.prefix = option<std::string>(o, "memmap", "prefix", "");
-      m.existsok = option<bool>(o, "memmap", "existsok", true);
-      m.num_threads = option<int>(o, "memmap", "num_threads", 0);
+      m.prefix = storage_option<std::string>(o, "memmap", "prefix", "");
+      m.existsok = storage_option<bool>(o, "memmap", "existsok", true);
+      m.num_threads = storage_option<int>(o, "memmap", "num_threads", 0);
       return from_schema(s, b, m);
     };
     reg->factories["shared"] = [](const Schema& s, const std::vector<int64_t>& b,
                                   const StorageOptions& o) {
-      check_options(o, "shared", {});
+      check_storage_options(o, "shared", {});
       return from_schema(s, b, storage::Shared{});
     };
     return reg;
@@ -241,14 +215,46 @@ Registry& registry() {
 
 }  // namespace
 
+void check_storage_options(const StorageOptions& options, const std::string& storage,
+                           std::initializer_list<const char*> accepted) {
+  for (const auto& [name, _] : options) {
+    bool ok = false;
+    for (const char* a : accepted) ok = ok || name == a;
+    if (!ok) {
+      std::vector<std::string> names(accepted.begin(), accepted.end());
+      throw SchemaError(fmt::format(
+          "from_schema: unknown option '{}' for storage '{}' (accepted: {})", name, storage,
+          names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))));
+    }
+  }
+}
+
+void allocate_schema(const TensorDictBase& td, const Schema& schema) {
+  const std::vector<int64_t> batch = td.batch_size().vec();
+  const auto device = td.device().value_or(at::Device(at::kCPU));
+  std::vector<LeafCreate> leaves;
+  std::vector<std::shared_ptr<Node>> levels;  // alive until create_leaves
+  leaves.reserve(schema.size());
+  for (const auto& [k, spec] : schema.entries()) {
+    if (td.contains(k))
+      throw SchemaError("from_schema: " + k.repr() + " already exists in the tensordict");
+    auto parent = detail::walk_parent(td.node_ptr(), k, /*create=*/true, "from_schema");
+    leaves.push_back(LeafCreate{parent.get(), k, full_shape(batch, spec),
+                                at::TensorOptions().dtype(spec.dtype).device(device)});
+    levels.push_back(std::move(parent));
+  }
+  try {
+    td.node().create_leaves(leaves);
+  } catch (const StorageError&) {
+    detail::rethrow_storage_error(NestedKey(), "from_schema: allocating the leaves of");
+  }
+}
+
 TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
                            const storage::Memory& storage) {
   check_batch(batch_size);
   TensorDict out(batch_size, storage.device);
-  for (const auto& [k, spec] : schema.entries())
-    out.set(k, at::zeros(full_shape(batch_size, spec),
-                         at::TensorOptions().dtype(spec.dtype).device(
-                             storage.device.value_or(at::Device(at::kCPU)))));
+  allocate_schema(out, schema);
   return out;
 }
 
@@ -273,7 +279,7 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
 
 TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
                            const std::string& storage, const StorageOptions& options) {
-  detail::StorageFactory factory;
+  StorageFactory factory;
   {
     auto& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -299,13 +305,11 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
   return factory(schema, batch_size, options);
 }
 
-namespace detail {
 void register_storage(const std::string& name, StorageFactory factory) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.factories[name] = std::move(factory);
 }
-}  // namespace detail
 
 std::vector<std::string> available_storages() {
   auto& r = registry();

@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 
 #include <algorithm>
 #include <map>
@@ -145,13 +146,11 @@ using detail::format_shape;
 using detail::throw_locked;
 using detail::throw_missing;
 
-namespace {
+namespace detail {
 
-// Walks to the node holding the last part of `key`. With `create`, missing
-// intermediate levels are created (lock-checked). Throws KeyError/TypeError.
 std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root,
                                   const NestedKey& key, bool create,
-                                  const char* operation = "set") {
+                                  const char* operation) {
   if (key.empty()) throw KeyError("empty key");
   std::shared_ptr<Node> node = root;
   for (std::size_t i = 0; i + 1 < key.size(); ++i) {
@@ -172,7 +171,9 @@ std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root,
   return node;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::walk_parent;
 
 // ---- handle basics ---------------------------------------------------------
 
@@ -226,64 +227,60 @@ TensorDictBase& TensorDictBase::clear_device_() {
 
 namespace {
 
+bool starts_with_size(at::IntArrayRef sizes, at::IntArrayRef prefix) {
+  return sizes.size() >= prefix.size() &&
+         std::equal(prefix.begin(), prefix.end(), sizes.begin());
+}
+
+// Metadata only: tensors are checked through tensor_meta, never read.
 void check_batch_change(const Node& node, at::IntArrayRef new_size,
                         const NestedKey& path) {
   for (const auto& k : node.keys()) {
-    auto v = node.find(k);
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    switch (v->kind()) {
-      case EntryKind::Tensor: {
-        auto sizes = v->tensor().sizes();
-        bool ok = sizes.size() >= new_size.size() &&
-                  std::equal(new_size.begin(), new_size.end(), sizes.begin());
-        if (!ok)
-          throw ShapeError("the tensor " + key.repr() + " has shape " +
-                           format_shape(sizes) +
-                           " which is incompatible with the batch size " +
-                           format_shape(new_size));
-        break;
+    const auto kind = node.kind(k);
+    if (!kind || *kind == EntryKind::NonTensor) continue;
+    if (*kind == EntryKind::Tensor) {
+      const auto meta = node.tensor_meta(k);
+      if (!starts_with_size(meta->shape, new_size))
+        throw ShapeError("the tensor " + key.repr() + " has shape " +
+                         format_shape(meta->shape) +
+                         " which is incompatible with the batch size " +
+                         format_shape(new_size));
+      continue;
+    }
+    auto v = node.find(k);
+    if (*kind == EntryKind::TensorDict) {
+      const auto& child = v->tensordict();
+      auto cb = child.batch_size();
+      if (cb.size() < new_size.size()) {
+        check_batch_change(child.node(), new_size, key);
+      } else if (!std::equal(new_size.begin(), new_size.end(), cb.begin())) {
+        throw ShapeError("the tensordict " + key.repr() + " has batch size " +
+                         format_shape(cb) +
+                         " which is incompatible with the batch size " +
+                         format_shape(new_size));
       }
-      case EntryKind::TensorDict: {
-        const auto& child = v->tensordict();
-        auto cb = child.batch_size();
-        if (cb.size() < new_size.size()) {
-          check_batch_change(child.node(), new_size, key);
-        } else if (!std::equal(new_size.begin(), new_size.end(), cb.begin())) {
-          throw ShapeError("the tensordict " + key.repr() + " has batch size " +
-                           format_shape(cb) +
-                           " which is incompatible with the batch size " +
-                           format_shape(new_size));
-        }
-        break;
-      }
-      case EntryKind::NonTensorStack: {
-        auto sb = v->non_tensor_stack().batch_size();
-        if (!(sb.size() >= new_size.size() &&
-              std::equal(new_size.begin(), new_size.end(), sb.begin())))
-          throw ShapeError("the NonTensorStack " + key.repr() + " has batch size " +
-                           format_shape(sb) +
-                           " which is incompatible with the batch size " +
-                           format_shape(new_size));
-        break;
-      }
-      case EntryKind::NonTensor:
-        break;
+    } else {  // NonTensorStack
+      auto sb = v->non_tensor_stack().batch_size();
+      if (!starts_with_size(sb, new_size))
+        throw ShapeError("the NonTensorStack " + key.repr() + " has batch size " +
+                         format_shape(sb) +
+                         " which is incompatible with the batch size " +
+                         format_shape(new_size));
     }
   }
 }
 
 void apply_batch_change(Node& node, at::IntArrayRef new_size) {
   for (const auto& k : node.keys()) {
-    auto v = node.find(k);
-    if (v->is_tensordict()) {
-      const auto& child = v->tensordict();
+    const auto kind = node.kind(k);
+    if (kind == EntryKind::TensorDict) {
+      const TensorDictBase child = node.find(k)->tensordict();
       if (child.batch_size().size() < new_size.size())
         apply_batch_change(child.node(), new_size);
-    } else if (v->is_non_tensor()) {
-      auto b = v->non_tensor().batch_size();
-      if (!(b.size() >= new_size.size() &&
-            std::equal(new_size.begin(), new_size.end(), b.begin()))) {
-        NonTensorData d = v->non_tensor();
+    } else if (kind == EntryKind::NonTensor) {
+      NonTensorData d = node.find(k)->non_tensor();
+      if (!starts_with_size(d.batch_size(), new_size)) {
         d.set_batch_size(std::vector<int64_t>(new_size.begin(), new_size.end()));
         node.write(k, d);
       }
@@ -693,36 +690,66 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
   parent->write(key.back(), std::move(checked));
 }
 
-void set_inplace_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
-                      const at::Tensor& value) {
+// The topmost level on the path to `key` whose storage does not hold values
+// (the node a batched write goes to), or null.
+Node* storage_root_of(const std::shared_ptr<Node>& root, const NestedKey& key) {
+  std::shared_ptr<Node> n = root;
+  for (std::size_t i = 0;; ++i) {
+    if (!n->holds_values()) return n.get();
+    if (i + 1 >= key.size()) return nullptr;
+    n = n->find(key[i])->tensordict().node_ptr();
+  }
+}
+
+// An in-place copy into an existing tensor leaf (set_, update_), checked
+// without reading data and written by commit().
+struct InplaceWrite {
+  std::shared_ptr<Node> parent;
+  Node* storage = nullptr;  // set when the leaf's storage does not hold values
+  NestedKey key;
+  at::Tensor value;  // for a storage: cast and expanded to the leaf (Node::write_)
+
+  void commit(detail::BatchedWrites& writes) const {
+    if (storage) writes.add(storage, parent, key, value);
+    else parent->write_(key.back(), value);
+  }
+};
+
+InplaceWrite check_inplace(const std::shared_ptr<Node>& root, const NestedKey& key,
+                           const at::Tensor& value, const char* op) {
   auto parent = walk_parent(root, key, false);
   auto kind = parent->kind(key.back());
   if (!kind)
-    throw KeyError("key " + key.repr() +
-                   " not found: set_() writes into existing entries only; use "
+    throw KeyError("key " + key.repr() + " not found: " + op +
+                   " writes into existing entries only; use "
                    "set() for populating tensordict with new key-value pair. "
                    "Keys present: " +
                    detail::format_key_list(parent->keys()));
   if (*kind != EntryKind::Tensor)
-    throw TypeError("set_(): entry " + key.repr() + " is a " +
+    throw TypeError(std::string(op) + ": entry " + key.repr() + " is a " +
                     tensordict::to_string(*kind) + ", not a Tensor");
   if (!value.defined())
-    throw ValueError("set_(): undefined tensor for key " + key.repr());
+    throw ValueError(std::string(op) + ": undefined tensor for key " + key.repr());
   // Check the shape before touching the data so a failure writes nothing.
-  auto dest_shape = parent->holds_values()
-                        ? parent->peek(key.back())->tensor().sizes().vec()
-                        : parent->find(key.back())->tensor().sizes().vec();
-  auto vs = value.sizes();
-  bool broadcastable = vs.size() <= dest_shape.size();
-  for (std::size_t i = 0; broadcastable && i < vs.size(); ++i) {
-    int64_t d = dest_shape[dest_shape.size() - vs.size() + i];
-    if (vs[i] != d && vs[i] != 1) broadcastable = false;
-  }
-  if (!broadcastable)
-    throw ShapeError("set_(): cannot copy a value of shape " +
-                     format_shape(vs) + " into " + key.repr() + " of shape " +
+  std::optional<TensorMeta> meta;  // storages: metadata only, no data read
+  if (!parent->holds_values()) meta = parent->tensor_meta(key.back());
+  auto dest_shape = meta ? meta->shape : parent->peek(key.back())->tensor().sizes().vec();
+  if (!at::is_expandable_to(value.sizes(), dest_shape))
+    throw ShapeError(std::string(op) + ": cannot copy a value of shape " +
+                     format_shape(value.sizes()) + " into " + key.repr() + " of shape " +
                      format_shape(dest_shape));
-  parent->write_(key.back(), value);
+  if (!meta) return InplaceWrite{parent, nullptr, key, value};
+  // A storage receives the leaf's shape, dtype and device (Node::write_).
+  return InplaceWrite{parent, storage_root_of(root, key), key,
+                      value.to(meta->device, meta->dtype).expand(dest_shape)};
+}
+
+void set_inplace_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
+                      const at::Tensor& value) {
+  InplaceWrite w = check_inplace(root, key, value, "set_()");
+  detail::BatchedWrites writes;
+  w.commit(writes);
+  if (!writes.empty()) writes.run(RowSelection::all(root->batch_size()));
 }
 
 }  // namespace
@@ -815,64 +842,55 @@ struct KeyFilter {
   }
 };
 
-// Writes go through `root` with the full key so that errors name the path.
-void update_impl(TensorDictBase& root, const TensorDictBase& self,
-                 const TensorDictBase& other, const UpdateOptions& opt,
-                 const KeyFilter& filter, const NestedKey& path) {
+// One walk of update(). With dry_run it writes nothing and returns the first
+// key a locked destination would have to add or replace (so that a refused
+// update writes nothing); otherwise it writes, through `root` with the full
+// key so that errors name the path. Entries of the destination are seen
+// through kind() (metadata): only nested levels are fetched.
+std::optional<NestedKey> update_walk(TensorDictBase& root, const TensorDictBase& self,
+                                     const TensorDictBase& other, const UpdateOptions& opt,
+                                     const KeyFilter& filter, const NestedKey& path,
+                                     bool dry_run) {
   for (const auto& k : other.node().keys()) {
     const KeyFilter* f = filter.child(k);
     if (!f) continue;
-    Value v = *other.node().find(k);
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    auto existing = self.node().find(k);
-    if (v.is_tensordict() && existing && existing->is_tensordict()) {
-      update_impl(root, existing->tensordict(), v.tensordict(), opt, *f, key);
+    const auto src_kind = other.node().kind(k);
+    const auto existing = self.node().kind(k);
+    if (src_kind == EntryKind::TensorDict && existing == EntryKind::TensorDict) {
+      if (auto r = update_walk(root, self.node().find(k)->tensordict(),
+                               other.node().find(k)->tensordict(), opt, *f, key, dry_run))
+        return r;
       continue;
     }
-    if (!f->all && v.is_tensordict()) {
-      // Only some keys of this sub-tensordict are selected.
+    if (!f->all) {
+      if (src_kind != EntryKind::TensorDict) continue;
+      // Only some keys of this sub-tensordict are selected: a new level.
+      if (dry_run) {
+        if (self.is_locked()) return key;
+        continue;
+      }
       TensorDictBase sub = root.create_nested(key);
-      update_impl(root, sub, v.tensordict(), opt, *f, key);
+      update_walk(root, sub, other.node().find(k)->tensordict(), opt, *f, key, false);
       continue;
     }
-    if (!f->all) continue;
+    const bool inplace =
+        opt.inplace && existing == EntryKind::Tensor && src_kind == EntryKind::Tensor;
+    if (dry_run) {
+      if (!inplace && self.is_locked()) return key;
+      continue;
+    }
+    Value v = *other.node().find(k);
     if (opt.clone) {
       if (v.is_tensor()) v = v.tensor().clone();
       else if (v.is_tensordict()) v = TensorDictBase(v.tensordict().clone());
     }
-    if (opt.inplace && existing && existing->is_tensor() && v.is_tensor()) {
+    if (inplace) {
       root.set_(key, v.tensor());
       continue;
     }
     set_impl(root.node_ptr(), key, std::move(v),
              /*check_lock=*/!opt.ignore_lock);
-  }
-}
-
-// The first key update_impl would have to add or replace in a locked
-// tensordict (nullopt: none), so that a refused update writes nothing.
-std::optional<NestedKey> first_locked_write(const TensorDictBase& self,
-                                            const TensorDictBase& other,
-                                            const UpdateOptions& opt,
-                                            const KeyFilter& filter,
-                                            const NestedKey& path) {
-  for (const auto& k : other.node().keys()) {
-    const KeyFilter* f = filter.child(k);
-    if (!f) continue;
-    Value v = *other.node().find(k);
-    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    auto existing = self.node().find(k);
-    if (v.is_tensordict() && existing && existing->is_tensordict()) {
-      if (auto r = first_locked_write(existing->tensordict(), v.tensordict(),
-                                      opt, *f, key))
-        return r;
-      continue;
-    }
-    if (!f->all && !v.is_tensordict()) continue;
-    if (opt.inplace && f->all && existing && existing->is_tensor() &&
-        v.is_tensor())
-      continue;
-    if (self.is_locked()) return key;
   }
   return std::nullopt;
 }
@@ -886,11 +904,11 @@ TensorDictBase& TensorDictBase::update(const TensorDictBase& other,
     throw_locked(NestedKey(), "update");
   KeyFilter filter = KeyFilter::from(options.keys_to_update);
   if (is_locked() && !options.ignore_lock) {
-    if (auto refused = first_locked_write(*this, other, options, filter,
-                                          NestedKey()))
+    if (auto refused = update_walk(*this, *this, other, options, filter, NestedKey(),
+                                   /*dry_run=*/true))
       throw_locked(*refused, "update");
   }
-  update_impl(*this, *this, other, options, filter, NestedKey());
+  update_walk(*this, *this, other, options, filter, NestedKey(), /*dry_run=*/false);
   return *this;
 }
 
@@ -950,16 +968,26 @@ TensorDictBase& TensorDictBase::update_(
                       " in the source");
     todo.emplace_back(k, v);
   }
+  // Every tensor is checked (kind, shape: metadata only) before anything is
+  // written; the leaves of a storage are then written with one call.
+  std::vector<InplaceWrite> tensor_writes;
+  std::vector<std::tuple<std::shared_ptr<Node>, std::string, Value>> non_tensor_writes;
   for (auto& [k, v] : todo) {
     if (v.is_tensor()) {
-      set_(k, v.tensor());
-    } else {
-      // A non-tensor value is replaced in place (allowed while locked).
-      auto parent = walk_parent(node_, k, false);
-      Value updated = update_non_tensor(*parent->find(k.back()), v, *parent, k);
-      parent->write(k.back(), updated);
-      detail::persist_non_tensor(*parent, k.back(), updated);
+      tensor_writes.push_back(check_inplace(node_, k, v.tensor(), "update_()"));
+      continue;
     }
+    // A non-tensor value is replaced in place (allowed while locked).
+    auto parent = walk_parent(node_, k, false);
+    Value updated = update_non_tensor(*parent->find(k.back()), v, *parent, k);
+    non_tensor_writes.emplace_back(parent, k.back(), std::move(updated));
+  }
+  detail::BatchedWrites writes;
+  for (const auto& w : tensor_writes) w.commit(writes);
+  if (!writes.empty()) writes.run(RowSelection::all(batch_size()));
+  for (auto& [parent, key, updated] : non_tensor_writes) {
+    parent->write(key, updated);
+    detail::persist_non_tensor(*parent, key, updated);
   }
   return *this;
 }
@@ -1111,8 +1139,8 @@ TensorDictBase TensorDictBase::empty(bool recurse) const {
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   if (recurse) {
     for (const auto& k : node().keys()) {
-      auto v = node().find(k);
-      if (v->is_tensordict()) out.node().write(k, v->tensordict().empty(true));
+      if (node().kind(k) != EntryKind::TensorDict) continue;  // leaves are not read
+      out.node().write(k, node().find(k)->tensordict().empty(true));
     }
   }
   return out;
@@ -1174,8 +1202,60 @@ TensorDict TensorDictBase::unflatten_keys(std::string_view separator) const {
 
 // ---- copies ------------------------------------------------------------------
 
+namespace {
+
+// A storage that does not hold values, read whole into `dst` with one
+// read_leaves call for all its levels (queued in `reads`); in-memory levels
+// and lazy stacks below it are converted by `other_child`.
+void read_storage_into(const Node& src, detail::MemoryNode& dst, const NestedKey& path,
+                       const Node* storage, detail::BatchedReads& reads,
+                       const std::function<TensorDictBase(const TensorDictBase&)>& other_child) {
+  const auto keys = src.keys();
+  dst.reserve(keys.size());
+  for (const auto& k : keys) {
+    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+    const auto kind = src.kind(k);
+    if (!kind) continue;
+    if (*kind == EntryKind::Tensor) {
+      dst.write(k, at::Tensor());
+      reads.add(storage, src.shared_from_this(), std::move(key), &dst);
+      continue;
+    }
+    Value v = *src.find(k);
+    if (*kind != EntryKind::TensorDict) {
+      dst.write(k, std::move(v));
+      continue;
+    }
+    const TensorDictBase& child = v.tensordict();
+    if (child.node().holds_values() || child.node().is_lazy_stack()) {
+      dst.write(k, other_child(child));
+      continue;
+    }
+    auto sub = std::make_shared<detail::MemoryNode>(child.batch_size(), child.device());
+    read_storage_into(child.node(), *sub, key, storage, reads, other_child);
+    dst.write(k, TensorDictBase(sub));
+  }
+}
+
+TensorDict read_storage(const Node& src, bool clone_leaves,
+                        const std::function<TensorDictBase(const TensorDictBase&)>& other_child) {
+  TensorDict out = detail::make_tensordict(src.batch_size().vec(), src.device());
+  detail::BatchedReads reads;
+  read_storage_into(src, static_cast<detail::MemoryNode&>(out.node()), NestedKey(), &src, reads,
+                    other_child);
+  if (reads.empty()) return out;
+  // A storage may hand out its own tensors (Node::read_at's default returns
+  // the leaf): a clone must not share them.
+  reads.run(RowSelection::all(src.batch_size()), /*clone_results=*/clone_leaves);
+  return out;
+}
+
+}  // namespace
+
 TensorDictBase TensorDictBase::clone(bool recurse) const {
   const Node& src = node();
+  if (!src.holds_values() && !src.is_lazy_stack())
+    return read_storage(src, recurse, [recurse](const TensorDictBase& c) { return c.clone(recurse); });
   if (src.is_lazy_stack())
     return detail::map_members(static_cast<const detail::LazyStackNode&>(src),
                                [&](const TensorDictBase& m, std::size_t) {
@@ -1211,6 +1291,10 @@ TensorDictBase TensorDictBase::clone(bool recurse) const {
 TensorDictBase TensorDictBase::copy() const { return clone(false); }
 
 TensorDict TensorDictBase::to_tensordict() const {
+  // A storage outside memory: every leaf in one read_leaves call.
+  if (!node().holds_values() && !node().is_lazy_stack())
+    return read_storage(node(), /*clone_leaves=*/true,
+                        [](const TensorDictBase& c) { return TensorDictBase(c.to_tensordict()); });
   // Dense all the way down: lazy stacks (also nested ones) are stacked.
   return detail::map_leaves(*this, batch_size().size(), batch_size(),
                             [](const at::Tensor& t, const NestedKey&) { return t.clone(); },

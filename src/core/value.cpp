@@ -65,38 +65,62 @@ std::string NonTensorData::repr() const {
 
 // ---- Node defaults ------------------------------------------------------
 
-std::optional<EntryKind> Node::kind(std::string_view key) const {
+namespace {
+[[noreturn]] void throw_no_leaf(const Node& n, std::string_view key) {
+  throw KeyError("key '" + std::string(key) + "' not found in " + n.type_name());
+}
+}  // namespace
+
+at::Tensor Node::read_at(std::string_view key, const RowSelection& rows) const {
   auto v = find(key);
-  if (!v) return std::nullopt;
-  return v->kind();
+  if (!v) throw_no_leaf(*this, key);
+  return rows.apply(v->tensor());
 }
 
-std::optional<TensorMeta> Node::tensor_meta(std::string_view key) const {
-  auto v = find(key);
-  if (!v || !v->is_tensor()) return std::nullopt;
-  const auto& t = v->tensor();
-  return TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
-}
-
-at::Tensor Node::read_at(std::string_view key, IndexList index) const {
-  auto v = find(key);
-  if (!v) throw KeyError("key '" + std::string(key) + "' not found");
-  return v->tensor().index(index);
+void Node::read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) const {
+  for (auto& l : leaves) {
+    try {
+      l.out = l.node->read_at(l.key(), rows);
+    } catch (const StorageError&) {
+      detail::rethrow_storage_error(l.path, "reading");
+    }
+  }
 }
 
 void Node::write_(std::string_view key, const at::Tensor& value) {
   auto v = find(key);
-  if (!v) throw KeyError("key '" + std::string(key) + "' not found");
+  if (!v) throw_no_leaf(*this, key);
   at::Tensor dest = v->tensor();
   dest.copy_(value);
 }
 
-void Node::write_at_(std::string_view key, IndexList index,
+void Node::write_at_(std::string_view key, const RowSelection& rows,
                      const at::Tensor& value) {
   auto v = find(key);
-  if (!v) throw KeyError("key '" + std::string(key) + "' not found");
+  if (!v) throw_no_leaf(*this, key);
   at::Tensor dest = v->tensor();
-  dest.index_put_(index, value);
+  rows.put(dest, value);
+}
+
+void Node::write_leaves_(const RowSelection& rows, std::span<const LeafWrite> leaves) {
+  for (const auto& l : leaves) {
+    try {
+      if (rows.is_all()) l.node->write_(l.key(), l.value);
+      else l.node->write_at_(l.key(), rows, l.value);
+    } catch (const StorageError&) {
+      detail::rethrow_storage_error(l.path, "writing");
+    }
+  }
+}
+
+void Node::create_leaves(std::span<const LeafCreate> leaves) {
+  for (const auto& l : leaves) {
+    try {
+      l.node->create_leaf(l.key(), l.shape, l.options);
+    } catch (const StorageError&) {
+      detail::rethrow_storage_error(l.path, "allocating");
+    }
+  }
 }
 
 void Node::create_leaf(std::string_view key, at::IntArrayRef shape,
@@ -129,6 +153,13 @@ std::optional<EntryKind> MemoryNode::kind(std::string_view key) const {
   const Value* v = peek(key);
   if (!v) return std::nullopt;
   return v->kind();
+}
+
+std::optional<TensorMeta> MemoryNode::tensor_meta(std::string_view key) const {
+  const Value* v = peek(key);
+  if (!v || !v->is_tensor()) return std::nullopt;
+  const auto& t = v->tensor();
+  return TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
 }
 
 std::optional<Value> MemoryNode::find(std::string_view key) const {

@@ -115,6 +115,14 @@ struct StorageCase {
 /// gtest prints the parameter as its row label.
 inline void PrintTo(const StorageCase& s, std::ostream* os) { *os << s.label; }
 
+/// The storages of the core library (storages.cpp), shared by the
+/// conformance and storage contract suites.
+StorageCase in_memory();
+StorageCase lazy_stacked();
+StorageCase memmap();
+StorageCase shared_memory();
+StorageCase typed_tensor_dict();
+
 /// The name generator of INSTANTIATE_TEST_SUITE_P: the storage id.
 inline std::string storage_name(const ::testing::TestParamInfo<StorageCase>& info) {
   return info.param.id;

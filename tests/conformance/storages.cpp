@@ -12,6 +12,8 @@ struct Backing : td::TypedTensorDict<Backing> {
   TENSORDICT_FIELDS(a, b);
 };
 
+}  // namespace
+
 StorageCase in_memory() {
   return {.id = "tensordict",
           .label = "`TensorDict`",
@@ -92,8 +94,6 @@ StorageCase typed_tensor_dict() {
             return Backing::from_tensordict(data.clone(), /*check=*/false);
           }};
 }
-
-}  // namespace
 
 INSTANTIATE_TEST_SUITE_P(InMemory, Conformance, ::testing::Values(in_memory()), storage_name);
 INSTANTIATE_TEST_SUITE_P(LazyStacked, Conformance, ::testing::Values(lazy_stacked()), storage_name);
