@@ -55,7 +55,7 @@ json describe(const td::TensorDictBase& data, int64_t max_values) {
         json e;
         e["kind"] = "tensor";
         e["shape"] = t.sizes().vec();
-        e["dtype"] = td::detail::dtype_to_string(t.scalar_type());
+        e["dtype"] = td::dtype_to_string(t.scalar_type());
         if (t.numel() <= max_values) {
           e["values"] = tensor_values(t);
         } else if (t.is_complex()) {

@@ -17,7 +17,8 @@
 #pragma once
 
 #include <tensordict/errors.h>
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 #include <tensordict/schema.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/typed_tensor_dict.h>
@@ -176,7 +177,7 @@ class ReplayBuffer {
                          {"cursor", cursor_},
                          {"size", size_},
                          {"total_written", total_written_}};
-    td::detail::write_json_atomic((*dir_ / "state.json").string(), state.dump(2));
+    write_file_atomic(*dir_ / "state.json", state.dump(2));
   }
 
   int64_t capacity() const { return storage_.batch_size().at(0); }
@@ -187,6 +188,24 @@ class ReplayBuffer {
   const std::optional<fs::path>& dir() const { return dir_; }
 
  private:
+  // Writes `text` beside `file`, then renames it over the file: a crash
+  // leaves the old state or the new one, never half of either.
+  static void write_file_atomic(const fs::path& file, const std::string& text) {
+    fs::path tmp = file;
+    tmp += ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << text;
+      out.flush();
+      if (!out) throw td::StorageError("ReplayBuffer: cannot write " + tmp.string());
+    }
+    std::error_code ec;
+    fs::rename(tmp, file, ec);
+    if (ec)
+      throw td::StorageError("ReplayBuffer: cannot replace " + file.string() + ": " +
+                             ec.message());
+  }
+
   ReplayBuffer(Transition storage, std::optional<fs::path> dir)
       : storage_(std::move(storage)), dir_(std::move(dir)) {}
 

@@ -1,31 +1,5 @@
 #pragma once
 /// @file memmap_options.h
-/// Options of memmap(), memmap_(), memmap_like() and load_memmap().
-
-#include <c10/core/Device.h>
-
-#include <optional>
-
-namespace tensordict {
-
-/// How a tensordict is written to a memory-mapped directory.
-struct MemmapOptions {
-  /// Threads writing leaf files in parallel (0: one per hardware thread, at
-  /// most 8; 1: the calling thread only).
-  int num_threads = 0;
-  /// Overwrite leaf files that already exist at the prefix (Python's existsok).
-  /// When false, an existing leaf file is a StorageError and nothing is written.
-  bool existsok = true;
-};
-
-/// How a memory-mapped directory is opened.
-struct LoadOptions {
-  /// Map the files writable (writes reach the files). When false, the files
-  /// are mapped copy-on-write: writes stay in this process.
-  bool writable = true;
-  /// Move every tensor to this device after mapping. The "meta" device reads
-  /// no data at all: only shapes and dtypes.
-  std::optional<c10::Device> device = std::nullopt;
-};
-
-}  // namespace tensordict
+/// Kept for code written before the storage headers moved: see
+/// tensordict/storage/memmap_options.h.
+#include <tensordict/storage/memmap_options.h>

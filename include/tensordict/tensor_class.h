@@ -43,7 +43,7 @@
 
 #include <tensordict/errors.h>
 #include <tensordict/lazy_stack.h>
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
 #include <tensordict/stack.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/tensor_dict_base.h>

@@ -8,7 +8,7 @@
 #include <c10/core/Device.h>
 #include <c10/util/ArrayRef.h>
 #include <tensordict/errors.h>
-#include <tensordict/memmap_options.h>
+#include <tensordict/storage/memmap_options.h>
 #include <tensordict/nested_key.h>
 #include <tensordict/row_selection.h>
 #include <tensordict/non_tensor.h>

@@ -5,16 +5,20 @@
 /// needs only LibTorch). HDF5 and Redis storages have their own
 /// headers under tensordict/storage/.
 
+#include <tensordict/dtype.h>
 #include <tensordict/errors.h>
 #include <tensordict/lazy_stack.h>
-#include <tensordict/memmap.h>
 #include <tensordict/nested_key.h>
 #include <tensordict/node.h>
+#include <tensordict/row_selection.h>
 #include <tensordict/non_tensor.h>
 #include <tensordict/schema.h>
 #include <tensordict/state_dict.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/stack.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/memory.h>
+#include <tensordict/storage/shared.h>
 #include <tensordict/tensor_class.h>
 #include <tensordict/tensor_dict_base.h>
 #include <tensordict/typed_fields.h>

@@ -48,7 +48,7 @@
 
 #include <tensordict/errors.h>
 #include <tensordict/lazy_stack.h>
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
 #include <tensordict/node.h>
 #include <tensordict/schema.h>
 #include <tensordict/stack.h>

@@ -1,6 +1,6 @@
 // One storage call per user operation: leaf reads and writes gathered over a
 // walk of the tree and sent as one read_leaves / write_leaves_ per storage.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

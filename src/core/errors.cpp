@@ -1,5 +1,5 @@
 // Storage errors leaving the core: the operation and the full key path added.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,6 @@
 #include <tensordict/detail/format.h>
+#include <tensordict/dtype.h>
+#include <tensordict/errors.h>
 
 #include <sstream>
 
@@ -53,3 +55,27 @@ std::string torch_dtype_repr(c10::ScalarType dtype) {
 }
 
 }  // namespace tensordict::detail
+
+namespace tensordict {
+
+// ---- dtype strings (spec §0.1) -------------------------------------------------------
+
+std::string dtype_to_string(at::ScalarType dtype) { return detail::torch_dtype_repr(dtype); }
+
+at::ScalarType dtype_from_string(const std::string& s) {
+  static const std::pair<const char*, at::ScalarType> table[] = {
+      {"torch.bool", at::kBool},         {"torch.uint8", at::kByte},
+      {"torch.int8", at::kChar},         {"torch.int16", at::kShort},
+      {"torch.int32", at::kInt},         {"torch.int64", at::kLong},
+      {"torch.float16", at::kHalf},      {"torch.bfloat16", at::kBFloat16},
+      {"torch.float32", at::kFloat},     {"torch.float64", at::kDouble},
+      {"torch.complex32", at::ScalarType::ComplexHalf},
+      {"torch.complex64", at::kComplexFloat},
+      {"torch.complex128", at::kComplexDouble},
+  };
+  for (const auto& [name, t] : table)
+    if (s == name) return t;
+  throw FormatError("unknown dtype '" + s + "'");
+}
+
+}  // namespace tensordict

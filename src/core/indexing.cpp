@@ -1,6 +1,6 @@
 // Indexing and index assignment: td.index({...}), td.index_put_({...}, value),
 // get_at / set_at_ / update_at_. The index is translated once per call.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -171,8 +171,10 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
   }
   try {
     at::Tensor dummy = at::zeros({1}, at::kByte).expand(batch);
-    auto sizes = dummy.index(out.items).sizes();
-    out.batch.assign(sizes.begin(), sizes.end());
+    // Keep the indexed tensor alive while its sizes are read (sizes() of a
+    // temporary would dangle: AddressSanitizer's heap-use-after-free).
+    const at::Tensor indexed = dummy.index(out.items);
+    out.batch.assign(indexed.sizes().begin(), indexed.sizes().end());
   } catch (const c10::Error& e) {
     throw IndexError("invalid index for a tensordict of batch size " +
                      format_shape(batch) + ": " + e.what_without_backtrace());

@@ -1,5 +1,5 @@
 // apply, arithmetic, reductions, comparisons, fills, devices and dtypes.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ATen/ATen.h>
 

@@ -3,7 +3,7 @@
 // Every operation goes through a tensor of the values' flat positions, which
 // takes the same LibTorch operation as a tensor leaf; the values are gathered
 // after it.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>

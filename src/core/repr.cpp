@@ -1,5 +1,5 @@
 // Python-compatible repr of tensordicts.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <algorithm>
 #include <ostream>

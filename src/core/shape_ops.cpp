@@ -1,6 +1,6 @@
 // Shape operations on batch dims: every leaf gets the torch op with its
 // feature dims appended.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
 // Dense stack and cat of tensordicts.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <tensordict/stack.h>
 
@@ -89,96 +89,107 @@ std::vector<const Value*> gather_entries(const std::vector<TensorDictBase>& tds,
   return out;
 }
 
-TensorDict stack_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
-                     const NestedKey& path) {
-  const auto& first = tds[0];
-  auto b = first.batch_size();
-  for (std::size_t i = 1; i < tds.size(); ++i) {
-    if (!tds[i].batch_size().equals(b))
-      throw ShapeError("stack: stacking tensordicts requires them to have "
-                       "congruent batch sizes; tensordict 0" +
-                       (path.empty() ? std::string() : " at " + path.repr()) +
-                       " has " + format_shape(b) + " and tensordict " +
-                       std::to_string(i) + " has " +
-                       format_shape(tds[i].batch_size()));
-    if (tds[i].node().size() != first.node().size())
-      key_mismatch("stack", first, tds[i], i, path);
+// What differs between stack and cat: the batch size of the result (and the
+// checks of the inputs' batch sizes), how leaves and non-tensors combine.
+struct StackOp {
+  static constexpr const char* name = "stack";
+  static std::vector<int64_t> result_batch(const std::vector<TensorDictBase>& tds, int64_t dim,
+                                           const NestedKey& path,
+                                           std::optional<at::Device>& device) {
+    auto b = tds[0].batch_size();
+    for (std::size_t i = 1; i < tds.size(); ++i)
+      if (!tds[i].batch_size().equals(b))
+        throw ShapeError("stack: stacking tensordicts requires them to have "
+                         "congruent batch sizes; tensordict 0" +
+                         (path.empty() ? std::string() : " at " + path.repr()) +
+                         " has " + format_shape(b) + " and tensordict " +
+                         std::to_string(i) + " has " +
+                         format_shape(tds[i].batch_size()));
+    std::vector<int64_t> target = b.vec();
+    target.insert(target.begin() + dim, static_cast<int64_t>(tds.size()));
+    device = tds[0].device();
+    return target;
   }
-  std::vector<int64_t> target = b.vec();
-  target.insert(target.begin() + dim, static_cast<int64_t>(tds.size()));
-  TensorDict out = detail::make_tensordict(target, first.device());
-  auto& dst = static_cast<detail::MemoryNode&>(out.node());
-  const auto keys = first.node().keys();
-  dst.reserve(keys.size());
-  const auto aligned = aligned_nodes(tds);
-  std::vector<at::Tensor> leaves;
-  std::vector<Value> holders;
-  for (std::size_t pos = 0; pos < keys.size(); ++pos) {
-    const std::string& k = keys[pos];
-    auto key_of = [&]() { return path.empty() ? NestedKey(k) : path.child(k); };
-    auto entries = gather_entries(tds, aligned, pos, k, "stack", path, holders);
-    switch (entries[0]->kind()) {
-      case EntryKind::Tensor: {
-        leaves.clear();
-        leaves.reserve(entries.size());
-        auto shape = entries[0]->tensor().sizes();
-        for (std::size_t i = 0; i < entries.size(); ++i) {
-          const auto& t = std::get<0>(entries[i]->variant());
-          if (!t.sizes().equals(shape))
-            throw ShapeError("stack: the shapes of the tensors to stack are "
-                             "incompatible for key " + key_of().repr() + ": " +
-                             format_shape(shape) + " in tensordict 0 and " +
-                             format_shape(t.sizes()) + " in tensordict " +
-                             std::to_string(i));
-          leaves.push_back(t);
-        }
-        try {
-          dst.write(k, at::stack(leaves, dim));
-        } catch (const c10::Error& e) {
-          throw ShapeError("stack: key " + key_of().repr() + ": " + e.what_without_backtrace());
-        }
-        break;
-      }
-      case EntryKind::TensorDict: {
-        std::vector<TensorDictBase> subs;
-        subs.reserve(entries.size());
-        for (auto* e : entries) subs.push_back(e->tensordict());
-        dst.write(k, stack_rec(subs, dim, key_of()));
-        break;
-      }
-      case EntryKind::NonTensor:
-      case EntryKind::NonTensorStack:
-        // Equal values stay one NonTensorData; others give a NonTensorStack.
-        dst.write(k, detail::stack_non_tensors(entries, dim, "stack", key_of()));
-        break;
+  template <class KeyOf>
+  static at::Tensor leaves(const std::vector<const Value*>& entries,
+                           std::vector<at::Tensor>& leaves, int64_t dim, const KeyOf& key_of) {
+    auto shape = entries[0]->tensor().sizes();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const auto& t = std::get<0>(entries[i]->variant());
+      if (!t.sizes().equals(shape))
+        throw ShapeError("stack: the shapes of the tensors to stack are "
+                         "incompatible for key " + key_of().repr() + ": " +
+                         format_shape(shape) + " in tensordict 0 and " +
+                         format_shape(t.sizes()) + " in tensordict " +
+                         std::to_string(i));
+      leaves.push_back(t);
+    }
+    try {
+      return at::stack(leaves, dim);
+    } catch (const c10::Error& e) {
+      throw ShapeError("stack: key " + key_of().repr() + ": " + e.what_without_backtrace());
     }
   }
-  return out;
-}
-
-TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
-                   const NestedKey& path) {
-  const auto& first = tds[0];
-  auto b = first.batch_size();
-  std::vector<int64_t> target = b.vec();
-  target[dim] = 0;
-  std::optional<at::Device> device = first.device();
-  for (std::size_t i = 0; i < tds.size(); ++i) {
-    auto bi = tds[i].batch_size();
-    bool ok = bi.size() == b.size();
-    for (std::size_t d = 0; ok && d < b.size(); ++d)
-      if (static_cast<int64_t>(d) != dim && bi[d] != b[d]) ok = false;
-    if (!ok)
-      throw ShapeError("cat: batch sizes must agree except along dim " +
-                       std::to_string(dim) + ": tensordict 0" +
-                       (path.empty() ? std::string() : " at " + path.repr()) +
-                       " has " + format_shape(b) + " and tensordict " +
-                       std::to_string(i) + " has " + format_shape(bi));
-    if (tds[i].node().size() != first.node().size())
-      key_mismatch("cat", first, tds[i], i, path);
-    if (tds[i].device() != device) device = std::nullopt;
-    target[dim] += bi[dim];
+  static Value non_tensors(const std::vector<const Value*>& entries, int64_t dim,
+                           const NestedKey& key) {
+    // Equal values stay one NonTensorData; others give a NonTensorStack.
+    return detail::stack_non_tensors(entries, dim, "stack", key);
   }
+};
+
+struct CatOp {
+  static constexpr const char* name = "cat";
+  static std::vector<int64_t> result_batch(const std::vector<TensorDictBase>& tds, int64_t dim,
+                                           const NestedKey& path,
+                                           std::optional<at::Device>& device) {
+    auto b = tds[0].batch_size();
+    std::vector<int64_t> target = b.vec();
+    target[dim] = 0;
+    device = tds[0].device();
+    for (std::size_t i = 0; i < tds.size(); ++i) {
+      auto bi = tds[i].batch_size();
+      bool ok = bi.size() == b.size();
+      for (std::size_t d = 0; ok && d < b.size(); ++d)
+        if (static_cast<int64_t>(d) != dim && bi[d] != b[d]) ok = false;
+      if (!ok)
+        throw ShapeError("cat: batch sizes must agree except along dim " +
+                         std::to_string(dim) + ": tensordict 0" +
+                         (path.empty() ? std::string() : " at " + path.repr()) +
+                         " has " + format_shape(b) + " and tensordict " +
+                         std::to_string(i) + " has " + format_shape(bi));
+      if (tds[i].device() != device) device = std::nullopt;
+      target[dim] += bi[dim];
+    }
+    return target;
+  }
+  template <class KeyOf>
+  static at::Tensor leaves(const std::vector<const Value*>& entries,
+                           std::vector<at::Tensor>& leaves, int64_t dim, const KeyOf& key_of) {
+    for (auto* e : entries) leaves.push_back(std::get<0>(e->variant()));
+    try {
+      return at::cat(leaves, dim);
+    } catch (const c10::Error& e) {
+      throw ShapeError("cat: the shapes of the tensors to concatenate are "
+                       "incompatible for key " + key_of().repr() + ": " +
+                       e.what_without_backtrace());
+    }
+  }
+  static Value non_tensors(const std::vector<const Value*>& entries, int64_t dim,
+                           const NestedKey& key) {
+    return detail::cat_non_tensors(entries, dim, key);
+  }
+};
+
+// stack or cat of tensordicts with the same keys, level by level.
+template <class Op>
+TensorDict combine_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
+                       const NestedKey& path) {
+  const auto& first = tds[0];
+  std::optional<at::Device> device;
+  std::vector<int64_t> target = Op::result_batch(tds, dim, path, device);
+  for (std::size_t i = 1; i < tds.size(); ++i)
+    if (tds[i].node().size() != first.node().size())
+      key_mismatch(Op::name, first, tds[i], i, path);
   TensorDict out = detail::make_tensordict(target, device);
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   const auto keys = first.node().keys();
@@ -189,31 +200,23 @@ TensorDict cat_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
   for (std::size_t pos = 0; pos < keys.size(); ++pos) {
     const std::string& k = keys[pos];
     auto key_of = [&]() { return path.empty() ? NestedKey(k) : path.child(k); };
-    auto entries = gather_entries(tds, aligned, pos, k, "cat", path, holders);
+    auto entries = gather_entries(tds, aligned, pos, k, Op::name, path, holders);
     switch (entries[0]->kind()) {
-      case EntryKind::Tensor: {
+      case EntryKind::Tensor:
         leaves.clear();
         leaves.reserve(entries.size());
-        for (auto* e : entries) leaves.push_back(std::get<0>(e->variant()));
-        try {
-          dst.write(k, at::cat(leaves, dim));
-        } catch (const c10::Error& e) {
-          throw ShapeError("cat: the shapes of the tensors to concatenate are "
-                           "incompatible for key " + key_of().repr() + ": " +
-                           e.what_without_backtrace());
-        }
+        dst.write(k, Op::leaves(entries, leaves, dim, key_of));
         break;
-      }
       case EntryKind::TensorDict: {
         std::vector<TensorDictBase> subs;
         subs.reserve(entries.size());
         for (auto* e : entries) subs.push_back(e->tensordict());
-        dst.write(k, cat_rec(subs, dim, key_of()));
+        dst.write(k, combine_rec<Op>(subs, dim, key_of()));
         break;
       }
       case EntryKind::NonTensor:
       case EntryKind::NonTensorStack:
-        dst.write(k, detail::cat_non_tensors(entries, dim, key_of()));
+        dst.write(k, Op::non_tensors(entries, dim, key_of()));
         break;
     }
   }
@@ -226,13 +229,13 @@ TensorDict stack(const std::vector<TensorDictBase>& tds, int64_t dim) {
   if (tds.empty()) throw ValueError("stack: expected a non-empty list of tensordicts");
   const int64_t B = tds[0].batch_dims();
   int64_t d = detail::wrap_dim(dim, B + 1, "stack");
-  return stack_rec(tds, d, NestedKey());
+  return combine_rec<StackOp>(tds, d, NestedKey());
 }
 
 TensorDict cat(const std::vector<TensorDictBase>& tds, int64_t dim) {
   if (tds.empty()) throw ValueError("cat: expected a non-empty list of tensordicts");
   int64_t d = detail::wrap_dim(dim, tds[0].batch_dims(), "cat");
-  return cat_rec(tds, d, NestedKey());
+  return combine_rec<CatOp>(tds, d, NestedKey());
 }
 
 }  // namespace tensordict

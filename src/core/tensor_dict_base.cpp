@@ -1,5 +1,5 @@
 // The generic core: everything written once against the Node interface.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -154,13 +154,17 @@ std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root,
   if (key.empty()) throw KeyError("empty key");
   std::shared_ptr<Node> node = root;
   for (std::size_t i = 0; i + 1 < key.size(); ++i) {
-    auto v = node->find(key[i]);
-    if (!v) {
-      if (!create) throw_missing(key, i, *node);
-      if (node->locked()) throw_locked(key, operation);
-      node = node->create_nested(key[i], node->batch_size(), node->device())
-                 .node_ptr();
-      continue;
+    std::optional<Value> v;
+    try {
+      v = node->find(key[i]);
+      if (!v) {
+        if (!create) throw_missing(key, i, *node);
+        if (node->locked()) throw_locked(key, operation);
+        node = node->create_nested(key[i], node->batch_size(), node->device()).node_ptr();
+        continue;
+      }
+    } catch (const StorageError&) {
+      rethrow_storage_error(prefix(key, i + 1), operation);
     }
     if (!v->is_tensordict())
       throw TypeError("key " + key.repr() + ": " +
@@ -470,7 +474,12 @@ std::optional<Value> TensorDictBase::find(const NestedKey& key) const {
 Value TensorDictBase::at(const NestedKey& key) const {
   auto parent = walk_parent(node_ ? node_ : throw ValueError("null handle"),
                             key, false);
-  auto v = parent->find(key.back());
+  std::optional<Value> v;
+  try {
+    v = parent->find(key.back());
+  } catch (const StorageError&) {
+    detail::rethrow_storage_error(key, "reading");
+  }
   if (!v) throw_missing(key, key.size() - 1, *parent);
   return std::move(*v);
 }
@@ -687,7 +696,11 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
                  ->create_nested(key[depth], parent->batch_size(),
                                  parent->device())
                  .node_ptr();
-  parent->write(key.back(), std::move(checked));
+  try {
+    parent->write(key.back(), std::move(checked));
+  } catch (const StorageError&) {
+    detail::rethrow_storage_error(key, "setting");
+  }
 }
 
 // The topmost level on the path to `key` whose storage does not hold values

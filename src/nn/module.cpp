@@ -4,7 +4,7 @@
 #include <tensordict/errors.h>
 #include <tensordict/module.h>
 
-#include "../memmap/mapped_file.h"
+#include "storage/memmap/mapped_file.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

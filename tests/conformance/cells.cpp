@@ -5,7 +5,8 @@
 // (record_cell("`set_()`")) and the matrix shows that text instead of "yes".
 #include "conformance.h"
 
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 
 #include <algorithm>
 #include <type_traits>

@@ -25,8 +25,8 @@
 // The CTest test conformance.docs_matrix fails when the page and the suite
 // disagree.
 #pragma once
-#include "unit/core_test_helpers.h"
-#include "unit/typed_test_helpers.h"
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
 
 #include <tensordict/tensor_class.h>
 #include <tensordict/typed_tensor_dict.h>

@@ -2,7 +2,8 @@
 // the Conformance suite each (see conformance.h for adding one).
 #include "conformance.h"
 
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 
 namespace conformance {
 namespace {

@@ -2,8 +2,8 @@
 // formats.md §6.1-6.2, views into one storage, and errors on corrupt files.
 #include "pch.h"
 
-#include "unit/core_test_helpers.h"
-#include "unit/typed_test_helpers.h"
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
 
 #include <cstring>
 #include <fstream>

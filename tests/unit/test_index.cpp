@@ -3,7 +3,7 @@
 // copies), nested tensordicts keep their extra batch dims.
 #include "pch.h"
 
-#include "ops_test_helpers.h"
+#include "support/ops_test_helpers.h"
 
 #include <string>
 #include <type_traits>

@@ -3,7 +3,7 @@
 // pre-allocation of missing keys, and "check everything, then write".
 #include "pch.h"
 
-#include "ops_test_helpers.h"
+#include "support/ops_test_helpers.h"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // LazyStackedTensorDict: construction, heterogeneous members, reads, indexing
 // (checked against a dense stack of the same members), writes through to the
 // members, member-wise operations, locking, and the memmap layout.
-#include "core_test_helpers.h"
+#include "support/core_test_helpers.h"
 
 #include <filesystem>
 #include <fstream>

@@ -2,7 +2,7 @@
 // compared with the same torch op applied leaf by leaf.
 #include "pch.h"
 
-#include "ops_test_helpers.h"
+#include "support/ops_test_helpers.h"
 
 #include <cmath>
 #include <string>

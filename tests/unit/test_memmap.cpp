@@ -3,9 +3,10 @@
 // memory. Layout and bytes follow /work/shared/spec/formats.md §0-1.
 #include "pch.h"
 
-#include "unit/core_test_helpers.h"
+#include "support/core_test_helpers.h"
 
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 
 #include <cmath>
 #include <fstream>

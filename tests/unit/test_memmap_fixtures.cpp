@@ -5,10 +5,11 @@
 // checked here against our loader.
 #include "pch.h"
 
-#include "unit/core_test_helpers.h"
-#include "unit/data_path.h"
+#include "support/core_test_helpers.h"
+#include "support/data_path.h"
 
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 
 #include <cmath>
 #include <fstream>

@@ -3,8 +3,8 @@
 // which must leave the module unchanged.
 #include "pch.h"
 
-#include "unit/core_test_helpers.h"
-#include "unit/typed_test_helpers.h"
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
 
 // module.h is not in the umbrella header; the nn layers used here are included
 // explicitly rather than relied on through the precompiled header.

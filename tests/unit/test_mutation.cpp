@@ -1,6 +1,6 @@
 #include "pch.h"
 
-#include "core_test_helpers.h"
+#include "support/core_test_helpers.h"
 
 namespace td = tensordict;
 using td_test::batch_of;

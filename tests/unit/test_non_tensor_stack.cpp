@@ -5,11 +5,12 @@
 // goes through the same operation ("x" holds id i where "s" holds "v<i>").
 #include "pch.h"
 
-#include "unit/core_test_helpers.h"
-#include "unit/data_path.h"
+#include "support/core_test_helpers.h"
+#include "support/data_path.h"
 
 #include <tensordict/lazy_stack.h>
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 #include <tensordict/stack.h>
 
 #include <filesystem>

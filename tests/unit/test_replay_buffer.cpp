@@ -2,8 +2,8 @@
 // replay_buffer.h): circular writes of transitions and batches, uniform
 // sampling, resuming a memmap buffer, the sum tree and the prioritized
 // sampler, and the errors for bad arguments and corrupt directories.
-#include "core_test_helpers.h"
-#include "typed_test_helpers.h"
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
 
 #include "replay_buffer/replay_buffer.h"
 

@@ -1,6 +1,6 @@
 // Schema and from_schema: every built-in storage, the string form, the
 // registry, and the errors.
-#include "core_test_helpers.h"
+#include "support/core_test_helpers.h"
 
 #include <tensordict/schema.h>
 

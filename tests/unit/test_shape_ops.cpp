@@ -2,7 +2,7 @@
 // its feature dims appended, nested tensordicts keep their extra batch dims.
 #include "pch.h"
 
-#include "ops_test_helpers.h"
+#include "support/ops_test_helpers.h"
 
 #include <string>
 #include <vector>

@@ -3,7 +3,7 @@
 // naming what differs.
 #include "pch.h"
 
-#include "ops_test_helpers.h"
+#include "support/ops_test_helpers.h"
 
 #include <tensordict/stack.h>
 

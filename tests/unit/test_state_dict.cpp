@@ -2,8 +2,8 @@
 // _metadata, nested, legacy), and the pickle files exchanged with Python.
 #include "pch.h"
 
-#include "unit/core_test_helpers.h"
-#include "unit/typed_test_helpers.h"
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
 
 #include <tensordict/state_dict.h>
 

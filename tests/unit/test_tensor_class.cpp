@@ -2,9 +2,9 @@
 // checks, values held beside the tensordict, live wrapping of every core
 // storage, operations and stacks that keep the type, and the memmap layout
 // (written as Python writes a tensorclass; a Python 0.3.2 fixture read back).
-#include "core_test_helpers.h"
-#include "typed_test_helpers.h"
-#include "data_path.h"
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
+#include "support/data_path.h"
 
 #include <tensordict/tensor_class.h>
 #include <tensordict/typed_tensor_dict.h>

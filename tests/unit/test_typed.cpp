@@ -2,8 +2,8 @@
 // typed accessors, live wrapping of every core storage (in memory, memmap,
 // shared memory, lazy stacks, another typed wrapper), operations and stacks
 // that keep the type, from_schema.
-#include "core_test_helpers.h"
-#include "typed_test_helpers.h"
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
 
 #include <tensordict/typed_tensor_dict.h>
 

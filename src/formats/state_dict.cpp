@@ -1,6 +1,6 @@
 // state_dict / load_state_dict (formats spec §5) and the exchange of state
 // dicts with Python through torch::pickle_save / torch::pickle_load.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <tensordict/state_dict.h>
 

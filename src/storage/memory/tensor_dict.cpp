@@ -1,5 +1,5 @@
 // The in-memory TensorDict: constructors.
-#include "internal.h"
+#include "core/internal.h"
 
 namespace tensordict {
 

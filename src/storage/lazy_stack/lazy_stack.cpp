@@ -1,7 +1,7 @@
 // LazyStackedTensorDict: storage over live members, and the member-wise
 // versions of the core operations (indexing, index assignment, shape ops on
 // the stack dim) that the core dispatches to.
-#include "internal.h"
+#include "core/internal.h"
 
 #include <tensordict/lazy_stack.h>
 #include <tensordict/stack.h>

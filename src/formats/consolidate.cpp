@@ -1,11 +1,11 @@
 // The consolidated single-buffer format (formats spec §6.1, §6.2):
 // consolidate(), the consolidated file, from_consolidated(), and the metadata
 // of a consolidated tensordict.
-#include "internal.h"
-#include "json_io.h"
-#include "../memmap/mapped_file.h"
+#include "core/internal.h"
+#include "formats/json_io.h"
+#include "storage/memmap/mapped_file.h"
 
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
 
 #include <ATen/ATen.h>
 

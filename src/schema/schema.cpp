@@ -1,8 +1,9 @@
 // Schema and from_schema: pre-allocated, zero-filled tensordicts of any
 // registered storage.
-#include "internal.h"
+#include "core/internal.h"
 
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 #include <tensordict/schema.h>
 
 #include <ATen/ATen.h>

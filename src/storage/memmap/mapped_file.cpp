@@ -1,10 +1,11 @@
 // MemoryMappedTensor: tensors over mmap()ed files, and the raw file I/O the
 // memmap directories use (write() for saving, mmap() for reading).
-#include "mapped_file.h"
+#include "storage/memmap/mapped_file.h"
 
 #include <tensordict/detail/format.h>
 #include <tensordict/errors.h>
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 
 #include <ATen/ATen.h>
 

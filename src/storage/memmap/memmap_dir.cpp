@@ -1,10 +1,11 @@
 // Memmap directories in Python tensordict's layout (spec: formats.md §0-1):
 // writing (memmap, memmap_, memmap_like, share_memory_) and loading.
-#include "../core/internal.h"
-#include "../core/json_io.h"
-#include "mapped_file.h"
+#include "core/internal.h"
+#include "formats/json_io.h"
+#include "storage/memmap/mapped_file.h"
 
-#include <tensordict/memmap.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/storage/shared.h>
 
 #include <ATen/ATen.h>
 
@@ -72,25 +73,6 @@ std::string decode_key_from_filesystem(std::string_view name) {
   return out;
 }
 
-// ---- dtype strings (spec §0.1) -------------------------------------------------------
-
-std::string dtype_to_string(at::ScalarType dtype) { return torch_dtype_repr(dtype); }
-
-at::ScalarType dtype_from_string(const std::string& s) {
-  static const std::pair<const char*, at::ScalarType> table[] = {
-      {"torch.bool", at::kBool},         {"torch.uint8", at::kByte},
-      {"torch.int8", at::kChar},         {"torch.int16", at::kShort},
-      {"torch.int32", at::kInt},         {"torch.int64", at::kLong},
-      {"torch.float16", at::kHalf},      {"torch.bfloat16", at::kBFloat16},
-      {"torch.float32", at::kFloat},     {"torch.float64", at::kDouble},
-      {"torch.complex32", at::ScalarType::ComplexHalf},
-      {"torch.complex64", at::kComplexFloat},
-      {"torch.complex128", at::kComplexDouble},
-  };
-  for (const auto& [name, t] : table)
-    if (s == name) return t;
-  throw FormatError("unknown dtype '" + s + "'");
-}
 
 namespace {
 // True when `file` is a regular file holding exactly `text`.
@@ -787,54 +769,6 @@ std::optional<std::string> TensorDictBase::saved_path() const {
   const std::string& p = node().saved_path();
   if (p.empty()) return std::nullopt;
   return p;
-}
-
-// ---- shared memory ----------------------------------------------------------------------
-
-namespace {
-const char* kShmRoot = "/dev/shm";
-std::string new_shm_name() {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  return std::string(kShmRoot) + "/tensordict-" + std::to_string(::getpid()) + "-" +
-         std::to_string(counter++) + "-" + std::to_string(rd());
-}
-}  // namespace
-
-TensorDictBase& TensorDictBase::share_memory_() {
-  if (is_shared()) return *this;
-  if (!fs::is_directory(kShmRoot))
-    throw StorageError("share_memory_: " + std::string(kShmRoot) + " is not available");
-  memmap_(new_shm_name());
-  node().set_memmap_flag(false);
-  node().set_shared_flag(true);
-  for (auto& [k, v] : items(true, false))
-    if (v.is_tensordict()) {
-      v.tensordict().node().set_memmap_flag(false);
-      v.tensordict().node().set_shared_flag(true);
-    }
-  return *this;
-}
-
-std::string TensorDictBase::shared_name() const {
-  return is_shared() ? node().saved_path() : std::string();
-}
-
-TensorDictBase attach_shared(const std::string& name) {
-  TensorDictBase out = load_memmap(name);
-  out.lock_();
-  out.node().set_shared_flag(true);
-  return out;
-}
-
-void unlink_shared(const std::string& name) {
-  fs::path p = fs::weakly_canonical(name);
-  if (p.parent_path() != fs::path(kShmRoot) ||
-      p.filename().string().rfind("tensordict-", 0) != 0)
-    throw ValueError("unlink_shared: '" + name + "' is not a tensordict shared-memory name");
-  std::error_code ec;
-  fs::remove_all(p, ec);
-  if (ec) throw StorageError("unlink_shared: cannot remove " + p.string() + ": " + ec.message());
 }
 
 }  // namespace tensordict

@@ -1,5 +1,5 @@
 // JSON as Python writes it (formats spec §0.4): see json_io.h.
-#include "json_io.h"
+#include "formats/json_io.h"
 
 #include <cstdint>
 #include <limits>

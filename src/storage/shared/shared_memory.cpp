@@ -1,0 +1,61 @@
+// Shared memory: a memmap directory under /dev/shm, attached by name from
+// other processes (share_memory_, attach_shared, unlink_shared).
+#include <tensordict/storage/shared.h>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace tensordict {
+
+namespace {
+const char* kShmRoot = "/dev/shm";
+std::string new_shm_name() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  return std::string(kShmRoot) + "/tensordict-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++) + "-" + std::to_string(rd());
+}
+}  // namespace
+
+TensorDictBase& TensorDictBase::share_memory_() {
+  if (is_shared()) return *this;
+  if (!fs::is_directory(kShmRoot))
+    throw StorageError("share_memory_: " + std::string(kShmRoot) + " is not available");
+  memmap_(new_shm_name());
+  node().set_memmap_flag(false);
+  node().set_shared_flag(true);
+  for (auto& [k, v] : items(true, false))
+    if (v.is_tensordict()) {
+      v.tensordict().node().set_memmap_flag(false);
+      v.tensordict().node().set_shared_flag(true);
+    }
+  return *this;
+}
+
+std::string TensorDictBase::shared_name() const {
+  return is_shared() ? node().saved_path() : std::string();
+}
+
+TensorDictBase attach_shared(const std::string& name) {
+  TensorDictBase out = load_memmap(name);
+  out.lock_();
+  out.node().set_shared_flag(true);
+  return out;
+}
+
+void unlink_shared(const std::string& name) {
+  fs::path p = fs::weakly_canonical(name);
+  if (p.parent_path() != fs::path(kShmRoot) ||
+      p.filename().string().rfind("tensordict-", 0) != 0)
+    throw ValueError("unlink_shared: '" + name + "' is not a tensordict shared-memory name");
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (ec) throw StorageError("unlink_shared: cannot remove " + p.string() + ": " + ec.message());
+}
+
+}  // namespace tensordict
