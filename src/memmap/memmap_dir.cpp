@@ -413,13 +413,22 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
   if (!root.has_filename()) root = root.parent_path();  // "dir/"
   std::error_code ec;
   // Replacing a symbolic link would leave the directory it points to as it was.
-  if (fs::is_symlink(root, ec)) root = fs::canonical(root);
+  if (fs::is_symlink(root, ec)) {
+    root = fs::canonical(root, ec);
+    if (ec)
+      throw StorageError("memmap: cannot resolve the symbolic link " + prefix + ": " +
+                         ec.message());
+  }
   const auto st = fs::status(root, ec);
   if (fs::exists(st)) {
     if (!fs::is_directory(st))
       throw StorageError("memmap: " + root.string() + " exists and is not a directory");
     // The save replaces the whole directory: never one that is not a save.
-    if (!fs::exists(root / "meta.json") && !fs::is_empty(root))
+    const bool empty = fs::is_empty(root, ec);
+    if (ec)
+      throw StorageError("memmap: cannot read the directory " + root.string() + ": " +
+                         ec.message());
+    if (!fs::exists(root / "meta.json") && !empty)
       throw StorageError("memmap: refusing to replace " + root.string() +
                          ": the directory is not empty and holds no meta.json (it is not "
                          "a saved tensordict)");

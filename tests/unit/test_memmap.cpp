@@ -1095,6 +1095,25 @@ TEST_F(Memmap, SaveRefusesANonEmptyDirectoryThatIsNotASave) {
   EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::ones({2})));
 }
 
+TEST_F(Memmap, PrefixThroughASymlinkOrWithATrailingSlashIsReplacedWhereItLives) {
+  td::TensorDict a({{"x", torch::ones({2})}, {"y", torch::ones({2})}}, {2});
+  a.memmap(P());
+  fs::create_directory_symlink(prefix, root / "link");
+  td::TensorDict({{"x", torch::full({2}, 2.0)}}, {2}).memmap((root / "link").string());
+  EXPECT_TRUE(fs::is_symlink(root / "link"));
+  EXPECT_EQ(td::load_memmap(P()).keys(), (std::vector<td::NestedKey>{"x"}));
+  td::TensorDict({{"z", torch::full({2}, 3.0)}}, {2}).memmap(P() + "/");
+  EXPECT_EQ(td::load_memmap((root / "link").string()).keys(), (std::vector<td::NestedKey>{"z"}));
+  // Nothing else beside or inside (snapshot_dir would resolve the link).
+  auto names = [](const fs::path& dir) {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+    return out;
+  };
+  EXPECT_EQ(names(root), (std::set<std::string>{"link", "p"}));
+  EXPECT_EQ(names(prefix), (std::set<std::string>{"meta.json", "z.memmap"}));
+}
+
 TEST_F(Memmap, MemmapAndMemmapLikeKeepInsertionOrder) {
   td::TensorDict t({{"a", torch::zeros({2})}}, {2});
   t.set({"n", "z"}, torch::zeros({2}));
