@@ -111,9 +111,10 @@ bool file_holds(const std::string& file, const std::string& text) {
 
 // Written as a temporary file then renamed, so a reader never sees half a file.
 void write_json_atomic(const std::string& file, const std::string& text) {
-  // A checkpoint saved again with the same layout has the same metadata:
-  // leaving the file alone spares a new inode per directory and save (on ext4
-  // without a journal, every create scans the recently deleted inodes).
+  // A file rewritten with the same text (a non-tensor entry written in place
+  // with an unchanged value, a state file saved again) is left alone: that
+  // spares a new inode (on ext4 without a journal, every create scans the
+  // recently deleted inodes).
   if (file_holds(file, text)) return;
   std::string tmp = file + ".tmp." + std::to_string(::getpid());
   {

@@ -231,6 +231,18 @@ TEST_F(Memmap, NonTensorValuesRoundTrip) {
   }
 }
 
+TEST_F(Memmap, NonTensorWrittenInPlaceKeepsThe032BatchFile) {
+  td::TensorDict t({{"a", torch::zeros({3})}, {"label", "cat"}}, {3});
+  auto m = t.memmap(P());
+  // A directory saved before the file was written (earlier versions of this
+  // library) gets it with the first in-place write.
+  fs::remove_all(prefix / "label" / "_tensordict");
+  m.update_(td::TensorDict({{"label", "dog"}}, {3}));
+  EXPECT_EQ(read_text(prefix / "label" / "_tensordict" / "meta.json"),
+            R"({"shape":[3],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})");
+  EXPECT_EQ(td::load_memmap(P()).get_non_tensor("label"), json("dog"));
+}
+
 TEST_F(Memmap, StridedSourcesAreWrittenMaterialised) {
   at::Tensor base = torch::arange(12, torch::kFloat).reshape({3, 4});
   at::Tensor big = torch::arange(40, torch::kFloat);
