@@ -275,40 +275,42 @@ class TensorClass {
   // ---- files --------------------------------------------------------------------
   /// Saves in Python's tensorclass layout: `prefix/meta.json` holds `_type`
   /// and the non-tensor fields, `prefix/_tensordict/` the rest as a memmap
-  /// TensorDict directory. Returns a tensorclass over the mapped tensors
-  /// (locked, as TensorDictBase::memmap) with its non-tensor values beside
-  /// them.
+  /// TensorDict directory. A field that is not set (an optional field, tensor
+  /// or not) is written as null, as Python writes a field holding None. The
+  /// directory replaces any earlier save at `prefix` at once. Returns a
+  /// tensorclass over the mapped tensors (locked, as TensorDictBase::memmap)
+  /// with its non-tensor values beside them.
   Derived memmap(const std::string& prefix, const MemmapOptions& options = {}) const {
-    namespace fs = std::filesystem;
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     meta["_type"] = python_type();
     auto values = std::make_shared<nlohmann::json>(nlohmann::json::object());
     std::vector<NestedKey> in_td;
     for (const FieldInfo& f : fields()) {
-      if (f.kind != FieldKind::NonTensor) continue;
       std::string name(f.name);
+      const std::optional<EntryKind> kind = td_.entry_kind(NestedKey(name));
       if (non_tensor_ && non_tensor_->contains(name)) {
         (*values)[name] = (*non_tensor_)[name];
-      } else if (td_.entry_kind(NestedKey(name)) == EntryKind::NonTensor) {
+      } else if (f.kind == FieldKind::NonTensor && kind == EntryKind::NonTensor) {
         (*values)[name] = td_.get_non_tensor(NestedKey(name));
         in_td.emplace_back(name);
       } else {
+        // Python's tensorclass keeps a None field beside its tensordict and
+        // writes it as null; without it a Python program reading the
+        // directory fails on the missing attribute. Set fields (tensors, a
+        // NonTensorStack) stay in the tensordict.
+        if (!kind) meta[name] = nullptr;
         continue;
       }
       meta[name] = nlohmann::ordered_json((*values)[name]);
     }
-    fs::create_directories(prefix);
-    // Python deletes an other.pickle left by an earlier save.
-    std::error_code ec;
-    fs::remove(fs::path(prefix) / "other.pickle", ec);
-    detail::write_json_atomic((fs::path(prefix) / "meta.json").string(), meta.dump());
     TensorDictBase tensors = in_td.empty() ? td_ : td_.exclude(in_td);
-    TensorDictBase mapped = tensors.memmap((fs::path(prefix) / "_tensordict").string(), options);
+    TensorDictBase mapped = detail::write_tensorclass_dir(tensors, prefix, meta.dump(), options);
     return td_wrap_(mapped, values->empty() ? nullptr : std::move(values));
   }
   /// Loads a tensorclass directory written by memmap() or by Python (any
   /// version the core reads): tensors mapped lazily, non-tensor fields from
-  /// meta.json (fields Python pickled into other.pickle are not read).
+  /// meta.json (fields Python pickled into other.pickle are not read; a
+  /// null field is not set). Not locked, as Python's load_memmap.
   static Derived load_memmap(const std::string& prefix, const LoadOptions& options = {}) {
     return from_tensordict(tensordict::load_memmap(prefix, options));
   }

@@ -68,6 +68,13 @@ struct KeysOptions {
   bool sort = false;
 };
 
+/// Options of TensorDictBase::named_apply (Python's keyword arguments).
+struct NamedApplyOptions {
+  /// Pass the full nested key (("nested", "a")) instead of the leaf's own
+  /// name ("a"), Python's nested_keys=True.
+  bool nested_keys = false;
+};
+
 /// Options of TensorDictBase::update.
 struct UpdateOptions {
   /// Clone the source values before storing them.
@@ -461,8 +468,10 @@ class TensorDictBase {
   /// In place: each leaf receives fn(leaf) (copied into its storage). Allowed
   /// on locked tensordicts.
   TensorDictBase& apply_(const LeafFn& fn);
-  /// fn(key, leaf) with the full nested key.
-  TensorDictBase named_apply(const NamedLeafFn& fn) const;
+  /// fn(name, leaf) for every tensor leaf (nested included). As in Python,
+  /// `name` is the leaf's own name ("a" for ("nested", "a")) unless
+  /// options.nested_keys asks for the full nested key.
+  TensorDictBase named_apply(const NamedLeafFn& fn, const NamedApplyOptions& options = {}) const;
 
   TensorDictBase add(const TensorDictBase& other) const;
   TensorDictBase add(const at::Tensor& other) const;

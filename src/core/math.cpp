@@ -184,13 +184,17 @@ TensorDictBase& TensorDictBase::apply_(const LeafFn& fn) {
   return *this;
 }
 
-TensorDictBase TensorDictBase::named_apply(const NamedLeafFn& fn) const {
+TensorDictBase TensorDictBase::named_apply(const NamedLeafFn& fn,
+                                           const NamedApplyOptions& options) const {
   if (const auto* ls = detail::as_lazy_stack(*this))
     return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return m.named_apply(fn);
+      return m.named_apply(fn, options);
     });
   return map_leaves(*this, B_of(*this), batch_size(),
-                    [&](const at::Tensor& t, const NestedKey& k) { return fn(k, t); },
+                    [&](const at::Tensor& t, const NestedKey& k) {
+                      return options.nested_keys || !k.is_nested() ? fn(k, t)
+                                                                   : fn(NestedKey(k.back()), t);
+                    },
                     "named_apply");
 }
 

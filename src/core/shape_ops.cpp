@@ -193,6 +193,29 @@ TensorDictBase locked_like(const TensorDictBase& src, TensorDictBase out) {
   return out;
 }
 
+// A result whose leaves are views of a memory-mapped or shared tensordict's
+// leaves is memory-mapped or shared too, and locked, as in Python (and as
+// index(), unbind() and split() results already are).
+TensorDictBase view_like(const TensorDictBase& src, TensorDictBase out) {
+  detail::propagate_lock(src, out);
+  const Node& n = src.node();
+  if (!n.memmap_flag() && !n.shared_flag()) return out;
+  out.lock_();
+  out.node().set_memmap_flag(n.memmap_flag());
+  out.node().set_shared_flag(n.shared_flag());
+  return out;
+}
+
+// True when every tensor leaf of `out` shares its storage with the leaf of
+// the same key in `src` (reshape gives views only when strides allow).
+bool leaves_are_views(const TensorDictBase& src, const TensorDictBase& out) {
+  bool views = true;
+  detail::for_each_leaf(out, [&](const at::Tensor& t, const NestedKey& k) {
+    views = views && t.is_alias_of(src.get(k));
+  });
+  return views;
+}
+
 }  // namespace
 
 TensorDictBase TensorDictBase::view(at::IntArrayRef shape) const {
@@ -200,7 +223,7 @@ TensorDictBase TensorDictBase::view(at::IntArrayRef shape) const {
   auto target = infer_shape(shape, numel(), b);
   if (b.equals(target)) return *this;
   const std::size_t B = b.size();
-  return locked_like(*this, map_leaves(*this, B, target,
+  return view_like(*this, map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.view(with_features(target, t, B)); },
       "view", std::nullopt, nullptr,
       detail::StackPolicy::MoveElements));
@@ -211,10 +234,12 @@ TensorDictBase TensorDictBase::reshape(at::IntArrayRef shape) const {
   auto target = infer_shape(shape, numel(), b);
   if (b.equals(target)) return *this;
   const std::size_t B = b.size();
-  return locked_like(*this, map_leaves(*this, B, target,
+  TensorDictBase out = map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.reshape(with_features(target, t, B)); },
       "reshape", std::nullopt, nullptr,
-      detail::StackPolicy::MoveElements));
+      detail::StackPolicy::MoveElements);
+  const bool mapped = node().memmap_flag() || node().shared_flag();
+  return mapped && leaves_are_views(*this, out) ? view_like(*this, out) : locked_like(*this, out);
 }
 
 TensorDictBase TensorDictBase::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -259,7 +284,7 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
   }
   std::vector<int64_t> target = b.vec();
   target.erase(target.begin() + d);
-  return locked_like(*this, map_leaves(*this, b.size(), target,
+  return view_like(*this, map_leaves(*this, b.size(), target,
       [&](const at::Tensor& t, const NestedKey&) { return t.squeeze(d); }, "squeeze", std::nullopt, nullptr,
       detail::StackPolicy::MoveElements));
 }
@@ -291,7 +316,7 @@ TensorDictBase TensorDictBase::unsqueeze(int64_t dim) const {
   }
   auto target = batch_size().vec();
   target.insert(target.begin() + d, 1);
-  return locked_like(*this, map_leaves(*this, B, target,
+  return view_like(*this, map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.unsqueeze(d); }, "unsqueeze", std::nullopt, nullptr,
       detail::StackPolicy::MoveElements));
 }
@@ -330,7 +355,7 @@ TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
   auto b = batch_size();
   std::vector<int64_t> target;
   for (auto p : perm) target.push_back(b[p]);
-  return locked_like(*this, map_leaves(*this, B, target,
+  return view_like(*this, map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) {
         std::vector<int64_t> full = perm;
         for (int64_t i = B; i < t.dim(); ++i) full.push_back(i);
@@ -351,7 +376,7 @@ TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
   }
   auto target = batch_size().vec();
   std::swap(target[a], target[c]);
-  return locked_like(*this, map_leaves(*this, B, target,
+  return view_like(*this, map_leaves(*this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.transpose(a, c); }, "transpose", std::nullopt, nullptr,
       detail::StackPolicy::MoveElements));
 }

@@ -142,13 +142,29 @@ TEST(TensorDictMath, ApplyInPlaceKeepsStorageAndWorksWhenLocked) {
   });
 }
 
-TEST(TensorDictMath, NamedApplyReceivesFullNestedKeys) {
+TEST(TensorDictMath, NamedApplyPassesTheLeafNameByDefault) {
+  // Python's named_apply(fn) (nested_keys=False): fn gets "a" for ("nested", "a").
+  td::TensorDict t({{"a", torch::zeros({2})}}, {2});
+  t.set({"nested", "a"}, torch::zeros({2}));
+  t.set({"nested", "b"}, torch::zeros({2}));
+  std::vector<td::NestedKey> seen;
+  td::TensorDictBase r = t.named_apply([&](const td::NestedKey& k, const at::Tensor& x) {
+    seen.push_back(k);
+    return k == td::NestedKey("a") ? x + 1 : x;
+  });
+  EXPECT_EQ(seen, (ops_test::Keys{"a", "a", "b"}));
+  EXPECT_TRUE(at::equal(r.get("a"), torch::ones({2})));
+  EXPECT_TRUE(at::equal(r.get({"nested", "a"}), torch::ones({2})));
+  EXPECT_TRUE(at::equal(r.get({"nested", "b"}), torch::zeros({2})));
+}
+
+TEST(TensorDictMath, NamedApplyReceivesFullNestedKeysWhenAsked) {
   auto t = make_fixture();
   std::vector<td::NestedKey> seen;
   td::TensorDictBase r = t.named_apply([&](const td::NestedKey& k, const at::Tensor& x) {
     seen.push_back(k);
     return k.is_nested() ? x : at::Tensor();
-  });
+  }, {.nested_keys = true});
   EXPECT_EQ(seen, ops_test::fixture_leaves());
   EXPECT_EQ(r.keys(true, true),
             (ops_test::Keys{{"nested", "d"}, {"nested", "deeper", "e"}, {"nested", "deeper", "f"}}));

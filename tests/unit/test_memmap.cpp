@@ -212,8 +212,14 @@ TEST_F(Memmap, NonTensorValuesRoundTrip) {
     EXPECT_EQ(read_text(prefix / k / "meta.json"),
               R"({"_type":"<class 'tensordict.tensorclass.NonTensorData'>","data":)" + v.dump() +
                   R"(,"_metadata":null,"_is_non_tensor":true})");
-    // HEAD writes no _tensordict/ (and nothing else) for NonTensorData.
-    EXPECT_EQ(snapshot_dir(prefix / k).size(), 1u);
+    // Beside meta.json only _tensordict/meta.json, which Python 0.3.2
+    // requires (spec §1.8) and 0.14 reads when present.
+    EXPECT_EQ(snapshot_dir(prefix / k),
+              (std::map<std::string, std::string>{
+                  {"meta.json", read_text(prefix / k / "meta.json")},
+                  {"_tensordict", "<dir>"},
+                  {"_tensordict/meta.json",
+                   R"({"shape":[3],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})"}}));
   }
   auto loaded = td::load_memmap(P());
   for (const auto* r : {&m, &loaded}) {
@@ -224,6 +230,18 @@ TEST_F(Memmap, NonTensorValuesRoundTrip) {
     }
     EXPECT_EQ(r->get_non_tensor({"sub", "label"}), json("cat"));
   }
+}
+
+TEST_F(Memmap, NonTensorWrittenInPlaceKeepsThe032BatchFile) {
+  td::TensorDict t({{"a", torch::zeros({3})}, {"label", "cat"}}, {3});
+  auto m = t.memmap(P());
+  // A directory saved before the file was written (earlier versions of this
+  // library) gets it with the first in-place write.
+  fs::remove_all(prefix / "label" / "_tensordict");
+  m.update_(td::TensorDict({{"label", "dog"}}, {3}));
+  EXPECT_EQ(read_text(prefix / "label" / "_tensordict" / "meta.json"),
+            R"({"shape":[3],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})");
+  EXPECT_EQ(td::load_memmap(P()).get_non_tensor("label"), json("dog"));
 }
 
 TEST_F(Memmap, StridedSourcesAreWrittenMaterialised) {
@@ -313,9 +331,14 @@ TEST_F(Memmap, DirectoryMatchesHeadExample112) {
   auto files = snapshot_dir(prefix);
   std::set<std::string> names;
   for (const auto& [k, v] : files) names.insert(k);
+  // Plus label/_tensordict/meta.json, which HEAD does not write but reads
+  // when present, and without which Python 0.3.2 cannot read the directory
+  // (docs/storage.md).
   EXPECT_EQ(names, (std::set<std::string>{"meta.json", "obs.memmap", "a%20b.memmap", "nested",
                                           "nested/meta.json", "nested/m.memmap", "label",
-                                          "label/meta.json", "words", "words/meta.json"}));
+                                          "label/meta.json", "label/_tensordict",
+                                          "label/_tensordict/meta.json", "words",
+                                          "words/meta.json"}));
   EXPECT_EQ(files["obs.memmap"].size(), 48u);
   EXPECT_EQ(files["a%20b.memmap"].size(), 32u);
   EXPECT_EQ(files["nested/m.memmap"].size(), 8u);
@@ -458,6 +481,72 @@ TEST_F(Memmap, LegacyRawNameIsFoundForSafeKeysOnly) {
   write_text(prefix / "a b.memmap", std::string("\0\0\x80\x3f", 4));
   auto t = td::load_memmap(P());
   EXPECT_EQ(t.get("a b").item<float>(), 1.0f);
+}
+
+// ---- the layout before 0.4: raw names (spec §0.5, §1.5, §8) ----------------------------
+
+// A leaf entry as Python 0.3.2 writes it (stdlib spacing, no "is_nested").
+std::string v032_leaf(const std::string& key, int64_t n) {
+  return json(key).dump() + R"(: {"device": "cpu", "shape": [)" + std::to_string(n) +
+         R"(], "dtype": "torch.float32"})";
+}
+std::string v032_meta(const std::vector<std::string>& entries, int64_t batch) {
+  std::string out = "{";
+  for (const auto& e : entries) out += e + ", ";
+  return out + R"("shape": [)" + std::to_string(batch) +
+         R"(], "device": "cpu", "_type": "<class 'tensordict._td.TensorDict'>"})";
+}
+
+TEST_F(Memmap, Layout032FileNamesAreRawKeys) {
+  fs::create_directories(prefix);
+  write_text(prefix / "meta.json",
+             v032_meta({v032_leaf("C:x", 2), v032_leaf("a b", 2), v032_leaf("a%20b", 2)}, 2));
+  write_text(prefix / "C:x.memmap", bytes_of(torch::tensor({1.0f, 2.0f})));
+  write_text(prefix / "a b.memmap", bytes_of(torch::tensor({3.0f, 4.0f})));
+  write_text(prefix / "a%20b.memmap", bytes_of(torch::tensor({5.0f, 6.0f})));
+  auto t = td::load_memmap(P());
+  EXPECT_EQ(t.keys(), (std::vector<td::NestedKey>{"C:x", "a b", "a%20b"}));
+  EXPECT_TRUE(at::equal(t.get("C:x"), torch::tensor({1.0f, 2.0f})));
+  // Each key reads its own file: "a b" is not the encoded name "a%20b".
+  EXPECT_TRUE(at::equal(t.get("a b"), torch::tensor({3.0f, 4.0f})));
+  EXPECT_TRUE(at::equal(t.get("a%20b"), torch::tensor({5.0f, 6.0f})));
+}
+
+TEST_F(Memmap, Layout032DirectoryNamesAreNeverDecoded) {
+  for (const std::string name : {"x%41y", "a%20b", "a b"}) {
+    fs::create_directories(prefix / name);
+    write_text(prefix / name / "meta.json", v032_meta({v032_leaf("v", 2)}, 2));
+    write_text(prefix / name / "v.memmap",
+               bytes_of(torch::full({2}, static_cast<float>(name.size()))));
+  }
+  fs::create_directories(prefix / "C:x" / "deeper");
+  write_text(prefix / "C:x" / "meta.json", v032_meta({}, 2));
+  write_text(prefix / "C:x" / "deeper" / "meta.json", v032_meta({v032_leaf("w", 2)}, 2));
+  write_text(prefix / "C:x" / "deeper" / "w.memmap", bytes_of(torch::ones({2})));
+  write_text(prefix / "meta.json", v032_meta({}, 2));
+  auto t = td::load_memmap(P());
+  EXPECT_EQ(t.keys(true, true),
+            (std::vector<td::NestedKey>{{"C:x", "deeper", "w"}, {"a b", "v"}, {"a%20b", "v"},
+                                        {"x%41y", "v"}}));
+  EXPECT_TRUE(at::equal(t.get({"a b", "v"}), torch::full({2}, 3.0f)));
+  EXPECT_TRUE(at::equal(t.get({"a%20b", "v"}), torch::full({2}, 5.0f)));
+  EXPECT_TRUE(at::equal(t.get({"x%41y", "v"}), torch::full({2}, 5.0f)));
+}
+
+TEST_F(Memmap, Layout032RawNameOutsideTheDirectoryIsAFormatError) {
+  fs::create_directories(prefix);
+  write_text(root / "secret.memmap", bytes_of(torch::ones({2})));
+  write_text(prefix / "meta.json", v032_meta({v032_leaf("../secret", 2)}, 2));
+  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError, "'../secret'", "outside");
+}
+
+TEST_F(Memmap, HeadLayoutIgnoresDirectoriesMetaJsonDoesNotList) {
+  // A directory with "is_nested" entries is 0.5 or later: as in Python, only
+  // the sub-directories listed in meta.json belong to it.
+  td::TensorDict({{"x", torch::ones({2})}}, {2}).memmap(P());
+  fs::create_directories(prefix / "stray");
+  write_text(prefix / "stray" / "meta.json", v032_meta({}, 2));
+  EXPECT_EQ(td::load_memmap(P()).keys(true), (std::vector<td::NestedKey>{"x"}));
 }
 
 TEST_F(Memmap, ReservedKeysAreRefusedAndNothingIsWritten) {
@@ -922,20 +1011,135 @@ TEST_F(Memmap, SavingOverADirectoryLeavesEarlierMappingsOfItIntact) {
   EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::full({1024}, 7.0f)));
 }
 
-TEST_F(Memmap, UnchangedMetadataIsLeftInPlaceChangedMetadataIsReplaced) {
-  auto inode = [](const fs::path& p) {
-    struct stat st {};
-    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
-    return st.st_ino;
-  };
+TEST_F(Memmap, ResavingReplacesDataAndDtype) {
   td::TensorDict({{"x", torch::zeros({2})}}, {2}).memmap(P());
-  const auto meta = inode(prefix / "meta.json");
   td::TensorDict({{"x", torch::ones({2})}}, {2}).memmap(P());  // same layout, new data
-  EXPECT_EQ(inode(prefix / "meta.json"), meta);
   EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::ones({2})));
   td::TensorDict({{"x", torch::ones({2}, torch::kDouble)}}, {2}).memmap(P());  // new dtype
-  EXPECT_NE(inode(prefix / "meta.json"), meta);
   EXPECT_EQ(td::load_memmap(P()).get("x").scalar_type(), torch::kDouble);
+  EXPECT_EQ(fs::file_size(prefix / "x.memmap"), 16u);
+}
+
+// ---- saving over an earlier save -------------------------------------------------------
+
+TEST_F(Memmap, ResavingWithFewerKeysLeavesExactlyWhatWasSaved) {
+  td::TensorDict a({{"x", torch::ones({4})}}, {4});
+  a.set({"old", "c"}, torch::zeros({4}));
+  a.set_non_tensor("label", "cat");
+  a.set("gone", torch::zeros({4, 2}));
+  a.memmap(P());
+  td::TensorDict({{"x", torch::full({4}, 2.0)}}, {4}).memmap(P());
+  auto back = td::load_memmap(P());
+  EXPECT_EQ(back.keys(true), (std::vector<td::NestedKey>{"x"}));
+  EXPECT_TRUE(at::equal(back.get("x"), torch::full({4}, 2.0f)));
+  // Nothing of the earlier save remains for a reader that scans directories
+  // (Python 0.3.2) either, and nothing is left beside the prefix.
+  EXPECT_EQ((std::set<std::string>{"meta.json", "x.memmap"}),
+            [&] {
+              std::set<std::string> names;
+              for (const auto& [rel, _] : snapshot_dir(prefix)) names.insert(rel);
+              return names;
+            }());
+  EXPECT_EQ(snapshot_dir(root).size(), 3u);  // p, p/meta.json, p/x.memmap
+}
+
+TEST_F(Memmap, ResavingWithAnotherBatchSizeLoadsAsSaved) {
+  td::TensorDict a({{"x", torch::ones({4})}}, {4});
+  a.set({"old", "c"}, torch::zeros({4}));
+  a.memmap(P());
+  td::TensorDict b({{"x", torch::full({2, 3}, 2.0)}}, {2});
+  b.set({"new", "d"}, torch::ones({2, 5}));
+  b.memmap(P());
+  auto back = td::load_memmap(P());
+  EXPECT_EQ(back.batch_size().vec(), (Shape{2}));
+  EXPECT_EQ(back.keys(true), (std::vector<td::NestedKey>{"x", "new", {"new", "d"}}));
+  EXPECT_TRUE(back.equal(b));
+}
+
+TEST_F(Memmap, FailedSaveLeavesTheEarlierSaveIntact) {
+  td::TensorDict a({{"x", torch::ones({4})}, {"y", torch::arange(4.0)}}, {4});
+  a.set({"sub", "z"}, torch::zeros({4}));
+  a.memmap(P());
+  const auto before = snapshot_dir(root);
+  // A key whose file name is longer than the filesystem allows (NAME_MAX):
+  // its file cannot be created after x's has been written (one thread, in
+  // key order), a real failure half-way through the save.
+  const std::string too_long(300, 'k');
+  td::TensorDict b({{"x", torch::full({4}, 2.0)}, {too_long, torch::zeros({4})}}, {4});
+  TD_EXPECT_THROW_MSG(b.memmap(P(), td::MemmapOptions{.num_threads = 1}), td::StorageError,
+                      "File name too long", ("'" + too_long + "'").c_str());
+  EXPECT_EQ(snapshot_dir(root), before);  // no staging directory left either
+  auto back = td::load_memmap(P());
+  EXPECT_TRUE(back.equal(a));
+  // The same for a nested directory that cannot be created, and for
+  // memmap_, whose tensordict is left as it was.
+  td::TensorDict c({{"x", torch::full({4}, 3.0)}}, {4});
+  c.set({too_long, "w"}, torch::zeros({4}));
+  EXPECT_THROW(c.memmap_(P()), td::StorageError);
+  EXPECT_EQ(snapshot_dir(root), before);
+  EXPECT_FALSE(c.is_memmap());
+  EXPECT_FALSE(c.is_locked());
+  EXPECT_FALSE(td::MemoryMappedTensor::is_memory_mapped(c.get("x")));
+}
+
+TEST_F(Memmap, MemmapInPlaceAgainAtTheSamePrefixKeepsTheData) {
+  td::TensorDict t({{"x", torch::arange(6.0)}}, {6});
+  t.set({"sub", "y"}, torch::ones({6}));
+  t.memmap_(P());
+  at::Tensor x = t.get("x");
+  // Saved again where its leaves already live: the files are reused (linked
+  // into the new directory), so the mapped tensors still write to the save.
+  t.memmap_(P());
+  EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::arange(6.0f)));
+  t.get("x").fill_(9.0);
+  EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::full({6}, 9.0f)));
+  EXPECT_TRUE(at::equal(x, torch::full({6}, 9.0f)));
+}
+
+TEST_F(Memmap, SaveRefusesANonEmptyDirectoryThatIsNotASave) {
+  fs::create_directories(prefix);
+  write_text(prefix / "notes.txt", "precious");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"x", torch::ones({2})}}, {2}).memmap(P()),
+                      td::StorageError, "refusing to replace", "meta.json");
+  EXPECT_EQ(read_text(prefix / "notes.txt"), "precious");
+  // An empty directory is fine.
+  fs::remove(prefix / "notes.txt");
+  td::TensorDict({{"x", torch::ones({2})}}, {2}).memmap(P());
+  EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::ones({2})));
+}
+
+TEST_F(Memmap, PrefixThroughASymlinkOrWithATrailingSlashIsReplacedWhereItLives) {
+  td::TensorDict a({{"x", torch::ones({2})}, {"y", torch::ones({2})}}, {2});
+  a.memmap(P());
+  fs::create_directory_symlink(prefix, root / "link");
+  td::TensorDict({{"x", torch::full({2}, 2.0)}}, {2}).memmap((root / "link").string());
+  EXPECT_TRUE(fs::is_symlink(root / "link"));
+  EXPECT_EQ(td::load_memmap(P()).keys(), (std::vector<td::NestedKey>{"x"}));
+  td::TensorDict({{"z", torch::full({2}, 3.0)}}, {2}).memmap(P() + "/");
+  EXPECT_EQ(td::load_memmap((root / "link").string()).keys(), (std::vector<td::NestedKey>{"z"}));
+  // Nothing else beside or inside (snapshot_dir would resolve the link).
+  auto names = [](const fs::path& dir) {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+    return out;
+  };
+  EXPECT_EQ(names(root), (std::set<std::string>{"link", "p"}));
+  EXPECT_EQ(names(prefix), (std::set<std::string>{"meta.json", "z.memmap"}));
+}
+
+TEST_F(Memmap, MemmapAndMemmapLikeKeepInsertionOrder) {
+  td::TensorDict t({{"a", torch::zeros({2})}}, {2});
+  t.set({"n", "z"}, torch::zeros({2}));
+  t.set({"n", "inner", "q"}, torch::zeros({2}));
+  t.set({"n", "b"}, torch::zeros({2}));
+  t.set_non_tensor("s", "x");
+  t.set("c", torch::zeros({2}));
+  const std::vector<td::NestedKey> order{"a", "n", {"n", "z"}, {"n", "inner"}, {"n", "inner", "q"},
+                                         {"n", "b"}, "s", "c"};
+  ASSERT_EQ(t.keys(true), order);
+  EXPECT_EQ(t.memmap(P()).keys(true), order);
+  EXPECT_EQ(td::load_memmap(P()).keys(true), order);
+  EXPECT_EQ(t.memmap_like((root / "like").string()).keys(true), order);
 }
 
 TEST_F(Memmap, InvalidUtf8KeyIsRefusedBeforeAnythingIsWritten) {
@@ -944,16 +1148,28 @@ TEST_F(Memmap, InvalidUtf8KeyIsRefusedBeforeAnythingIsWritten) {
   EXPECT_FALSE(fs::exists(prefix));
 }
 
-TEST_F(Memmap, SymlinkedLeafTargetIsRefused) {
-  fs::create_directories(prefix);
+TEST_F(Memmap, SymlinkedLeafInAnEarlierSaveIsNotWrittenThrough) {
+  td::TensorDict({{"x", torch::zeros({4})}}, {4}).memmap(P());
   fs::path outside = root / "outside.bin";
   write_text(outside, "precious");
+  fs::remove(prefix / "x.memmap");
   fs::create_symlink(outside, prefix / "x.memmap");
   td::TensorDict t({{"x", torch::ones({4})}}, {4});
-  TD_EXPECT_THROW_MSG(t.memmap(P()), td::StorageError, (prefix / "x.memmap").string().c_str(),
-                      "symbolic link");
+  t.memmap(P());
+  // The new directory has its own file; the link's target is untouched.
   EXPECT_EQ(read_text(outside), "precious");
-  EXPECT_TRUE(fs::is_symlink(prefix / "x.memmap"));
+  EXPECT_FALSE(fs::is_symlink(prefix / "x.memmap"));
+  EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::ones({4})));
+}
+
+TEST_F(Memmap, SymlinkedLeafTargetIsRefusedByMemoryMappedTensor) {
+  fs::path outside = root / "outside.bin";
+  write_text(outside, "precious");
+  fs::create_symlink(outside, root / "x.memmap");
+  TD_EXPECT_THROW_MSG(td::MemoryMappedTensor::from_tensor(torch::ones({4}),
+                                                          (root / "x.memmap").string()),
+                      td::StorageError, "symbolic link");
+  EXPECT_EQ(read_text(outside), "precious");
 }
 
 // ---- shared memory ---------------------------------------------------------------------

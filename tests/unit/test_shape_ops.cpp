@@ -4,8 +4,11 @@
 
 #include "support/ops_test_helpers.h"
 
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace td = tensordict;
 using namespace torch::indexing;
@@ -447,6 +450,52 @@ TEST(TensorDictShape, WhereWithATensorDictOrAScalar) {
 }
 
 // ---- lock propagation ------------------------------------------------------------------------
+
+TEST(TensorDictShape, ViewsOfAMemmapOrSharedTensorDictKeepTheirStorageStatus) {
+  // Python: shape ops of a memory-mapped (shared) tensordict are memory-mapped
+  // (shared) and locked, as unbind and split results are.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("td-shape-memmap-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  td::TensorDict src({{"a", torch::arange(24, torch::kFloat).reshape({4, 3, 2})}}, {4, 3});
+  src.set({"nested", "d"}, torch::zeros({4, 3}));
+  td::TensorDictBase m = src.memmap(dir.string());
+  td::TensorDictBase shared = src.clone();
+  shared.share_memory_();
+  for (const auto* t : {&m, &shared}) {
+    const bool is_memmap = t->is_memmap();
+    SCOPED_TRACE(is_memmap ? "memmap" : "shared");
+    const std::vector<std::pair<const char*, td::TensorDictBase>> views = {
+        {"view", t->view({12})},
+        {"reshape", t->reshape({2, 6})},
+        {"permute", t->permute({1, 0})},
+        {"transpose", t->transpose(0, 1)},
+        {"unsqueeze", t->unsqueeze(1)},
+        {"squeeze", t->unsqueeze(0).squeeze(0)},
+        {"squeeze()", t->unsqueeze(2).squeeze()},
+        {"flatten", t->flatten()},
+        {"unflatten", t->unflatten(0, {2, 2})},
+    };
+    for (const auto& [name, v] : views) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(v.is_memmap(), is_memmap);
+      EXPECT_EQ(v.is_shared(), !is_memmap);
+      EXPECT_TRUE(v.is_locked());
+    }
+    // A reshape that has to copy is not a view of the files: locked only.
+    auto copied = t->permute({1, 0}).reshape({12});
+    EXPECT_FALSE(copied.get("a").is_alias_of(t->get("a")));
+    EXPECT_FALSE(copied.is_memmap());
+    EXPECT_FALSE(copied.is_shared());
+    EXPECT_TRUE(copied.is_locked());
+    // Writes through a view reach the storage.
+    t->view({12}).get("a").fill_(is_memmap ? 5.0 : 6.0);
+    EXPECT_TRUE(at::equal(t->get("a"), torch::full({4, 3, 2}, is_memmap ? 5.0f : 6.0f)));
+  }
+  EXPECT_TRUE(at::equal(td::load_memmap(dir.string()).get("a"), torch::full({4, 3, 2}, 5.0f)));
+  td::unlink_shared(shared.shared_name());
+  fs::remove_all(dir);
+}
 
 TEST(TensorDictShape, ShapeOpsOfALockedTensorDictAreLocked) {
   auto t = make_fixture();

@@ -329,8 +329,9 @@ TEST(TensorClassMemmap, PythonLayoutAndRoundTrip) {
   t.set_seed(3);
   Transition saved = t.memmap(dir.str());
   // meta.json: _type, then the non-tensor fields; tensors in _tensordict/.
+  // mask is not set: null, as Python writes a field holding None.
   EXPECT_EQ(read_text(dir.path / "meta.json"),
-            R"({"_type":"<class '__main__.Transition'>","env":"CartPole","gamma":0.5,"seed":3})");
+            R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":3})");
   EXPECT_TRUE(fs::exists(dir.path / "_tensordict" / "meta.json"));
   EXPECT_TRUE(fs::exists(dir.path / "_tensordict" / "obs.memmap"));
   EXPECT_FALSE(fs::exists(dir.path / "_tensordict" / "env"));
@@ -360,6 +361,59 @@ TEST(TensorClassMemmap, PythonLayoutAndRoundTrip) {
   Named n({{"x", torch::zeros({2})}}, {2});
   n.memmap(dir.str("named"));
   EXPECT_EQ(read_text(dir.path / "named" / "meta.json"), R"({"_type":"<class 'mypkg.data.Named'>"})");
+}
+
+TEST(TensorClassMemmap, UnsetOptionalFieldsAreWrittenAsNullAndReadBackUnset) {
+  TempDir dir("td_tensorclass");
+  Transition t = make_transition();  // no mask, no seed
+  t.memmap(dir.str());
+  EXPECT_EQ(read_text(dir.path / "meta.json"),
+            R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":null})");
+  Transition back = Transition::load_memmap(dir.str());
+  TD_EXPECT_THROW_MSG(back.mask(), td::SchemaError, "'mask' declared but not set");
+  EXPECT_EQ(back.seed(), std::nullopt);
+  EXPECT_EQ(back.env(), "CartPole");
+  // Saved again with both set: no null left, and they load.
+  t.set_mask(torch::ones({4}, torch::kBool));
+  t.set_seed(7);
+  t.memmap(dir.str());
+  EXPECT_EQ(read_text(dir.path / "meta.json"),
+            R"({"_type":"<class '__main__.Transition'>","env":"CartPole","gamma":0.5,"seed":7})");
+  back = Transition::load_memmap(dir.str());
+  EXPECT_EQ(back.mask().sum().item<int64_t>(), 4);
+  EXPECT_EQ(back.seed(), 7);
+  // And unset again: the earlier save's mask file does not come back.
+  make_transition().memmap(dir.str());
+  EXPECT_FALSE(std::filesystem::exists(dir.path / "_tensordict" / "mask.memmap"));
+  TD_EXPECT_THROW_MSG(Transition::load_memmap(dir.str()).mask(), td::SchemaError,
+                      "'mask' declared but not set");
+}
+
+TEST(TensorClassMemmap, ReadsPythonNoneFields) {
+  // Python 0.14: Transition(obs, action, mask=None, env="Pong", gamma=0.5,
+  // seed=None, batch_size=[4]).memmap(p), written after formats.md §1.7.
+  const std::string dir = data_path("hand-built/tensorclass_none_fields").string();
+  Transition t = Transition::load_memmap(dir);
+  EXPECT_EQ(t.batch_size().vec(), kB);
+  EXPECT_TRUE(at::equal(t.obs(), torch::arange(12, torch::kFloat).reshape({4, 3})));
+  EXPECT_TRUE(at::equal(t.action(), torch::arange(4, torch::kFloat)));
+  TD_EXPECT_THROW_MSG(t.mask(), td::SchemaError, "'mask' declared but not set");
+  EXPECT_EQ(t.seed(), std::nullopt);
+  EXPECT_EQ(t.env(), "Pong");
+  EXPECT_EQ(t.gamma(), 0.5f);
+  // Untyped, the null fields are absent too.
+  EXPECT_EQ(td::load_memmap(dir).keys(),
+            (std::vector<td::NestedKey>{"obs", "action", "env", "gamma"}));
+}
+
+TEST(TensorClassMemmap, LoadMemmapIsNotLockedLikePython) {
+  TempDir dir("td_tensorclass");
+  Transition saved = make_transition().memmap(dir.str());
+  EXPECT_TRUE(saved.is_locked());
+  Transition back = Transition::load_memmap(dir.str());
+  EXPECT_FALSE(back.is_locked());
+  back.set_mask(torch::zeros({4}, torch::kBool));  // allowed: not locked
+  EXPECT_EQ(back.mask().sum().item<int64_t>(), 0);
 }
 
 TEST(TensorClassMemmap, ReadsPython032Fixture) {

@@ -62,6 +62,12 @@ using ::tensordict::dtype_to_string;
 /// Writes `text` to the file `file` through a temporary file and a rename, so a
 /// reader never sees half a file; StorageError on failure.
 void write_json_atomic(const std::string& file, const std::string& text);
+/// Saves a tensorclass in Python's layout: `meta_text` as `prefix/meta.json`
+/// and `tensors` as the memmap directory `prefix/_tensordict`, the whole
+/// directory replacing any earlier save at once (as memmap() does). Returns
+/// the mapped tensordict (locked).
+TensorDictBase write_tensorclass_dir(const TensorDictBase& tensors, const std::string& prefix,
+                                     const std::string& meta_text, const MemmapOptions& options);
 }  // namespace detail
 
 }  // namespace tensordict

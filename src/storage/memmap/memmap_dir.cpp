@@ -10,7 +10,10 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -19,6 +22,7 @@
 #include <sstream>
 #include <random>
 #include <thread>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,9 +93,10 @@ bool file_holds(const std::string& file, const std::string& text) {
 
 // Written as a temporary file then renamed, so a reader never sees half a file.
 void write_json_atomic(const std::string& file, const std::string& text) {
-  // A checkpoint saved again with the same layout has the same metadata:
-  // leaving the file alone spares a new inode per directory and save (on ext4
-  // without a journal, every create scans the recently deleted inodes).
+  // A file rewritten with the same text (a non-tensor entry written in place
+  // with an unchanged value, a state file saved again) is left alone: that
+  // spares a new inode (on ext4 without a journal, every create scans the
+  // recently deleted inodes).
   if (file_holds(file, text)) return;
   std::string tmp = file + ".tmp." + std::to_string(::getpid());
   {
@@ -148,6 +153,18 @@ ojson non_tensor_meta(const Value& v) {
   else nt["device"] = nullptr;
   nt["data"] = ojson::parse(s.tolist().dump());
   return nt;
+}
+
+// The `_tensordict/meta.json` of a NonTensorData directory: the batch size,
+// in the layout of Python 0.3.2, whose loader requires the file (a directory
+// without it makes 0.3.2 refuse the whole save); 0.5 and later read it when
+// present and write nothing there themselves.
+ojson non_tensor_batch_meta(at::IntArrayRef batch) {
+  ojson m = ojson::object();
+  m["shape"] = batch.vec();
+  m["device"] = "cpu";
+  m["_type"] = kTensorDictType;
+  return m;
 }
 
 // ---- writing ----------------------------------------------------------------------------
@@ -210,6 +227,9 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
           throw StorageError("the file " + file.string() + " for key " + full.repr() +
                              " already exists (existsok=false)");
         jobs.push_back(std::move(job));
+        // Holds the key's place (insertion order) until the mapped tensor
+        // replaces it.
+        out.node().write(name, t);
         break;
       }
       case EntryKind::TensorDict: {
@@ -222,6 +242,9 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
       case EntryKind::NonTensorStack: {
         meta[name] = ojson{{"type", v.is_non_tensor() ? "NonTensorData" : "NonTensorStack"}};
         metas.emplace_back(dir / fname / "meta.json", non_tensor_meta(v));
+        if (v.is_non_tensor())
+          metas.emplace_back(dir / fname / "_tensordict" / "meta.json",
+                             non_tensor_batch_meta(v.non_tensor().batch_size()));
         Value d = v;
         if (d.is_non_tensor()) d.non_tensor().set_device(at::Device(at::kCPU));
         else d.non_tensor_stack().set_device(at::Device(at::kCPU));
@@ -269,9 +292,16 @@ int thread_count(int requested, std::size_t jobs) {
   return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(n), std::max<std::size_t>(jobs, 1)));
 }
 
-// Writes the files and maps them; each job's result lands in its `out` node.
-void run_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads) {
-  std::vector<at::Tensor> results(jobs.size());
+// `p` (a path under `root`, the final directory) inside the staging directory.
+fs::path staged(const fs::path& p, const fs::path& root, const fs::path& stage) {
+  return stage / p.lexically_relative(root);
+}
+
+// Writes every leaf file into the staging directory. A leaf already mapped
+// from its final file (memmap_ again at the same prefix) is hard-linked, so
+// its bytes are not copied and its mappings stay those of the saved file.
+void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads,
+                const fs::path& root, const fs::path& stage) {
   std::atomic<std::size_t> next{0};
   std::mutex err_mutex;
   std::exception_ptr error;
@@ -279,13 +309,10 @@ void run_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads) {
     for (std::size_t i = next++; i < jobs.size(); i = next++) {
       try {
         auto& j = jobs[i];
-        std::string what = " for key " + j.full_key.repr();
-        if (j.reuse) {
-          results[i] = j.source;
-          continue;
-        }
-        write_file(j.path, j.source, copy_data, what);
-        results[i] = map_file(j.path, j.source.scalar_type(), j.source.sizes(), true, what);
+        const std::string to = staged(j.path, root, stage).string();
+        if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) continue;
+        j.reuse = false;  // written anew: mapped from the new file below
+        write_file(to, j.source, copy_data, " for key " + j.full_key.repr());
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mutex);
         if (!error) error = std::current_exception();
@@ -301,40 +328,146 @@ void run_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads) {
     for (auto& t : pool) t.join();
   }
   if (error) std::rethrow_exception(error);
-  for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].out.node().write(jobs[i].key, results[i]);
 }
 
-TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix,
-                         bool copy_data, const MemmapOptions& opt) {
+// Maps the installed files; each job's result replaces its placeholder in `out`.
+void map_jobs(std::vector<LeafJob>& jobs) {
+  for (auto& j : jobs) {
+    at::Tensor t = j.reuse
+                       ? j.source
+                       : map_file(j.path, j.source.scalar_type(), j.source.sizes(), true,
+                                  " for key " + j.full_key.repr());
+    j.out.node().write(j.key, t);
+  }
+}
+
+// A name beside `root` that no other save uses.
+fs::path sibling(const fs::path& root, const char* what) {
+  static std::atomic<uint64_t> counter{0};
+  return root.parent_path() / ("." + root.filename().string() + "." + what + "-" +
+                               std::to_string(::getpid()) + "-" + std::to_string(counter++));
+}
+
+std::string errno_message() { return std::strerror(errno); }
+
+// Puts the complete staging directory at `root` in one step, so a reader
+// sees the old save or the new one, never a mix: rename(2) when `root` is
+// missing or empty, else an atomic exchange (renameat2 RENAME_EXCHANGE) and
+// the old save is deleted. Filesystems without the exchange get two renames
+// (the old save is put back if the second fails).
+void install_dir(const fs::path& stage, const fs::path& root) {
+  if (::rename(stage.c_str(), root.c_str()) == 0) return;
+  if (errno != ENOTEMPTY && errno != EEXIST)
+    throw StorageError("memmap: cannot move " + stage.string() + " to " + root.string() +
+                       ": " + errno_message());
+  fs::path old;
+  if (::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, root.c_str(), RENAME_EXCHANGE) == 0) {
+    old = stage;
+  } else {
+    if (errno != EINVAL && errno != ENOSYS)
+      throw StorageError("memmap: cannot exchange " + stage.string() + " with " +
+                         root.string() + ": " + errno_message());
+    old = sibling(root, "tdold");
+    if (::rename(root.c_str(), old.c_str()) != 0)
+      throw StorageError("memmap: cannot move the earlier save " + root.string() + " aside: " +
+                         errno_message());
+    if (::rename(stage.c_str(), root.c_str()) != 0) {
+      const std::string why = errno_message();
+      ::rename(old.c_str(), root.c_str());
+      throw StorageError("memmap: cannot move " + stage.string() + " to " + root.string() +
+                         ": " + why);
+    }
+  }
+  // The save is complete: a failure to delete the old one only leaves garbage
+  // beside it (tensors still mapped from it keep their bytes either way).
+  std::error_code ec;
+  fs::remove_all(old, ec);
+}
+
+// Writes `td` (and `extra` files: path under `root` -> text) as a complete
+// directory beside `prefix`, then installs it at `prefix`: a save over an
+// earlier save leaves exactly what was saved (no stale keys), and a save
+// that fails leaves the earlier one untouched.
+TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
+                          const std::string& subdir, bool copy_data, const MemmapOptions& opt,
+                          const std::vector<std::pair<std::string, std::string>>& extra) {
   if (prefix.empty()) throw ValueError("memmap: the prefix must not be empty");
-  fs::path root(prefix);
+  fs::path root = fs::absolute(fs::path(prefix)).lexically_normal();
+  if (!root.has_filename()) root = root.parent_path();  // "dir/"
+  std::error_code ec;
+  // Replacing a symbolic link would leave the directory it points to as it was.
+  if (fs::is_symlink(root, ec)) {
+    root = fs::canonical(root, ec);
+    if (ec)
+      throw StorageError("memmap: cannot resolve the symbolic link " + prefix + ": " +
+                         ec.message());
+  }
+  const auto st = fs::status(root, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      throw StorageError("memmap: " + root.string() + " exists and is not a directory");
+    // The save replaces the whole directory: never one that is not a save.
+    const bool empty = fs::is_empty(root, ec);
+    if (ec)
+      throw StorageError("memmap: cannot read the directory " + root.string() + ": " +
+                         ec.message());
+    if (!fs::exists(root / "meta.json") && !empty)
+      throw StorageError("memmap: refusing to replace " + root.string() +
+                         ": the directory is not empty and holds no meta.json (it is not "
+                         "a saved tensordict)");
+  }
   std::vector<LeafJob> jobs;
   std::vector<std::pair<fs::path, ojson>> metas;
-  TensorDictBase out = plan_node(td, root, copy_data, opt, jobs, metas, NestedKey());
+  const fs::path td_dir = subdir.empty() ? root : root / subdir;
+  TensorDictBase out = plan_node(td, td_dir, copy_data, opt, jobs, metas, NestedKey());
   // Serialised before anything is written: dump() throws on a key or string
-  // that is not valid UTF-8, which would otherwise leave a half-written tree.
-  std::vector<std::string> texts;
+  // that is not valid UTF-8.
+  std::vector<std::pair<fs::path, std::string>> texts;
   for (const auto& [file, meta] : metas) {
     try {
-      texts.push_back(meta.dump());
+      texts.emplace_back(file, meta.dump());
     } catch (const nlohmann::json::exception& e) {
       throw ValueError("memmap: cannot write " + file.string() +
                        ": a key or non-tensor value is not valid UTF-8 (" + e.what() + ")");
     }
   }
-  // Directories first, then the leaf files, then every meta.json last so that
-  // a directory is complete once its metadata appears.
-  std::error_code ec;
-  for (const auto& [file, meta] : metas) {
-    fs::create_directories(file.parent_path(), ec);
-    if (ec) throw StorageError("cannot create directory " + file.parent_path().string() + ": " + ec.message());
+  for (const auto& [rel, text] : extra) texts.emplace_back(root / rel, text);
+  fs::create_directories(root.parent_path(), ec);
+  if (ec)
+    throw StorageError("memmap: cannot create directory " + root.parent_path().string() + ": " +
+                       ec.message());
+  const fs::path stage = sibling(root, "tdsave");
+  if (!fs::create_directory(stage, ec) || ec)
+    throw StorageError("memmap: cannot create the staging directory " + stage.string() + ": " +
+                       (ec ? ec.message() : std::string("it exists")));
+  try {
+    for (const auto& [file, text] : texts) {
+      fs::create_directories(staged(file, root, stage).parent_path(), ec);
+      if (ec)
+        throw StorageError("memmap: cannot create directory " + file.parent_path().string() +
+                           ": " + ec.message());
+    }
+    write_jobs(jobs, copy_data, opt.num_threads, root, stage);
+    for (const auto& [file, text] : texts) {
+      const fs::path to = staged(file, root, stage);
+      std::ofstream f(to, std::ios::binary | std::ios::trunc);
+      if (!(f << text) || !f.flush())
+        throw StorageError("memmap: cannot write " + file.string());
+    }
+    install_dir(stage, root);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
   }
-  run_jobs(jobs, copy_data, opt.num_threads);
-  for (std::size_t i = 0; i < metas.size(); ++i) write_json_atomic(metas[i].first.string(), texts[i]);
-  out.node().set_saved_path(fs::absolute(root).string());
+  map_jobs(jobs);
   out.lock_();
   out.node().set_memmap_flag(true);
   return out;
+}
+
+TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix,
+                         bool copy_data, const MemmapOptions& opt) {
+  return write_tree(td, prefix, "", copy_data, opt, {});
 }
 
 // ---- loading -------------------------------------------------------------------------------
@@ -387,8 +520,25 @@ std::optional<at::Device> read_device(const ojson& meta, const std::string& wher
   }
 }
 
+// The file or directory of `key` in a directory of the layout before 0.4
+// (0.3.2), which names files by the raw key: no encoding, no fallback (a raw
+// "a b" beside a raw "a%20b" are two keys). A key that would name a path
+// outside `dir` is refused rather than followed.
+fs::path locate_raw(const fs::path& dir, const std::string& key, const std::string& suffix,
+                    const NestedKey& full, const std::string& meta_file) {
+  const fs::path rel(key + suffix);
+  bool escapes = rel.is_absolute();
+  for (const auto& part : rel)
+    if (part == "..") escapes = true;
+  if (escapes)
+    throw FormatError(meta_file + ", key " + full.repr() + ": the raw file name '" + key +
+                      suffix + "' (layout before 0.4) would lie outside the directory");
+  return dir / rel;
+}
+
 at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& entry,
-                     const Loader& L, const NestedKey& key, const std::string& meta_file) {
+                     const Loader& L, const NestedKey& key, const std::string& meta_file,
+                     bool raw_names) {
   std::string where = meta_file + ", key " + key.repr();
   if (!entry.contains("dtype") || !entry["dtype"].is_string())
     throw FormatError(where + ": missing or invalid 'dtype'");
@@ -407,7 +557,8 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
     throw FormatError(where + ": nested (torch.nested) tensors are not supported");
   if (L.meta_device())
     return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
-  fs::path file = locate(dir, k, ".memmap", false);
+  fs::path file = raw_names ? locate_raw(dir, k, ".memmap", key, meta_file)
+                            : locate(dir, k, ".memmap", false);
   at::Tensor t;
   if (numel_of(shape) == 0) {
     t = at::empty(shape, at::TensorOptions().dtype(dtype));
@@ -464,8 +615,16 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
   auto device = L.opt.device && !L.meta_device() ? L.opt.device : read_device(meta, meta_file);
   if (L.meta_device()) device = at::Device(at::kMeta);
   TensorDict out = make_tensordict(batch, device);
-  std::set<std::string> seen_dirs;
-  bool has_type_entries = false;
+  // The layout before 0.4 (0.3.2) lists no sub-collection ("type", 0.4 on)
+  // and no "is_nested" (0.5 on; file names are encoded from 0.11 on): its
+  // file names are the raw keys and its sub-collections are found by
+  // scanning. Later layouts name their files by the encoded key and load only
+  // the sub-collections meta.json lists (as Python does from 0.4 on): a
+  // directory that is not listed is not part of the save.
+  bool legacy = true;
+  for (auto it = meta.begin(); it != meta.end(); ++it)
+    if (it.value().is_object() && (it.value().contains("type") || it.value().contains("is_nested")))
+      legacy = false;
   for (auto it = meta.begin(); it != meta.end(); ++it) {
     const std::string& k = it.key();
     if (k == "shape" || k == "device" || k == "_type") continue;
@@ -473,31 +632,26 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
     if (!entry.is_object()) continue;
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     if (entry.contains("type")) {
-      has_type_entries = true;
       check_loadable_key(k, meta_file);
       fs::path sub = locate(dir, k, "", true);
       if (!fs::is_directory(sub))
         throw FormatError("missing directory " + sub.string() + " for key " + key.repr() +
                           " listed in " + meta_file);
-      seen_dirs.insert(sub.filename().string());
       set_loaded(out, k, load_entry_dir(sub, L, key, batch), key, meta_file);
     } else if (entry.contains("dtype") || entry.contains("shape")) {
       check_loadable_key(k, meta_file);
-      set_loaded(out, k, load_leaf(dir, k, entry, L, key, meta_file), key, meta_file);
+      set_loaded(out, k, load_leaf(dir, k, entry, L, key, meta_file, legacy), key, meta_file);
     }
   }
-  // Layouts before 0.4 (0.3.2) do not list sub-collections in meta.json: they
-  // are found by scanning the directory.
-  if (!has_type_entries) {
+  if (legacy) {
+    // A scanned directory is named by the raw key: never decoded ("x%41y"
+    // is the key "x%41y").
     std::vector<fs::path> subs;
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_directory() && fs::exists(e.path() / "meta.json")) subs.push_back(e.path());
     std::sort(subs.begin(), subs.end());
     for (const auto& sub : subs) {
-      std::string name = sub.filename().string();
-      if (seen_dirs.count(name)) continue;
-      std::string k = decode_key_from_filesystem(name);
-      check_loadable_key(k, sub.string());
+      std::string k = sub.filename().string();
       if (out.contains(k)) continue;
       NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
       set_loaded(out, k, load_entry_dir(sub, L, key, batch), key, meta_file);
@@ -637,7 +791,9 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
     fs::path inner = dir / "_tensordict";
     TensorDict td = load_tensordict_dir(inner, read_json(inner / "meta.json"), L, key);
     for (auto it = meta.begin(); it != meta.end(); ++it) {
-      if (it.key() == "_type" || td.contains(it.key())) continue;
+      // null is a field set to None (Python writes an unset optional field,
+      // tensor or not, that way): absent here, as from_tensordict reads it.
+      if (it.key() == "_type" || it.value().is_null() || td.contains(it.key())) continue;
       td.set(it.key(), NonTensorData(to_plain(it.value())));
     }
     return td;
@@ -662,6 +818,22 @@ void persist_non_tensor(const Node& parent, std::string_view key, const Value& v
   fs::create_directories(dir, ec);
   if (ec) throw StorageError("cannot create directory " + dir.string() + ": " + ec.message());
   write_json_atomic((dir / "meta.json").string(), text);
+  if (value.is_non_tensor()) {
+    // Kept for Python 0.3.2, which requires it (see non_tensor_batch_meta).
+    fs::create_directories(dir / "_tensordict", ec);
+    if (ec)
+      throw StorageError("cannot create directory " + (dir / "_tensordict").string() + ": " +
+                         ec.message());
+    write_json_atomic((dir / "_tensordict" / "meta.json").string(),
+                      non_tensor_batch_meta(value.non_tensor().batch_size()).dump());
+  }
+}
+
+TensorDictBase write_tensorclass_dir(const TensorDictBase& tensors, const std::string& prefix,
+                                     const std::string& meta_text,
+                                     const MemmapOptions& options) {
+  return write_tree(tensors, prefix, "_tensordict", /*copy_data=*/true, options,
+                    {{"meta.json", meta_text}});
 }
 
 }  // namespace detail
@@ -718,30 +890,33 @@ void adopt(Node& dst, const TensorDictBase& src) {
 }
 }  // namespace
 
-TensorDictBase& TensorDictBase::memmap_(const std::string& prefix,
-                                        const MemmapOptions& options) {
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    // Members are mapped in place one by one (handles to them stay valid),
-    // then the stack's meta.json is written.
+namespace {
+// Makes `dst` the memory-mapped `src` (its copy written by write_dir) in
+// place. The members of a lazy stack are adopted one by one, so that
+// handles to them stay valid.
+void adopt_mapped(TensorDictBase& dst, const TensorDictBase& src) {
+  if (const auto* ls = detail::as_lazy_stack(dst)) {
+    const auto& mapped = detail::as_lazy_stack(src)->members();
     for (std::size_t i = 0; i < ls->members().size(); ++i) {
       TensorDictBase m = ls->members()[i];
-      m.memmap_((fs::path(prefix) / std::to_string(i)).string(), options);
+      adopt_mapped(m, mapped[i]);
     }
-    ojson meta = ojson::object();
-    meta["_type"] = detail::kLazyStackType;
-    meta["stack_dim"] = ls->stack_dim();
-    detail::write_json_atomic((fs::path(prefix) / "meta.json").string(), meta.dump());
-    node().set_saved_path(fs::absolute(prefix).string());
-    lock_();
-    node().set_memmap_flag(true);
-    return *this;
+  } else {
+    adopt(dst.node(), src);
+    dst.node().set_device(at::Device(at::kCPU));
   }
+  dst.node().set_saved_path(src.node().saved_path());
+  dst.lock_();
+  dst.node().set_memmap_flag(true);
+}
+}  // namespace
+
+TensorDictBase& TensorDictBase::memmap_(const std::string& prefix,
+                                        const MemmapOptions& options) {
+  // The whole tree is written (and installed at the prefix) before anything
+  // of this tensordict changes.
   TensorDictBase mapped = detail::write_dir(*this, prefix, true, options);
-  adopt(node(), mapped);
-  node().set_device(at::Device(at::kCPU));
-  node().set_saved_path(mapped.node().saved_path());
-  lock_();
-  node().set_memmap_flag(true);
+  adopt_mapped(*this, mapped);
   return *this;
 }
 
