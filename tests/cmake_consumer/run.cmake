@@ -1,20 +1,32 @@
 # Configure, build and run the consumer project against an install prefix.
+#   -DSOURCE_DIR -DBINARY_DIR -DPREFIX [-DCOMPILER_LAUNCHER] [-DCMAKE_GENERATOR]
+#   [-DCONSUMER_ARGS=<-D options>] [-DTAGGED_ARGS=<arguments of consumer_tagged>]
 file(REMOVE_RECURSE ${BINARY_DIR})
-set(_launcher)
+set(_args -DCMAKE_PREFIX_PATH=${PREFIX} -DCMAKE_BUILD_TYPE=Release ${CONSUMER_ARGS})
 if(COMPILER_LAUNCHER)
-  set(_launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${COMPILER_LAUNCHER})
+  list(APPEND _args -DCMAKE_CXX_COMPILER_LAUNCHER=${COMPILER_LAUNCHER})
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BINARY_DIR}
-                  -DCMAKE_PREFIX_PATH=${PREFIX} -DCMAKE_BUILD_TYPE=Release ${_launcher}
+if(CMAKE_GENERATOR)
+  list(APPEND _args -G ${CMAKE_GENERATOR})
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BINARY_DIR} ${_args}
                 RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "configuring the consumer failed: ${rc}")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${BINARY_DIR} RESULT_VARIABLE rc)
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${BINARY_DIR} --parallel 2 RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "building the consumer failed: ${rc}")
 endif()
 execute_process(COMMAND ${BINARY_DIR}/consumer RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "running the consumer failed: ${rc}")
+endif()
+if(EXISTS ${BINARY_DIR}/consumer_tagged)
+  execute_process(COMMAND ${BINARY_DIR}/consumer_tagged ${TAGGED_ARGS} RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "running consumer_tagged ${TAGGED_ARGS} failed: ${rc}")
+  endif()
+elseif(CONSUMER_ARGS MATCHES "TAGGED_TEST_SOURCE")
+  message(FATAL_ERROR "consumer_tagged was not built")
 endif()
