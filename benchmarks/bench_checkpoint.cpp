@@ -6,15 +6,15 @@
 //  - torch::save / torch::load of the module (a second variant).
 // No side calls fsync (neither do memmap() and torch::save): every variant
 // measures writing into the page cache. torch::save truncates its previous
-// file (std::ofstream), memmap() and the floor unlink and recreate theirs. Files go to $TENSORDICT_BENCH_DIR
-// (default: the system temp dir); results/checkpoint.md says which was used.
+// file (std::ofstream), memmap() and the floor unlink and recreate theirs. Files go to
+// $TENSORDICT_BENCH_DIR (default: the system temp dir); results/checkpoint.md says which was used.
 #include <benchmark/benchmark.h>
-#include "bench_main.h"
-#include "checkpoint_model.h"
 #include <tensordict/module.h>
 #include <tensordict/tensordict.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
+#include "bench_main.h"
+#include "checkpoint_model.h"
 
 #include <fcntl.h>
 #include <malloc.h>
@@ -32,8 +32,8 @@ namespace {
 
 fs::path bench_dir() {
   const char* env = std::getenv("TENSORDICT_BENCH_DIR");
-  fs::path p = (env ? fs::path(env) : fs::temp_directory_path() / "tensordict-bench") /
-               "checkpoint";
+  fs::path p =
+      (env ? fs::path(env) : fs::temp_directory_path() / "tensordict-bench") / "checkpoint";
   fs::create_directories(p);
   return p;
 }
@@ -60,9 +60,7 @@ std::vector<Leaf> leaves(const fs::path& dir) {
 
 // Another instance of the same architecture (its own memory), so that a
 // zero-copy load does not change the model the other benchmarks read.
-example::Transformer fresh_model() {
-  return example::Transformer(example::model_size("100mb"));
-}
+example::Transformer fresh_model() { return example::Transformer(example::model_size("100mb")); }
 
 // Reads one byte of every 4 KiB page of every tensor of the module.
 unsigned touch_pages(const torch::nn::Module& m) {
@@ -114,8 +112,7 @@ void BM_ckpt_save_td(benchmark::State& state) {
 void BM_ckpt_save_td_1thread(benchmark::State& state) {
   auto dir = bench_dir() / "td1";
   for (auto _ : state) {
-    td::TensorDictBase saved =
-        td::from_module(*model()).memmap(dir.string(), {.num_threads = 1});
+    td::TensorDictBase saved = td::from_module(*model()).memmap(dir.string(), {.num_threads = 1});
     benchmark::DoNotOptimize(saved);
   }
   report(state);
@@ -177,8 +174,7 @@ void BM_ckpt_load_td_shared(benchmark::State& state, bool cold, bool touch) {
   example::Transformer m = fresh_model();
   for (auto _ : state) {
     trim_heap(state, cold);
-    td::to_module(td::load_memmap(dir.string(), {.writable = false}), *m,
-                  {.share_storage = true});
+    td::to_module(td::load_memmap(dir.string(), {.writable = false}), *m, {.share_storage = true});
     if (touch) benchmark::DoNotOptimize(touch_pages(*m));
   }
   report(state);

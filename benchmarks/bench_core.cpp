@@ -10,10 +10,10 @@
 // container, not the tensor math. Every benchmark keeps its result alive with
 // benchmark::DoNotOptimize.
 #include <benchmark/benchmark.h>
-#include "bench_main.h"
 #include <tensordict/tensordict.h>
 #include <tensordict/typed_tensor_dict.h>
 #include <torch/torch.h>
+#include "bench_main.h"
 
 #include <string>
 #include <unordered_map>
@@ -30,11 +30,11 @@ using NestedMap = std::unordered_map<std::string, FlatMap>;
 constexpr double kMinTime = 0.2;  // seconds per benchmark; the binary runs in ~5 s
 
 // Representative RL keys (names of varied lengths, as in TorchRL).
-const std::vector<std::string> kFlatKeys = {
-    "observation", "action",     "reward", "done",        "terminated",
-    "truncated",   "step_count", "pixels", "state_value", "sample_log_prob"};
-const std::vector<std::string> kTopKeys = {
-    "observation", "action", "done", "terminated", "truncated", "step_count", "pixels"};
+const std::vector<std::string> kFlatKeys = {"observation", "action",         "reward",     "done",
+                                            "terminated",  "truncated",      "step_count", "pixels",
+                                            "state_value", "sample_log_prob"};
+const std::vector<std::string> kTopKeys = {"observation", "action",     "done",  "terminated",
+                                           "truncated",   "step_count", "pixels"};
 const std::vector<std::string> kNextKeys = {"observation", "reward", "done"};
 // Worst case for a level that is scanned linearly: every top-level key has the
 // length of "next" and "next" comes last, so each comparison reaches memcmp.
@@ -75,8 +75,8 @@ NestedMap make_nested_map(const std::vector<std::string>& top) {
 // ---- typed accessor: its floor is the untyped get of the same key -------------
 
 struct Flat : td::TypedTensorDict<Flat> {
-  TENSORDICT_FIELDS(observation, action, reward, done, terminated, truncated, step_count,
-                    pixels, state_value, sample_log_prob);
+  TENSORDICT_FIELDS(observation, action, reward, done, terminated, truncated, step_count, pixels,
+                    state_value, sample_log_prob);
 };
 
 void BM_typed_get_typed(benchmark::State& state) {
@@ -132,9 +132,7 @@ void nested_get_floor(benchmark::State& state, const std::vector<std::string>& t
   }
 }
 
-void BM_nested_get_tensordict(benchmark::State& state) {
-  nested_get_tensordict(state, kTopKeys);
-}
+void BM_nested_get_tensordict(benchmark::State& state) { nested_get_tensordict(state, kTopKeys); }
 void BM_nested_get_floor(benchmark::State& state) { nested_get_floor(state, kTopKeys); }
 void BM_nested_get_same_length_keys_tensordict(benchmark::State& state) {
   nested_get_tensordict(state, kSameLengthTopKeys);
@@ -232,8 +230,7 @@ void BM_items_floor(benchmark::State& state) {
   FlatMap data = make_flat_map();
   benchmark::DoNotOptimize(data);  // escapes: lookups cannot be hoisted
   for (auto _ : state) {
-    for (const auto& [k, v] : data)
-      benchmark::DoNotOptimize(v.unsafeGetTensorImpl());
+    for (const auto& [k, v] : data) benchmark::DoNotOptimize(v.unsafeGetTensorImpl());
   }
 }
 

@@ -2,9 +2,9 @@
 // 3 leaves, one of them nested), next to the floor: the same work written as a
 // loop over the members' raw tensors. Naming as in bench_core.cpp.
 #include <benchmark/benchmark.h>
-#include "bench_main.h"
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
+#include "bench_main.h"
 
 #include <vector>
 

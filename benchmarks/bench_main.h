@@ -13,7 +13,8 @@ using NamedBench = std::pair<const char*, BenchFn>;
 /// Registers every (name, function) pair with the same minimum time.
 template <std::size_t N>
 void register_min_time(const NamedBench (&benchmarks)[N], double min_time) {
-  for (const auto& [name, fn] : benchmarks) benchmark::RegisterBenchmark(name, fn)->MinTime(min_time);
+  for (const auto& [name, fn] : benchmarks)
+    benchmark::RegisterBenchmark(name, fn)->MinTime(min_time);
 }
 
 inline int run_benchmarks(int argc, char** argv, void (*register_all)()) {

@@ -2,9 +2,9 @@
 // bytes, and torch::save. Naming as in bench_core.cpp: BM_<op>/<variant>.
 // Files go to $TENSORDICT_BENCH_DIR (default: the system temp dir).
 #include <benchmark/benchmark.h>
-#include "bench_main.h"
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
+#include "bench_main.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -30,8 +30,7 @@ fs::path bench_dir() {
 td::TensorDict big_td() {
   static td::TensorDict d = [] {
     td::TensorDict out(std::vector<int64_t>{1024});
-    for (int i = 0; i < 8; ++i)
-      out.set("leaf" + std::to_string(i), torch::randn({1024, 8192}));
+    for (int i = 0; i < 8; ++i) out.set("leaf" + std::to_string(i), torch::randn({1024, 8192}));
     return out;
   }();
   return d;
@@ -116,8 +115,7 @@ void BM_save_2000_small_floor(benchmark::State& state) {
   auto d = many_td();
   auto dir = bench_dir() / "many_raw";
   std::vector<std::pair<fs::path, torch::Tensor>> files;
-  for (auto& [k, v] : d.items(true, true))
-    files.emplace_back(dir / k.join("/"), v.tensor());
+  for (auto& [k, v] : d.items(true, true)) files.emplace_back(dir / k.join("/"), v.tensor());
   for (auto& [p, t] : files) fs::create_directories(p.parent_path());
   for (auto _ : state)
     for (auto& [p, t] : files) raw_write(p.string(), t);
@@ -196,7 +194,10 @@ void register_all() {
       {"BM_load_read_256MB/floor", BM_load_read_256MB_floor},
   };
   for (const auto& [name, fn] : heavy)
-    benchmark::RegisterBenchmark(name, fn)->Iterations(6)->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(name, fn)
+        ->Iterations(6)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   const std::pair<const char*, Fn> light[] = {
       {"BM_save_2000_small/tensordict", BM_save_2000_small_td},
       {"BM_save_2000_small/floor", BM_save_2000_small_floor},
@@ -204,7 +205,10 @@ void register_all() {
       {"BM_memmap_like_1M_rows/floor", BM_memmap_like_1M_rows_floor},
   };
   for (const auto& [name, fn] : light)
-    benchmark::RegisterBenchmark(name, fn)->MinTime(0.5)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark(name, fn)
+        ->MinTime(0.5)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
 }
 
 }  // namespace

@@ -6,9 +6,9 @@
 // (a floor that kept last iteration's results alive ran 2-5x faster on the
 // 10 MB apply and 3x slower on clone). Naming as in bench_core.cpp: BM_<op>/<variant>.
 #include <benchmark/benchmark.h>
-#include "bench_main.h"
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
+#include "bench_main.h"
 
 #include <vector>
 

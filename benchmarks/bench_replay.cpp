@@ -101,7 +101,8 @@ void write_batch(benchmark::State& state, const std::string& storage) {
     if constexpr (kFloor) {
       for (size_t k = 0; k < dst.size(); ++k) {
         const size_t n = src[k].nbytes();
-        std::memcpy(static_cast<char*>(dst[k].data_ptr()) + row * (n / kBatch), src[k].data_ptr(), n);
+        std::memcpy(static_cast<char*>(dst[k].data_ptr()) + row * (n / kBatch), src[k].data_ptr(),
+                    n);
       }
       row = (row + kBatch) % kCapacity;  // kCapacity is a multiple of kBatch: no wrap
     } else {
@@ -134,8 +135,9 @@ void register_all() {
   for (const std::string& s : kStorages) {
     auto add = [&](const char* op, void (*fn)(benchmark::State&, const std::string&),
                    const char* variant) {
-      benchmark::RegisterBenchmark(("BM_replay_" + std::string(op) + "/" + variant + "/" + s).c_str(),
-                                   [fn, s](benchmark::State& st) { fn(st, s); })
+      benchmark::RegisterBenchmark(
+          ("BM_replay_" + std::string(op) + "/" + variant + "/" + s).c_str(),
+          [fn, s](benchmark::State& st) { fn(st, s); })
           ->MinTime(0.3);
     };
     add("write_one", write_one<false>, "tensordict");

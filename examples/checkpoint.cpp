@@ -55,8 +55,10 @@ int main(int argc, char** argv) {
   std::optional<fs::path> dir_arg;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--size" && i + 1 < argc) size_name = argv[++i];
-    else if (a == "--dir" && i + 1 < argc) dir_arg = argv[++i];
+    if (a == "--size" && i + 1 < argc)
+      size_name = argv[++i];
+    else if (a == "--dir" && i + 1 < argc)
+      dir_arg = argv[++i];
     else {
       std::cerr << "usage: checkpoint [--size small|100mb] [--dir DIR]\n";
       return 2;
@@ -65,7 +67,7 @@ int main(int argc, char** argv) {
   const example::ModelSize size = example::model_size(size_name);
   example::TempDir tmp("checkpoint");
   const fs::path dir = dir_arg ? *dir_arg : tmp.path;
-  const fs::path td_dir = dir / "model.td";  // the memmap checkpoint (a directory)
+  const fs::path td_dir = dir / "model.td";   // the memmap checkpoint (a directory)
   const fs::path pt_file = dir / "model.pt";  // torch::save's archive
   fs::create_directories(dir);
   fs::remove_all(td_dir);
@@ -97,9 +99,8 @@ int main(int argc, char** argv) {
   // ---- load the whole module into a differently initialised model -------------
   example::Transformer whole = make_model(size, 2);
   ok &= example::check(!same_weights(model, whole), "a fresh model differs");
-  double load_ms = time_ms([&] {
-    td::to_module(td::load_memmap(td_dir.string()), *whole, {.strict = true});
-  });
+  double load_ms =
+      time_ms([&] { td::to_module(td::load_memmap(td_dir.string()), *whole, {.strict = true}); });
   ok &= example::check(same_weights(model, whole), "load_memmap + to_module restores every tensor");
 
   // ---- zero-copy: the module mapped copy-on-write from the files ---------------
@@ -128,14 +129,13 @@ int main(int argc, char** argv) {
       td::load_submodule(td::load_memmap(sub_dir.string()), *parts, path, {.strict = true});
     });
     // That submodule is restored; the others are untouched so far.
-    ok &= example::check(td::from_module(*td::submodule(*parts, path))
-                             .equal(params.get_tensordict(path)),
-                         "one submodule restored");
+    ok &= example::check(
+        td::from_module(*td::submodule(*parts, path)).equal(params.get_tensordict(path)),
+        "one submodule restored");
   }
   // What remains is the root's own buffer (position_ids): to_module of the
   // root's tensor entries only.
-  td::to_module(td::load_memmap(td_dir.string()).exclude({"tok", "pos", "blocks", "ln_f"}),
-                *parts);
+  td::to_module(td::load_memmap(td_dir.string()).exclude({"tok", "pos", "blocks", "ln_f"}), *parts);
   ok &= example::check(same_weights(model, parts), "per-submodule loading restores every tensor");
 
   // The restored model computes the same function.
@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   double torch_load_ms = time_ms([&] { torch::load(from_pt, pt_file.string()); });
   ok &= example::check(same_weights(model, from_pt), "torch::load restores every tensor");
 
-  std::printf("one run each (first touch of the files included; bench_checkpoint measures medians):\n");
+  std::printf(
+      "one run each (first touch of the files included; bench_checkpoint measures medians):\n");
   report("save: from_module + memmap", save_ms, mb);
   report("save: torch::save", torch_save_ms, mb);
   report("load whole: load_memmap + to_module", load_ms, mb);

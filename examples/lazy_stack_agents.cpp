@@ -14,9 +14,9 @@
 
 namespace td = tensordict;
 namespace fs = std::filesystem;
-using torch::indexing::Slice;
 using example::check;
 using example::row;
+using torch::indexing::Slice;
 
 int main() {
   const int64_t T = 4;  // time steps
@@ -63,23 +63,21 @@ int main() {
             << ", has comm: " << third.contains("comm") << "\n";
 
   // Writes go through to the agents. Step 2 of agent 1:
-  stack.index_put_({1, 2}, td::TensorDict({{"obs", torch::full({5}, -9.0)},
-                                           {"reward", torch::tensor(1.0)}}));
+  stack.index_put_(
+      {1, 2}, td::TensorDict({{"obs", torch::full({5}, -9.0)}, {"reward", torch::tensor(1.0)}}));
   std::cout << "agent 1 obs after index_put_({1, 2}):\n" << agents[1].get("obs") << "\n";
   // Step 0 of every agent: one row per member. "done" is new, so each agent
   // gets a zero-filled [T] leaf first (lazy pre-allocation).
-  stack.index_put_({Slice(), 0},
-                   td::TensorDict({{"reward", torch::tensor({0.5f, 1.5f, 2.5f})},
-                                   {"done", torch::ones({3}, torch::kBool)}},
-                                  /*batch_size=*/{3}));
+  stack.index_put_({Slice(), 0}, td::TensorDict({{"reward", torch::tensor({0.5f, 1.5f, 2.5f})},
+                                                 {"done", torch::ones({3}, torch::kBool)}},
+                                                /*batch_size=*/{3}));
   std::cout << "rewards after index_put_({Slice(), 0}):\n" << stack.get("reward") << "\n";
   std::cout << "agent 0 done: " << row(agents[0].get("done")) << "\n";
 
   bool ok = true;
   ok &= check(agents[1].get("obs")[2].eq(-9.0).all().item<bool>(), "agent 1 row written");
   ok &= check(agents[2].get("reward")[0].item<float>() == 2.5f, "agent 2 reward written");
-  ok &= check(agents[0].get("done").sizes().vec() == std::vector<int64_t>{T},
-              "done pre-allocated");
+  ok &= check(agents[0].get("done").sizes().vec() == std::vector<int64_t>{T}, "done pre-allocated");
 
   // Save in Python's layout: meta.json with the stack dim, one directory per
   // member. Python's tensordict.load_memmap reads it back, and so do we.

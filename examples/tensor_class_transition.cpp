@@ -1,8 +1,8 @@
 // A typed transition record with a non-tensor field (Python's TensorClass):
 // build a batch, index and stack it keeping the type, wrap an existing
 // tensordict live, and save it in Python's tensorclass layout.
-#include <tensordict/tensordict.h>
 #include <tensordict/tensor_class.h>
+#include <tensordict/tensordict.h>
 #include <torch/torch.h>
 
 #include "example_support.h"

@@ -11,9 +11,9 @@
 #include <string>
 
 namespace td = tensordict;
-using torch::indexing::Slice;
 using example::check;
 using example::row;
+using torch::indexing::Slice;
 
 namespace {
 
@@ -37,8 +37,8 @@ int main() {
   td::Schema schema{{"obs", {{84, 84, 3}, torch::kUInt8}},
                     {"action", {{4}, torch::kFloat32}},
                     {"reward", {{}, torch::kFloat32}}};
-  Replay replay = Replay::from_schema(schema, {capacity},
-                                      td::storage::Memmap{.prefix = dir.path.string()});
+  Replay replay =
+      Replay::from_schema(schema, {capacity}, td::storage::Memmap{.prefix = dir.path.string()});
   std::cout << "pre-allocated " << Replay::static_type_name() << " of batch size "
             << replay.batch_size() << " in a memmap directory (locked: " << std::boolalpha
             << replay.is_locked() << ")\n";
@@ -65,8 +65,7 @@ int main() {
   try {
     replay.set_reward(torch::zeros({capacity}));
   } catch (const td::LockedError& e) {
-    std::cout << "set_reward -> LockedError: " << std::string(e.what()).substr(0, 60)
-              << "...\n";
+    std::cout << "set_reward -> LockedError: " << std::string(e.what()).substr(0, 60) << "...\n";
   }
   // ... but in-place writes reach the files.
   replay.set_reward_(replay.reward() * 2);

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake git ccache python3
+  build-essential cmake git ccache python3 clang-format
   libtorch-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libfmt-dev

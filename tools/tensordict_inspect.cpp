@@ -22,7 +22,8 @@ namespace {
 json tensor_values(const at::Tensor& t) {
   at::Tensor c = t.detach().cpu();
   if (c.dim() == 0) {
-    if (c.is_complex()) return json::array({at::real(c).item<double>(), at::imag(c).item<double>()});
+    if (c.is_complex())
+      return json::array({at::real(c).item<double>(), at::imag(c).item<double>()});
     if (c.scalar_type() == at::kBool) return c.item<bool>();
     if (c.is_floating_point()) return c.item<double>();
     return c.item<int64_t>();
@@ -103,17 +104,24 @@ int main(int argc, char** argv) {
   bool as_json = false;
   int64_t max_values = 64;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json")) as_json = true;
-    else if (!std::strcmp(argv[i], "--max-values") && i + 1 < argc) max_values = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) return usage(argv[0]), 0;
-    else if (path.empty() && argv[i][0] != '-') path = argv[i];
-    else return usage(argv[0]);
+    if (!std::strcmp(argv[i], "--json"))
+      as_json = true;
+    else if (!std::strcmp(argv[i], "--max-values") && i + 1 < argc)
+      max_values = std::stoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help"))
+      return usage(argv[0]), 0;
+    else if (path.empty() && argv[i][0] != '-')
+      path = argv[i];
+    else
+      return usage(argv[0]);
   }
   if (path.empty()) return usage(argv[0]);
   try {
     td::TensorDictBase data = td::load_memmap(path, td::LoadOptions{.writable = false});
-    if (as_json) std::cout << describe(data, max_values).dump(2) << "\n";
-    else std::cout << data << "\n";
+    if (as_json)
+      std::cout << describe(data, max_values).dump(2) << "\n";
+    else
+      std::cout << data << "\n";
   } catch (const td::Error& e) {
     std::cerr << "tensordict-inspect: " << e.what() << "\n";
     return 1;

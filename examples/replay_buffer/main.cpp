@@ -71,9 +71,18 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") usage("");
-    if (arg == "--fresh") { o.fresh = true; continue; }
-    if (arg == "--progress") { o.progress = true; continue; }
-    if (arg == "--no-progress") { o.progress = false; continue; }
+    if (arg == "--fresh") {
+      o.fresh = true;
+      continue;
+    }
+    if (arg == "--progress") {
+      o.progress = true;
+      continue;
+    }
+    if (arg == "--no-progress") {
+      o.progress = false;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) usage("unexpected argument " + arg);
     std::string value;
     if (auto eq = arg.find('='); eq != std::string::npos) {
@@ -130,14 +139,19 @@ Options parse(int argc, char** argv) {
 td::TensorDict make_batch(int64_t first_id, int64_t n) {
   at::Tensor ids = at::arange(first_id, first_id + n, at::kLong);
   auto frames = [&](const at::Tensor& pixel) {
-    return pixel.remainder(251).to(at::kByte).view({n, 1, 1, 1}).expand({n, 84, 84, 3}).contiguous();
+    return pixel.remainder(251)
+        .to(at::kByte)
+        .view({n, 1, 1, 1})
+        .expand({n, 84, 84, 3})
+        .contiguous();
   };
-  return td::TensorDict({{"obs", frames(ids)},
-                         {"action", (ids.to(at::kFloat) / 1000).unsqueeze(1).expand({n, 4}).contiguous()},
-                         {"reward", ids.to(at::kFloat)},
-                         {"done", ids.remainder(50).eq(49)},
-                         {"next", td::TensorDict({{"obs", frames(ids + 1)}}, {n})}},
-                        {n});
+  return td::TensorDict(
+      {{"obs", frames(ids)},
+       {"action", (ids.to(at::kFloat) / 1000).unsqueeze(1).expand({n, 4}).contiguous()},
+       {"reward", ids.to(at::kFloat)},
+       {"done", ids.remainder(50).eq(49)},
+       {"next", td::TensorDict({{"obs", frames(ids + 1)}}, {n})}},
+      {n});
 }
 
 td::TensorDict make_transition(int64_t id) {
@@ -203,9 +217,12 @@ std::string rate(double count, double seconds) {
   out << std::fixed << std::setprecision(0);
   if (seconds <= 0) return "-";
   const double r = count / seconds;
-  if (r >= 1e6) out << std::setprecision(2) << r / 1e6 << "M";
-  else if (r >= 1e3) out << std::setprecision(1) << r / 1e3 << "k";
-  else out << r;
+  if (r >= 1e6)
+    out << std::setprecision(2) << r / 1e6 << "M";
+  else if (r >= 1e3)
+    out << std::setprecision(1) << r / 1e3 << "k";
+  else
+    out << r;
   return out.str();
 }
 
@@ -213,8 +230,8 @@ void report(const std::string& what, int64_t count, const std::string& unit, dou
   std::cout << "  " << std::left << std::setw(22) << what << std::right << std::setw(8) << count
             << " " << std::left << std::setw(12) << unit << std::right << std::fixed
             << std::setprecision(2) << std::setw(9) << (count ? 1e6 * seconds / count : 0.0)
-            << " us each  " << std::setw(8) << rate(static_cast<double>(count), seconds)
-            << " " << unit << "/s\n";
+            << " us each  " << std::setw(8) << rate(static_cast<double>(count), seconds) << " "
+            << unit << "/s\n";
 }
 
 double seconds_since(Clock::time_point t) {
@@ -239,8 +256,10 @@ int main(int argc, char** argv) {
   ReplayBuffer rb = resume ? ReplayBuffer::open(*opt.dir)
                            : ReplayBuffer::create(opt.capacity, opt.storage, opt.dir);
   PrioritizedSampler sampler(rb.capacity());
-  if (resume && fs::exists(*opt.dir / "priorities")) sampler.load(*opt.dir / "priorities");
-  else if (rb.size() > 0) sampler.mark_written(at::arange(rb.size(), at::kLong));
+  if (resume && fs::exists(*opt.dir / "priorities"))
+    sampler.load(*opt.dir / "priorities");
+  else if (rb.size() > 0)
+    sampler.mark_written(at::arange(rb.size(), at::kLong));
 
   const double kb_per_row = 84 * 84 * 3 * 2 / 1024.0 + (4 * 4 + 4 + 1) / 1024.0;
   std::cout << "replay buffer: " << opt.storage << " storage"
@@ -350,9 +369,9 @@ int main(int argc, char** argv) {
                                reopened.total_written() == rb.total_written(),
                            "write position survives a restart");
       ok &= example::check((before == after).all(), "stored transitions survive a restart");
-      ok &= example::check(reloaded.weight(probe[0].item<int64_t>()) ==
-                               sampler.weight(probe[0].item<int64_t>()),
-                           "priorities survive a restart");
+      ok &= example::check(
+          reloaded.weight(probe[0].item<int64_t>()) == sampler.weight(probe[0].item<int64_t>()),
+          "priorities survive a restart");
       std::cout << "\nreopened " << opt.dir->string() << " in " << std::setprecision(2)
                 << 1e3 * secs << " ms: write position " << reopened.cursor() << ", "
                 << reopened.size() << " stored, " << reopened.total_written()

@@ -17,9 +17,9 @@
 #pragma once
 
 #include <tensordict/errors.h>
+#include <tensordict/schema.h>
 #include <tensordict/storage/memmap.h>
 #include <tensordict/storage/shared.h>
-#include <tensordict/schema.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/typed_tensor_dict.h>
 
@@ -107,9 +107,9 @@ class ReplayBuffer {
       size = state.at("size").get<int64_t>();
       total_written = state.at("total_written").get<int64_t>();
     } catch (const nlohmann::json::exception& e) {
-      throw td::FormatError("ReplayBuffer::open: corrupt " + file +
-                            " (expected integers capacity, cursor, size, total_written): " +
-                            e.what());
+      throw td::FormatError(
+          "ReplayBuffer::open: corrupt " + file +
+          " (expected integers capacity, cursor, size, total_written): " + e.what());
     }
     if (capacity <= 0 || cursor < 0 || cursor >= capacity || size < 0 || size > capacity ||
         total_written < size)
@@ -140,8 +140,10 @@ class ReplayBuffer {
   /// wrapping around the end; returns the rows written.
   at::Tensor extend(const td::TensorDictBase& batch) {
     if (batch.batch_dims() != 1)
-      throw td::ShapeError("ReplayBuffer::extend: expected a batch of transitions (batch size "
-                           "[n]), got batch size " + c10::str(batch.batch_size()));
+      throw td::ShapeError(
+          "ReplayBuffer::extend: expected a batch of transitions (batch size "
+          "[n]), got batch size " +
+          c10::str(batch.batch_size()));
     int64_t n = batch.batch_size()[0];
     td::TensorDictBase rows = batch;
     if (n > capacity()) {  // only the last `capacity` rows survive
@@ -202,8 +204,7 @@ class ReplayBuffer {
     std::error_code ec;
     fs::rename(tmp, file, ec);
     if (ec)
-      throw td::StorageError("ReplayBuffer: cannot replace " + file.string() + ": " +
-                             ec.message());
+      throw td::StorageError("ReplayBuffer: cannot replace " + file.string() + ": " + ec.message());
   }
 
   ReplayBuffer(Transition storage, std::optional<fs::path> dir)
@@ -328,17 +329,15 @@ class PrioritizedSampler {
     at::Tensor idx = indices.to(at::kLong).contiguous();
     at::Tensor pr = priorities.to(at::kDouble).abs().contiguous();
     if (idx.numel() != pr.numel())
-      throw td::ShapeError("PrioritizedSampler::update_priorities: " +
-                           std::to_string(idx.numel()) + " indices but " +
-                           std::to_string(pr.numel()) + " priorities");
+      throw td::ShapeError("PrioritizedSampler::update_priorities: " + std::to_string(idx.numel()) +
+                           " indices but " + std::to_string(pr.numel()) + " priorities");
     const int64_t* i = idx.data_ptr<int64_t>();
     const double* p = pr.data_ptr<double>();
     // Checked before any is applied, so a bad entry changes nothing.
     for (int64_t k = 0; k < idx.numel(); ++k) {
       if (i[k] < 0 || i[k] >= tree_.capacity())
-        throw td::IndexError("PrioritizedSampler::update_priorities: row " +
-                             std::to_string(i[k]) + " is out of range for " +
-                             std::to_string(tree_.capacity()) + " rows");
+        throw td::IndexError("PrioritizedSampler::update_priorities: row " + std::to_string(i[k]) +
+                             " is out of range for " + std::to_string(tree_.capacity()) + " rows");
       if (!std::isfinite(p[k]))
         throw td::ValueError("PrioritizedSampler::update_priorities: the priority of row " +
                              std::to_string(i[k]) + " is " + std::to_string(p[k]));
@@ -358,8 +357,8 @@ class PrioritizedSampler {
     at::Tensor weights = at::empty({tree_.capacity()}, at::kDouble);
     double* p = weights.data_ptr<double>();
     for (int64_t i = 0; i < tree_.capacity(); ++i) p[i] = tree_.get(i);
-    td::TensorDict state({{"weights", weights},
-                          {"max_priority", at::scalar_tensor(max_priority_, at::kDouble)}});
+    td::TensorDict state(
+        {{"weights", weights}, {"max_priority", at::scalar_tensor(max_priority_, at::kDouble)}});
     fs::remove_all(dir);
     state.memmap(dir.string());
   }
@@ -370,8 +369,7 @@ class PrioritizedSampler {
       throw td::FormatError("PrioritizedSampler::load: " + dir.string() + " holds " +
                             std::to_string(weights.numel()) + " " +
                             std::string(c10::toString(weights.scalar_type())) +
-                            " weights, expected " + std::to_string(tree_.capacity()) +
-                            " Double");
+                            " weights, expected " + std::to_string(tree_.capacity()) + " Double");
     const double* p = weights.data_ptr<double>();
     for (int64_t i = 0; i < tree_.capacity(); ++i) tree_.set(i, p[i]);
     max_priority_ = state.get("max_priority").item<double>();

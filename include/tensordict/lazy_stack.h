@@ -55,8 +55,7 @@ class LazyStackNode final : public Node {
   std::optional<Value> find(std::string_view key) const override;
   void write(std::string_view key, Value value) override;
   void write_(std::string_view key, const at::Tensor& value) override;
-  void write_at_(std::string_view key, const RowSelection& rows,
-                 const at::Tensor& value) override;
+  void write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value) override;
   void create_leaf(std::string_view key, at::IntArrayRef shape,
                    const at::TensorOptions& options) override;
   TensorDictBase create_nested(std::string_view key, at::IntArrayRef batch_size,
@@ -80,9 +79,8 @@ class LazyStackNode final : public Node {
 
 /// The lazy-stack storage behind `td`, or nullptr.
 inline const LazyStackNode* as_lazy_stack(const TensorDictBase& td) noexcept {
-  return td.defined() && td.node().is_lazy_stack()
-             ? static_cast<const LazyStackNode*>(&td.node())
-             : nullptr;
+  return td.defined() && td.node().is_lazy_stack() ? static_cast<const LazyStackNode*>(&td.node())
+                                                   : nullptr;
 }
 
 }  // namespace detail
@@ -145,7 +143,6 @@ LazyStackedTensorDict lazy_stack(std::vector<TensorDictBase> tds, int64_t dim = 
 
 /// A dense stack when the members allow it (same keys and leaf shapes),
 /// a lazy stack otherwise.
-TensorDictBase maybe_dense_stack(const std::vector<TensorDictBase>& tds,
-                                 int64_t dim = 0);
+TensorDictBase maybe_dense_stack(const std::vector<TensorDictBase>& tds, int64_t dim = 0);
 
 }  // namespace tensordict

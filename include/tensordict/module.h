@@ -99,15 +99,14 @@ void to_module(const TensorDictBase& params, torch::nn::Module& module,
 /// with its owner, or a non-owning pointer for a root that no shared_ptr
 /// owns). KeyError names the path and the children present where the lookup
 /// failed.
-std::shared_ptr<torch::nn::Module> submodule(const torch::nn::Module& root,
-                                             const NestedKey& path);
+std::shared_ptr<torch::nn::Module> submodule(const torch::nn::Module& root, const NestedKey& path);
 
 /// Loads one submodule: writes `params`, the tensordict of the submodule at
 /// `path` (e.g. load_memmap(prefix + "/layers/0"), or from_module(root)
 /// .get_tensordict({"layers", "0"})), into submodule(root, path), as
 /// to_module() does. Error messages name the keys from the root
 /// ({"layers", "0", "weight"}).
-void load_submodule(const TensorDictBase& params, torch::nn::Module& root,
-                    const NestedKey& path, const ToModuleOptions& options = {});
+void load_submodule(const TensorDictBase& params, torch::nn::Module& root, const NestedKey& path,
+                    const ToModuleOptions& options = {});
 
 }  // namespace tensordict

@@ -30,15 +30,14 @@ class NestedKey {
   using Parts = c10::SmallVector<std::string, 4>;
 
   NestedKey() = default;
-  NestedKey(const char* key) : parts_{std::string(key)} {}  // NOLINT(implicit)
-  NestedKey(std::string key) : parts_{std::move(key)} {}     // NOLINT(implicit)
+  NestedKey(const char* key) : parts_{std::string(key)} {}       // NOLINT(implicit)
+  NestedKey(std::string key) : parts_{std::move(key)} {}         // NOLINT(implicit)
   NestedKey(std::string_view key) : parts_{std::string(key)} {}  // NOLINT
-  NestedKey(std::initializer_list<std::string_view> parts) {  // NOLINT
+  NestedKey(std::initializer_list<std::string_view> parts) {     // NOLINT
     parts_.reserve(parts.size());
     for (auto p : parts) parts_.emplace_back(p);
   }
-  explicit NestedKey(const std::vector<std::string>& parts)
-      : parts_(parts.begin(), parts.end()) {}
+  explicit NestedKey(const std::vector<std::string>& parts) : parts_(parts.begin(), parts.end()) {}
 
   /// Number of levels (1 for a plain string key, 0 for the empty key).
   std::size_t size() const noexcept { return parts_.size(); }
@@ -69,11 +68,9 @@ class NestedKey {
   std::string repr() const;
 
   friend bool operator==(const NestedKey& a, const NestedKey& b) noexcept {
-    return std::equal(a.parts_.begin(), a.parts_.end(), b.parts_.begin(),
-                      b.parts_.end());
+    return std::equal(a.parts_.begin(), a.parts_.end(), b.parts_.begin(), b.parts_.end());
   }
-  friend std::strong_ordering operator<=>(const NestedKey& a,
-                                          const NestedKey& b) noexcept;
+  friend std::strong_ordering operator<=>(const NestedKey& a, const NestedKey& b) noexcept;
 
  private:
   Parts parts_;

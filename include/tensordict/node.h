@@ -134,8 +134,7 @@ class Node : public std::enable_shared_from_this<Node> {
   /// Writes `value` (the selected shape, the leaf's dtype and device) into the
   /// selected rows of the tensor at key. Storages that can write a part of a
   /// leaf override this. The default writes into the tensor returned by find.
-  virtual void write_at_(std::string_view key, const RowSelection& rows,
-                         const at::Tensor& value);
+  virtual void write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value);
   /// Writes the selected rows of many leaves (of this node and nested levels)
   /// in one go: the core calls it once per user operation, after checking
   /// every leaf, so it is the operation's commit point (a pipeline or a
@@ -161,8 +160,7 @@ class Node : public std::enable_shared_from_this<Node> {
   /// device and returns a handle to it. The default stores an in-memory
   /// TensorDict; a storage that keeps data outside the process overrides it
   /// to create the level in its own storage.
-  virtual TensorDictBase create_nested(std::string_view key,
-                                       at::IntArrayRef batch_size,
+  virtual TensorDictBase create_nested(std::string_view key, at::IntArrayRef batch_size,
                                        std::optional<at::Device> device);
   /// Removes the entry at key (present: the core checked).
   virtual void remove(std::string_view key) = 0;
@@ -191,9 +189,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // -- state managed by the core ----------------------------------------------
   bool locked() const noexcept { return locked_; }
   /// Locked tensordicts that hold this one (weak: a dead parent does not count).
-  std::vector<std::weak_ptr<Node>>& lock_parents() noexcept {
-    return lock_parents_;
-  }
+  std::vector<std::weak_ptr<Node>>& lock_parents() noexcept { return lock_parents_; }
   void set_locked_flag(bool v) noexcept { locked_ = v; }
 
   // -- state of the memory-mapped and shared-memory storages --------------------

@@ -26,21 +26,16 @@ class NonTensorData {
  public:
   NonTensorData() = default;
   /// Wraps `data`; the batch size is set to the parent's when it is stored.
-  explicit NonTensorData(nlohmann::json data,
-                         std::vector<int64_t> batch_size = {},
+  explicit NonTensorData(nlohmann::json data, std::vector<int64_t> batch_size = {},
                          std::optional<c10::Device> device = std::nullopt)
-      : data_(std::move(data)),
-        batch_size_(std::move(batch_size)),
-        device_(device) {}
+      : data_(std::move(data)), batch_size_(std::move(batch_size)), device_(device) {}
 
   /// The wrapped value.
   const nlohmann::json& data() const noexcept { return data_; }
   nlohmann::json& data() noexcept { return data_; }
 
   c10::IntArrayRef batch_size() const noexcept { return batch_size_; }
-  void set_batch_size(std::vector<int64_t> batch_size) {
-    batch_size_ = std::move(batch_size);
-  }
+  void set_batch_size(std::vector<int64_t> batch_size) { batch_size_ = std::move(batch_size); }
   std::optional<c10::Device> device() const noexcept { return device_; }
   void set_device(std::optional<c10::Device> device) { device_ = device; }
 
@@ -53,8 +48,7 @@ class NonTensorData {
   std::string repr() const;
 
   friend bool operator==(const NonTensorData& a, const NonTensorData& b) {
-    return a.data_ == b.data_ && a.batch_size_ == b.batch_size_ &&
-           a.device_ == b.device_;
+    return a.data_ == b.data_ && a.batch_size_ == b.batch_size_ && a.device_ == b.device_;
   }
 
  private:
@@ -157,8 +151,7 @@ class NonTensorStack {
   std::string repr() const;
 
   friend bool operator==(const NonTensorStack& a, const NonTensorStack& b) {
-    return a.values_ == b.values_ && a.batch_size_ == b.batch_size_ &&
-           a.device_ == b.device_;
+    return a.values_ == b.values_ && a.batch_size_ == b.batch_size_ && a.device_ == b.device_;
   }
 
  private:

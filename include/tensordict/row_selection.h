@@ -48,9 +48,7 @@ struct RowRange {
   /// removed from the result.
   bool drop = false;
   /// Number of rows selected.
-  int64_t count() const noexcept {
-    return stop <= start ? 0 : (stop - start + step - 1) / step;
-  }
+  int64_t count() const noexcept { return stop <= start ? 0 : (stop - start + step - 1) / step; }
 };
 
 class RowSelection {

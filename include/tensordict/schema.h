@@ -128,8 +128,8 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
 void allocate_schema(const TensorDictBase& td, const Schema& schema);
 
 /// Builds a tensordict of a storage from a schema and string options.
-using StorageFactory = std::function<TensorDictBase(
-    const Schema&, const std::vector<int64_t>&, const StorageOptions&)>;
+using StorageFactory = std::function<TensorDictBase(const Schema&, const std::vector<int64_t>&,
+                                                    const StorageOptions&)>;
 
 /// Makes `name` available to from_schema(schema, batch, name, options),
 /// replacing an earlier registration of the same name. Thread-safe; storage
@@ -141,8 +141,8 @@ void register_storage(const std::string& name, StorageFactory factory);
 /// as a T (`fallback` when absent; SchemaError naming it when of another
 /// type), and a check that every option given is in `accepted`.
 template <class T>
-T storage_option(const StorageOptions& options, const std::string& storage,
-                 const std::string& name, T fallback) {
+T storage_option(const StorageOptions& options, const std::string& storage, const std::string& name,
+                 T fallback) {
   auto it = options.find(name);
   if (it == options.end()) return fallback;
   try {
@@ -173,7 +173,7 @@ std::vector<std::string> available_storages();
 /// file of a storage component built as a CMake OBJECT library (the recipe
 /// tensordict_add_storage_component does): its objects always reach the
 /// link, so the registration is there in static and shared builds alike.
-#define TENSORDICT_REGISTER_STORAGE(name, factory)                                    \
+#define TENSORDICT_REGISTER_STORAGE(name, factory)                                  \
   static const bool TENSORDICT_REGISTER_CONCAT_(tensordict_registered_, __LINE__) = \
       (::tensordict::register_storage(name, factory), true)
 #define TENSORDICT_REGISTER_CONCAT_(a, b) TENSORDICT_REGISTER_CONCAT2_(a, b)

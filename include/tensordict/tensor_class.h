@@ -43,8 +43,8 @@
 
 #include <tensordict/errors.h>
 #include <tensordict/lazy_stack.h>
-#include <tensordict/storage/memmap.h>
 #include <tensordict/stack.h>
+#include <tensordict/storage/memmap.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/tensor_dict_base.h>
 #include <tensordict/typed_fields.h>
@@ -100,7 +100,9 @@ class TensorClass {
     static_assert(!detail::has_duplicate_fields(table), "a field is declared twice");
     return table;
   }
-  static std::vector<std::string> field_names() { return detail::field_names(fields(), true, true); }
+  static std::vector<std::string> field_names() {
+    return detail::field_names(fields(), true, true);
+  }
   static std::vector<std::string> required_field_names() {
     return detail::field_names(fields(), true, false);
   }
@@ -166,9 +168,8 @@ class TensorClass {
       }
     }
     if (!unexpected.empty())
-      throw SchemaError(ctx + " got unexpected field(s): " +
-                        detail::join_sorted(unexpected) + " (fields: " +
-                        detail::join_names(field_names()) + ")");
+      throw SchemaError(ctx + " got unexpected field(s): " + detail::join_sorted(unexpected) +
+                        " (fields: " + detail::join_names(field_names()) + ")");
     Derived out = td_wrap_(td, nullptr);
     if (!side->empty()) out.non_tensor_ = std::move(side);
     return out;
@@ -330,10 +331,9 @@ class TensorClass {
     static_assert(std::is_base_of_v<TensorClass, Derived>,
                   "TensorClass<Derived>: Derived must be the class deriving from it "
                   "(struct Transition : td::TensorClass<Transition>)");
-    static_assert(
-        std::is_same_v<typename decltype(Derived::td_required_fields_())::owner, Derived>,
-        "declare the tensor fields of a TensorClass with TENSORDICT_FIELDS(...) "
-        "(TENSORDICT_FIELDS() when there is none): it also brings in the constructors");
+    static_assert(std::is_same_v<typename decltype(Derived::td_required_fields_())::owner, Derived>,
+                  "declare the tensor fields of a TensorClass with TENSORDICT_FIELDS(...) "
+                  "(TENSORDICT_FIELDS() when there is none): it also brings in the constructors");
     return detail::concat_fields(detail::own_fields<Derived>(Derived::td_required_fields_()),
                                  detail::own_fields<Derived>(Derived::td_optional_fields_()),
                                  detail::own_fields<Derived>(Derived::td_non_tensor_fields_()),
@@ -380,8 +380,8 @@ class TensorClass {
     }
     if (!j && (entry = td_.find(NestedKey(name)))) {
       if (!entry->is_non_tensor())
-        throw TypeError("'" + std::string(static_type_name()) + "' field '" +
-                        std::string(name) + "' holds a " + to_string(entry->kind()) +
+        throw TypeError("'" + std::string(static_type_name()) + "' field '" + std::string(name) +
+                        "' holds a " + to_string(entry->kind()) +
                         (entry->is_non_tensor_stack()
                              ? " (one value per element): index the tensorclass to read "
                                "an element's value"
@@ -446,8 +446,8 @@ class TensorClass {
     if (value && !value->is_null()) {
       std::string why = f.check(*value);
       if (!why.empty())
-        throw SchemaError(ctx + ": field '" + name + "' expects " + std::string(f.type) +
-                          ", got " + value->dump() + " (" + why + ")");
+        throw SchemaError(ctx + ": field '" + name + "' expects " + std::string(f.type) + ", got " +
+                          value->dump() + " (" + why + ")");
     }
   }
 
@@ -455,8 +455,9 @@ class TensorClass {
   static TensorDictBase td_construct_(const Items& items, at::IntArrayRef batch_size,
                                       std::optional<at::Device> device) {
     const std::string ctx = std::string(static_type_name()) + "()";
-    detail::check_required_present(
-        fields(), ctx, [&](std::string_view name) { return detail::items_name_field(items, name); });
+    detail::check_required_present(fields(), ctx, [&](std::string_view name) {
+      return detail::items_name_field(items, name);
+    });
     std::vector<std::string> unexpected;
     for (const TensorDict::Item& it : items) {
       if (it.first.empty()) continue;
@@ -471,8 +472,8 @@ class TensorClass {
                       kind == EntryKind::NonTensor ? &it.second.non_tensor().data() : nullptr);
     }
     if (!unexpected.empty())
-      throw SchemaError(ctx + " got unexpected field(s): " +
-                        detail::join_sorted(std::move(unexpected)));
+      throw SchemaError(ctx +
+                        " got unexpected field(s): " + detail::join_sorted(std::move(unexpected)));
     return TensorDict(items, batch_size, device);
   }
 
@@ -510,8 +511,7 @@ class TensorClass {
       const nlohmann::json& v = it.non_tensor_values();
       for (const auto* side : {&first, &v})
         for (auto kv = side->begin(); kv != side->end(); ++kv)
-          if (!first.contains(kv.key()) || !v.contains(kv.key()) ||
-              first[kv.key()] != v[kv.key()])
+          if (!first.contains(kv.key()) || !v.contains(kv.key()) || first[kv.key()] != v[kv.key()])
             throw SchemaError(std::string(static_type_name()) + "::" + op +
                               "(): non-tensor field '" + kv.key() + "' differs between items");
     }

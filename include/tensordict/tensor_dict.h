@@ -27,8 +27,7 @@ inline const Value* find_in_memory(const Node* n, std::string_view key) noexcept
 }
 
 template <class Part>
-const at::Tensor* find_memory_tensor(const Node* n, const Part* parts,
-                                     std::size_t count) noexcept {
+const at::Tensor* find_memory_tensor(const Node* n, const Part* parts, std::size_t count) noexcept {
   if (n == nullptr || count == 0) return nullptr;
   // The intermediate levels, then the leaf: a loop with a known trip count,
   // which the compiler unrolls for a braced path (then the tags of literal
@@ -72,8 +71,7 @@ class TensorDict : public TensorDictBase {
   TensorDict(const std::vector<Item>& items, at::IntArrayRef batch_size = {},
              std::optional<at::Device> device = std::nullopt);
   /// An empty TensorDict with this batch size (and device).
-  explicit TensorDict(at::IntArrayRef batch_size,
-                      std::optional<at::Device> device = std::nullopt);
+  explicit TensorDict(at::IntArrayRef batch_size, std::optional<at::Device> device = std::nullopt);
   /// Wraps an existing in-memory storage (see TensorDictBase::as).
   explicit TensorDict(std::shared_ptr<Node> node);
 

@@ -8,20 +8,20 @@
 #include <c10/core/Device.h>
 #include <c10/util/ArrayRef.h>
 #include <tensordict/errors.h>
-#include <tensordict/storage/memmap_options.h>
 #include <tensordict/nested_key.h>
-#include <tensordict/row_selection.h>
 #include <tensordict/non_tensor.h>
+#include <tensordict/row_selection.h>
 #include <tensordict/state_dict.h>
+#include <tensordict/storage/memmap_options.h>
 
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
-#include <string_view>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -111,9 +111,7 @@ class TensorDictBase {
   Node& node() const;
   const std::shared_ptr<Node>& node_ptr() const noexcept { return node_; }
   /// True when both handles refer to the same tensordict.
-  bool is_same(const TensorDictBase& other) const noexcept {
-    return node_ == other.node_;
-  }
+  bool is_same(const TensorDictBase& other) const noexcept { return node_ == other.node_; }
   /// The class name Python would print ("TensorDict", ...).
   std::string type_name() const;
 
@@ -126,10 +124,8 @@ class TensorDictBase {
   template <class T>
   T as() const {
     if (!is<T>())
-      throw TypeError("cannot view a " +
-                      (defined() ? type_name() : std::string("null handle")) +
-                      " as " +
-                      T::static_type_name());
+      throw TypeError("cannot view a " + (defined() ? type_name() : std::string("null handle")) +
+                      " as " + T::static_type_name());
     return T(node_);
   }
 
@@ -158,16 +154,13 @@ class TensorDictBase {
   TensorDictBase& clear_device_();
 
   // ---- keys and iteration -----------------------------------------------
-  std::vector<NestedKey> keys(bool include_nested = false,
-                              bool leaves_only = false) const;
+  std::vector<NestedKey> keys(bool include_nested = false, bool leaves_only = false) const;
   std::vector<NestedKey> keys(const KeysOptions& options) const;
-  std::vector<Value> values(bool include_nested = false,
-                            bool leaves_only = false) const;
+  std::vector<Value> values(bool include_nested = false, bool leaves_only = false) const;
   std::vector<Value> values(const KeysOptions& options) const;
-  std::vector<std::pair<NestedKey, Value>> items(
-      bool include_nested = false, bool leaves_only = false) const;
-  std::vector<std::pair<NestedKey, Value>> items(
-      const KeysOptions& options) const;
+  std::vector<std::pair<NestedKey, Value>> items(bool include_nested = false,
+                                                 bool leaves_only = false) const;
+  std::vector<std::pair<NestedKey, Value>> items(const KeysOptions& options) const;
   /// (key, value) of every non-tensor entry (a NonTensorStack gives its
   /// nested list, as get_non_tensor).
   std::vector<std::pair<NestedKey, nlohmann::json>> non_tensor_items(
@@ -193,16 +186,15 @@ class TensorDictBase {
   /// The tensor at key. KeyError when missing, TypeError when the entry is not
   /// a tensor.
   at::Tensor get(const NestedKey& key) const {
-    if (const at::Tensor* t = detail::find_memory_tensor(
-            node_.get(), key.parts().data(), key.size()))
+    if (const at::Tensor* t =
+            detail::find_memory_tensor(node_.get(), key.parts().data(), key.size()))
       return *t;
     return get_checked(key);
   }
   /// get() of a braced path, e.g. get({"next", "obs"}): same result, without
   /// building a NestedKey (the hot path of nested reads).
   at::Tensor get(std::initializer_list<std::string_view> path) const {
-    if (const at::Tensor* t =
-            detail::find_memory_tensor(node_.get(), path.begin(), path.size()))
+    if (const at::Tensor* t = detail::find_memory_tensor(node_.get(), path.begin(), path.size()))
       return *t;
     return get_checked(path);
   }
@@ -214,8 +206,7 @@ class TensorDictBase {
   /// NonTensorStack's nested list of per-element values (Python's td[key]).
   /// KeyError when missing, TypeError for a tensor or a tensordict.
   nlohmann::json get_non_tensor(const NestedKey& key) const;
-  nlohmann::json get_non_tensor(const NestedKey& key,
-                                nlohmann::json default_value) const;
+  nlohmann::json get_non_tensor(const NestedKey& key, nlohmann::json default_value) const;
   /// The per-element values at key: a NonTensorStack as stored, or a
   /// NonTensorData repeated over its batch size (Python's maybe_to_stack).
   /// KeyError when missing; TypeError for a tensor, a tensordict, or a
@@ -254,8 +245,7 @@ class TensorDictBase {
   TensorDictBase create_nested(const NestedKey& key);
   /// Recursive merge of `other` into this tensordict: keys are added or
   /// replaced; nested tensordicts are merged. See UpdateOptions.
-  TensorDictBase& update(const TensorDictBase& other,
-                         const UpdateOptions& options = {});
+  TensorDictBase& update(const TensorDictBase& other, const UpdateOptions& options = {});
   /// Strictly in-place update: every key of `other` (or of keys_to_update)
   /// must exist here (KeyError); values are copied into the existing storage.
   /// Allowed on locked tensordicts.
@@ -399,11 +389,10 @@ class TensorDictBase {
   /// the destination dtype. A non-tensor value different from the stored
   /// NonTensorData turns it into a NonTensorStack (allowed while locked, as in
   /// Python, but not on a memory-mapped or shared tensordict: LockedError);
-  /// a NonTensorStack is written element by element. `value`'s batch size must equal the indexed batch
-  /// size or be a suffix of it (then it is broadcast). Keys missing here are
-  /// pre-allocated as zeros of shape [*batch_size, *feature] (LockedError when
-  /// locked); keys of this tensordict absent from `value` are untouched.
-  /// Everything is checked before anything is written.
+  /// a NonTensorStack is written element by element. `value`'s batch size must equal the indexed
+  /// batch size or be a suffix of it (then it is broadcast). Keys missing here are pre-allocated as
+  /// zeros of shape [*batch_size, *feature] (LockedError when locked); keys of this tensordict
+  /// absent from `value` are untouched. Everything is checked before anything is written.
   TensorDictBase& index_put_(IndexList index, const TensorDictBase& value);
   /// Writes `value` (broadcast) at `idx` into every tensor leaf.
   TensorDictBase& index_put_(IndexList index, const at::Tensor& value);
@@ -411,8 +400,7 @@ class TensorDictBase {
   /// get(key)[idx], reading only those rows from storages that can.
   at::Tensor get_at(const NestedKey& key, IndexList index) const;
   /// Writes `value` into get(key)[idx] in place (KeyError when missing).
-  TensorDictBase& set_at_(const NestedKey& key, const at::Tensor& value,
-                          IndexList index);
+  TensorDictBase& set_at_(const NestedKey& key, const at::Tensor& value, IndexList index);
   /// index_put_ restricted to existing keys: every key of `other` must exist
   /// here (KeyError), nothing is pre-allocated. Allowed on locked tensordicts.
   TensorDictBase& update_at_(const TensorDictBase& other, IndexList index,
@@ -455,13 +443,12 @@ class TensorDictBase {
   // ---- apply and arithmetic ---------------------------------------------------
   using LeafFn = std::function<at::Tensor(const at::Tensor&)>;
   using LeafFn2 = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
-  using NamedLeafFn =
-      std::function<at::Tensor(const NestedKey&, const at::Tensor&)>;
+  using NamedLeafFn = std::function<at::Tensor(const NestedKey&, const at::Tensor&)>;
   /// A new TensorDict with fn applied to every tensor leaf (nested included).
   /// A leaf for which fn returns an undefined tensor is dropped. With
   /// `batch_size`, the result has that batch size (for shape-changing fns).
   TensorDictBase apply(const LeafFn& fn,
-                   std::optional<std::vector<int64_t>> batch_size = std::nullopt) const;
+                       std::optional<std::vector<int64_t>> batch_size = std::nullopt) const;
   /// fn(leaf, other_leaf) for every tensor leaf; KeyError when `other` lacks a
   /// key of this tensordict.
   TensorDictBase apply(const LeafFn2& fn, const TensorDictBase& other) const;
@@ -542,8 +529,8 @@ class TensorDictBase {
   TensorDictBase gt(const at::Scalar& other) const;
   TensorDictBase ge(const at::Scalar& other) const;
   /// Same keys, shapes and close values (at::allclose per leaf).
-  bool allclose(const TensorDictBase& other, double rtol = 1e-5,
-                double atol = 1e-8, bool equal_nan = false) const;
+  bool allclose(const TensorDictBase& other, double rtol = 1e-5, double atol = 1e-8,
+                bool equal_nan = false) const;
   /// Same keys, shapes, dtypes and values (non-tensors compared too).
   bool equal(const TensorDictBase& other) const;
 
@@ -586,12 +573,12 @@ std::ostream& operator<<(std::ostream& os, const TensorDictBase& td);
 /// One entry of a tensordict: a tensor, a nested tensordict, or a non-tensor.
 class Value {
  public:
-  Value(at::Tensor tensor) : v_(std::move(tensor)) {}  // NOLINT(implicit)
-  Value(TensorDictBase td) : v_(std::move(td)) {}      // NOLINT(implicit)
-  Value(NonTensorData data) : v_(std::move(data)) {}   // NOLINT(implicit)
+  Value(at::Tensor tensor) : v_(std::move(tensor)) {}    // NOLINT(implicit)
+  Value(TensorDictBase td) : v_(std::move(td)) {}        // NOLINT(implicit)
+  Value(NonTensorData data) : v_(std::move(data)) {}     // NOLINT(implicit)
   Value(NonTensorStack stack) : v_(std::move(stack)) {}  // NOLINT(implicit)
   /// A string is stored as NonTensorData.
-  Value(const char* s) : v_(NonTensorData(nlohmann::json(s))) {}  // NOLINT
+  Value(const char* s) : v_(NonTensorData(nlohmann::json(s))) {}             // NOLINT
   Value(std::string s) : v_(NonTensorData(nlohmann::json(std::move(s)))) {}  // NOLINT
   /// Numbers are not converted implicitly (a literal 0 would otherwise become
   /// a null string): pass a tensor, or NonTensorData(json) for a JSON number.

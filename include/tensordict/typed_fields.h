@@ -36,8 +36,8 @@
 ///     TENSORDICT_NON_TENSOR_FIELDS.
 
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json.hpp>
 #include <tensordict/errors.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
@@ -144,27 +144,155 @@ constexpr bool is_typed_tensordict() {
 // Methods of TensorDictBase, TypedTensorDict and TensorClass: a field of the
 // same name would hide them (or, for set_x, its setter would).
 inline constexpr std::string_view kReservedFieldNames[] = {
-    "abs", "add", "add_", "all", "allclose", "amax", "amin", "any", "apply", "apply_",
-    "as", "at", "batch_dims", "batch_size", "cat", "chunk", "clamp", "clear_device_",
-    "clone", "contains", "contiguous", "copy", "cpu", "create_nested", "defined",
-    "del_", "detach", "detach_", "device", "dim", "div", "div_", "empty", "entry_kind",
-    "eq", "equal", "exclude", "exclude_", "exp", "expand", "field_names", "fields",
-    "fill_", "find", "flatten", "flatten_keys", "for_each", "from_schema",
-    "from_tensordict", "gather", "ge", "get", "get_at", "get_item_shape",
-    "get_non_tensor", "get_tensordict", "gt", "index", "index_put_", "is",
-    "is_contiguous", "is_empty", "is_locked", "is_memmap", "is_node", "is_non_tensor",
-    "is_same", "is_shared", "items", "keys", "lazy_stack", "le", "len", "load_memmap",
-    "lock_", "log", "lt", "masked_fill", "masked_fill_", "masked_select", "max", "mean",
-    "memmap", "memmap_", "memmap_like", "memmap_refresh_", "min", "mul", "mul_",
-    "named_apply", "narrow", "ndim", "ne", "neg", "node", "node_ptr", "non_tensor_items",
-    "non_tensor_values", "num_keys", "numel", "optional_field_names", "permute", "pop",
-    "pow", "python_type", "rename_key_", "repr", "required_field_names",
-    "requires_grad_", "reshape", "save", "saved_path", "select", "select_", "set",
-    "set_", "set_at_", "set_batch_size", "set_non_tensor", "shape", "share_memory_",
-    "shared_name", "sigmoid", "size", "split", "sqrt", "squeeze", "stack",
-    "static_type_name", "sub", "sub_", "sum", "tensordict", "to", "to_string",
-    "to_tensordict", "transpose", "type_name", "unbind", "unflatten", "unflatten_keys",
-    "unlock_", "unsqueeze", "update", "update_", "update_at_", "values", "view", "where",
+    "abs",
+    "add",
+    "add_",
+    "all",
+    "allclose",
+    "amax",
+    "amin",
+    "any",
+    "apply",
+    "apply_",
+    "as",
+    "at",
+    "batch_dims",
+    "batch_size",
+    "cat",
+    "chunk",
+    "clamp",
+    "clear_device_",
+    "clone",
+    "contains",
+    "contiguous",
+    "copy",
+    "cpu",
+    "create_nested",
+    "defined",
+    "del_",
+    "detach",
+    "detach_",
+    "device",
+    "dim",
+    "div",
+    "div_",
+    "empty",
+    "entry_kind",
+    "eq",
+    "equal",
+    "exclude",
+    "exclude_",
+    "exp",
+    "expand",
+    "field_names",
+    "fields",
+    "fill_",
+    "find",
+    "flatten",
+    "flatten_keys",
+    "for_each",
+    "from_schema",
+    "from_tensordict",
+    "gather",
+    "ge",
+    "get",
+    "get_at",
+    "get_item_shape",
+    "get_non_tensor",
+    "get_tensordict",
+    "gt",
+    "index",
+    "index_put_",
+    "is",
+    "is_contiguous",
+    "is_empty",
+    "is_locked",
+    "is_memmap",
+    "is_node",
+    "is_non_tensor",
+    "is_same",
+    "is_shared",
+    "items",
+    "keys",
+    "lazy_stack",
+    "le",
+    "len",
+    "load_memmap",
+    "lock_",
+    "log",
+    "lt",
+    "masked_fill",
+    "masked_fill_",
+    "masked_select",
+    "max",
+    "mean",
+    "memmap",
+    "memmap_",
+    "memmap_like",
+    "memmap_refresh_",
+    "min",
+    "mul",
+    "mul_",
+    "named_apply",
+    "narrow",
+    "ndim",
+    "ne",
+    "neg",
+    "node",
+    "node_ptr",
+    "non_tensor_items",
+    "non_tensor_values",
+    "num_keys",
+    "numel",
+    "optional_field_names",
+    "permute",
+    "pop",
+    "pow",
+    "python_type",
+    "rename_key_",
+    "repr",
+    "required_field_names",
+    "requires_grad_",
+    "reshape",
+    "save",
+    "saved_path",
+    "select",
+    "select_",
+    "set",
+    "set_",
+    "set_at_",
+    "set_batch_size",
+    "set_non_tensor",
+    "shape",
+    "share_memory_",
+    "shared_name",
+    "sigmoid",
+    "size",
+    "split",
+    "sqrt",
+    "squeeze",
+    "stack",
+    "static_type_name",
+    "sub",
+    "sub_",
+    "sum",
+    "tensordict",
+    "to",
+    "to_string",
+    "to_tensordict",
+    "transpose",
+    "type_name",
+    "unbind",
+    "unflatten",
+    "unflatten_keys",
+    "unlock_",
+    "unsqueeze",
+    "update",
+    "update_",
+    "update_at_",
+    "values",
+    "view",
+    "where",
     "zero_",
 };
 
@@ -326,21 +454,22 @@ std::string unqualified_type_name() {
 // ---- macro plumbing: apply a macro to each argument (C++20 __VA_OPT__) -----------
 
 #define TENSORDICT_DETAIL_PARENS ()
-#define TENSORDICT_DETAIL_EXPAND(...)                                                     \
-  TENSORDICT_DETAIL_EXPAND3(TENSORDICT_DETAIL_EXPAND3(                                      \
+#define TENSORDICT_DETAIL_EXPAND(...)                  \
+  TENSORDICT_DETAIL_EXPAND3(TENSORDICT_DETAIL_EXPAND3( \
       TENSORDICT_DETAIL_EXPAND3(TENSORDICT_DETAIL_EXPAND3(__VA_ARGS__))))
-#define TENSORDICT_DETAIL_EXPAND3(...)                                                    \
-  TENSORDICT_DETAIL_EXPAND2(TENSORDICT_DETAIL_EXPAND2(                                      \
+#define TENSORDICT_DETAIL_EXPAND3(...)                 \
+  TENSORDICT_DETAIL_EXPAND2(TENSORDICT_DETAIL_EXPAND2( \
       TENSORDICT_DETAIL_EXPAND2(TENSORDICT_DETAIL_EXPAND2(__VA_ARGS__))))
-#define TENSORDICT_DETAIL_EXPAND2(...)                                                    \
-  TENSORDICT_DETAIL_EXPAND1(TENSORDICT_DETAIL_EXPAND1(                                      \
+#define TENSORDICT_DETAIL_EXPAND2(...)                 \
+  TENSORDICT_DETAIL_EXPAND1(TENSORDICT_DETAIL_EXPAND1( \
       TENSORDICT_DETAIL_EXPAND1(TENSORDICT_DETAIL_EXPAND1(__VA_ARGS__))))
 #define TENSORDICT_DETAIL_EXPAND1(...) __VA_ARGS__
 // 4^3 = 64 rescans, one per field: at most 64 fields per macro call.
 #define TENSORDICT_DETAIL_FOR_EACH(macro, ...) \
   __VA_OPT__(TENSORDICT_DETAIL_EXPAND(TENSORDICT_DETAIL_FOR_EACH_STEP(macro, __VA_ARGS__)))
 #define TENSORDICT_DETAIL_FOR_EACH_STEP(macro, first, ...) \
-  macro(first) __VA_OPT__(TENSORDICT_DETAIL_FOR_EACH_AGAIN TENSORDICT_DETAIL_PARENS(macro, __VA_ARGS__))
+  macro(first)                                             \
+      __VA_OPT__(TENSORDICT_DETAIL_FOR_EACH_AGAIN TENSORDICT_DETAIL_PARENS(macro, __VA_ARGS__))
 #define TENSORDICT_DETAIL_FOR_EACH_AGAIN() TENSORDICT_DETAIL_FOR_EACH_STEP
 #define TENSORDICT_DETAIL_UNPAREN(...) __VA_ARGS__
 #define TENSORDICT_DETAIL_CALL(macro, ...) macro(__VA_ARGS__)
@@ -348,25 +477,26 @@ std::string unqualified_type_name() {
 // ---- per-field pieces ------------------------------------------------------------
 
 #define TENSORDICT_DETAIL_REQUIRED_INFO(name) \
-  , ::tensordict::FieldInfo{#name, true, ::tensordict::FieldKind::Tensor}
+  , ::tensordict::FieldInfo { #name, true, ::tensordict::FieldKind::Tensor }
 #define TENSORDICT_DETAIL_OPTIONAL_INFO(name) \
-  , ::tensordict::FieldInfo{#name, false, ::tensordict::FieldKind::Tensor}
+  , ::tensordict::FieldInfo { #name, false, ::tensordict::FieldKind::Tensor }
 
-#define TENSORDICT_DETAIL_CHECK_NAME(name)                                            \
+#define TENSORDICT_DETAIL_CHECK_NAME(name)                                                  \
   static_assert(::tensordict::detail::field_name_ok(#name, "set_" #name, "set_" #name "_"), \
-                "field '" #name "' would hide a method of the typed wrapper (or its "  \
+                "field '" #name                                                             \
+                "' would hide a method of the typed wrapper (or its "                       \
                 "setter set_" #name " would): rename the field");
 
-#define TENSORDICT_DETAIL_TENSOR_ACCESSORS(name)                                   \
-  TENSORDICT_DETAIL_CHECK_NAME(name)                                               \
-  ::at::Tensor name() const { return this->td_read_tensor_(#name); }               \
-  td_self_& set_##name(const ::at::Tensor& value) {                                \
-    this->td_write_tensor_(#name, value);                                          \
-    return *this;                                                                  \
-  }                                                                                \
-  td_self_& set_##name##_(const ::at::Tensor& value) {                             \
-    this->td_write_tensor_inplace_(#name, value);                                  \
-    return *this;                                                                  \
+#define TENSORDICT_DETAIL_TENSOR_ACCESSORS(name)                     \
+  TENSORDICT_DETAIL_CHECK_NAME(name)                                 \
+  ::at::Tensor name() const { return this->td_read_tensor_(#name); } \
+  td_self_& set_##name(const ::at::Tensor& value) {                  \
+    this->td_write_tensor_(#name, value);                            \
+    return *this;                                                    \
+  }                                                                  \
+  td_self_& set_##name##_(const ::at::Tensor& value) {               \
+    this->td_write_tensor_inplace_(#name, value);                    \
+    return *this;                                                    \
   }
 
 #define TENSORDICT_DETAIL_NON_TENSOR_INFO_(type, name) \
@@ -374,38 +504,38 @@ std::string unqualified_type_name() {
 #define TENSORDICT_DETAIL_NON_TENSOR_INFO(pair) \
   TENSORDICT_DETAIL_CALL(TENSORDICT_DETAIL_NON_TENSOR_INFO_, TENSORDICT_DETAIL_UNPAREN pair)
 
-#define TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS_(type, name)                            \
-  TENSORDICT_DETAIL_CHECK_NAME(name)                                                   \
-  static_assert(::tensordict::detail::json_convertible<type>(),                        \
-                "non-tensor field '" #name "': nlohmann::json cannot convert " #type   \
+#define TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS_(type, name)                                \
+  TENSORDICT_DETAIL_CHECK_NAME(name)                                                       \
+  static_assert(::tensordict::detail::json_convertible<type>(),                            \
+                "non-tensor field '" #name "': nlohmann::json cannot convert " #type       \
                 "; give the type to_json/from_json (NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE)"); \
-  type name() const { return this->template td_read_non_tensor_<type>(#name); }       \
-  td_self_& set_##name(const type& value) {                                            \
-    this->td_write_non_tensor_(#name, ::tensordict::detail::to_json_value(value));     \
-    return *this;                                                                      \
+  type name() const { return this->template td_read_non_tensor_<type>(#name); }            \
+  td_self_& set_##name(const type& value) {                                                \
+    this->td_write_non_tensor_(#name, ::tensordict::detail::to_json_value(value));         \
+    return *this;                                                                          \
   }
 #define TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS(pair) \
   TENSORDICT_DETAIL_CALL(TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS_, TENSORDICT_DETAIL_UNPAREN pair)
 
 #define TENSORDICT_DETAIL_NESTED_INFO_(type, name) \
-  , ::tensordict::FieldInfo{#name, true, ::tensordict::FieldKind::Nested, #type}
+  , ::tensordict::FieldInfo { #name, true, ::tensordict::FieldKind::Nested, #type }
 #define TENSORDICT_DETAIL_NESTED_INFO(pair) \
   TENSORDICT_DETAIL_CALL(TENSORDICT_DETAIL_NESTED_INFO_, TENSORDICT_DETAIL_UNPAREN pair)
 
-#define TENSORDICT_DETAIL_NESTED_ACCESSORS_(type, name)                                 \
-  TENSORDICT_DETAIL_CHECK_NAME(name)                                                    \
-  static_assert(::tensordict::detail::is_typed_tensordict<type>(),                      \
+#define TENSORDICT_DETAIL_NESTED_ACCESSORS_(type, name)                                     \
+  TENSORDICT_DETAIL_CHECK_NAME(name)                                                        \
+  static_assert(::tensordict::detail::is_typed_tensordict<type>(),                          \
                 "nested field '" #name "': " #type " must be a td::TypedTensorDict class"); \
-  type name() const {                                                                   \
-    return type::from_tensordict(this->td_read_nested_(#name), /*check=*/false);        \
-  }                                                                                     \
-  td_self_& set_##name(const type& value) {                                             \
-    this->td_write_nested_(#name, value);                                               \
-    return *this;                                                                       \
-  }                                                                                     \
-  td_self_& set_##name##_(const type& value) {                                          \
-    this->td_write_nested_inplace_(#name, value);                                       \
-    return *this;                                                                       \
+  type name() const {                                                                       \
+    return type::from_tensordict(this->td_read_nested_(#name), /*check=*/false);            \
+  }                                                                                         \
+  td_self_& set_##name(const type& value) {                                                 \
+    this->td_write_nested_(#name, value);                                                   \
+    return *this;                                                                           \
+  }                                                                                         \
+  td_self_& set_##name##_(const type& value) {                                              \
+    this->td_write_nested_inplace_(#name, value);                                           \
+    return *this;                                                                           \
   }
 #define TENSORDICT_DETAIL_NESTED_ACCESSORS(pair) \
   TENSORDICT_DETAIL_CALL(TENSORDICT_DETAIL_NESTED_ACCESSORS_, TENSORDICT_DETAIL_UNPAREN pair)
@@ -414,42 +544,42 @@ std::string unqualified_type_name() {
 
 /// Declares required tensor fields (and brings in the wrapper's constructors).
 /// Use exactly once per class, with no argument when the class adds none.
-#define TENSORDICT_FIELDS(...)                                                        \
- public:                                                                              \
-  using td_wrapper_::td_wrapper_;                                                     \
-  static constexpr auto td_required_fields_() {                                       \
-    return ::tensordict::detail::make_field_group<td_self_>(                          \
-        ::tensordict::detail::FieldGroupStart{}                                       \
-            TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_REQUIRED_INFO, __VA_ARGS__)); \
-  }                                                                                   \
-  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_TENSOR_ACCESSORS, __VA_ARGS__)         \
+#define TENSORDICT_FIELDS(...)                                                \
+ public:                                                                      \
+  using td_wrapper_::td_wrapper_;                                             \
+  static constexpr auto td_required_fields_() {                               \
+    return ::tensordict::detail::make_field_group<td_self_>(                  \
+        ::tensordict::detail::FieldGroupStart {} TENSORDICT_DETAIL_FOR_EACH(  \
+            TENSORDICT_DETAIL_REQUIRED_INFO, __VA_ARGS__));                   \
+  }                                                                           \
+  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_TENSOR_ACCESSORS, __VA_ARGS__) \
   static_assert(true, "")
 
 /// Declares tensor fields that may be absent (Python's NotRequired[Tensor]).
-#define TENSORDICT_OPTIONAL_FIELDS(...)                                               \
- public:                                                                              \
-  static constexpr auto td_optional_fields_() {                                       \
-    return ::tensordict::detail::make_field_group<td_self_>(                          \
-        ::tensordict::detail::FieldGroupStart{}                                       \
-            TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_OPTIONAL_INFO, __VA_ARGS__)); \
-  }                                                                                   \
-  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_TENSOR_ACCESSORS, __VA_ARGS__)         \
+#define TENSORDICT_OPTIONAL_FIELDS(...)                                       \
+ public:                                                                      \
+  static constexpr auto td_optional_fields_() {                               \
+    return ::tensordict::detail::make_field_group<td_self_>(                  \
+        ::tensordict::detail::FieldGroupStart {} TENSORDICT_DETAIL_FOR_EACH(  \
+            TENSORDICT_DETAIL_OPTIONAL_INFO, __VA_ARGS__));                   \
+  }                                                                           \
+  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_TENSOR_ACCESSORS, __VA_ARGS__) \
   static_assert(true, "")
 
 /// Declares non-tensor fields as (type, name) pairs, stored as NonTensorData
 /// (JSON) leaves. TensorClass only. A std::optional<T> field reads nullopt
 /// when absent; other types throw SchemaError "declared but not set".
-#define TENSORDICT_NON_TENSOR_FIELDS(...)                                             \
- public:                                                                              \
-  static_assert(td_allows_non_tensor_,                                                \
-                "TypedTensorDict fields are tensors only (as in Python): declare "    \
-                "non-tensor fields in a td::TensorClass");                            \
-  static constexpr auto td_non_tensor_fields_() {                                     \
-    return ::tensordict::detail::make_field_group<td_self_>(                          \
-        ::tensordict::detail::FieldGroupStart{}                                       \
-            TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NON_TENSOR_INFO, __VA_ARGS__)); \
-  }                                                                                   \
-  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS, __VA_ARGS__)     \
+#define TENSORDICT_NON_TENSOR_FIELDS(...)                                          \
+ public:                                                                           \
+  static_assert(td_allows_non_tensor_,                                             \
+                "TypedTensorDict fields are tensors only (as in Python): declare " \
+                "non-tensor fields in a td::TensorClass");                         \
+  static constexpr auto td_non_tensor_fields_() {                                  \
+    return ::tensordict::detail::make_field_group<td_self_>(                       \
+        ::tensordict::detail::FieldGroupStart {} TENSORDICT_DETAIL_FOR_EACH(       \
+            TENSORDICT_DETAIL_NON_TENSOR_INFO, __VA_ARGS__));                      \
+  }                                                                                \
+  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NON_TENSOR_ACCESSORS, __VA_ARGS__)  \
   static_assert(true, "")
 
 /// Declares required nested fields as (Type, name) pairs: the entry `name` is
@@ -457,12 +587,12 @@ std::string unqualified_type_name() {
 /// as Python's `next: NextState` annotation. `x()` wraps the nested level live
 /// (its own fields are checked when read), `set_x(v)` stores v there,
 /// `set_x_(v)` copies v's entries into the existing ones (update_).
-#define TENSORDICT_NESTED_FIELDS(...)                                                 \
- public:                                                                              \
-  static constexpr auto td_nested_fields_() {                                         \
-    return ::tensordict::detail::make_field_group<td_self_>(                          \
-        ::tensordict::detail::FieldGroupStart{}                                       \
-            TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NESTED_INFO, __VA_ARGS__));  \
-  }                                                                                   \
-  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NESTED_ACCESSORS, __VA_ARGS__)         \
+#define TENSORDICT_NESTED_FIELDS(...)                                         \
+ public:                                                                      \
+  static constexpr auto td_nested_fields_() {                                 \
+    return ::tensordict::detail::make_field_group<td_self_>(                  \
+        ::tensordict::detail::FieldGroupStart {} TENSORDICT_DETAIL_FOR_EACH(  \
+            TENSORDICT_DETAIL_NESTED_INFO, __VA_ARGS__));                     \
+  }                                                                           \
+  TENSORDICT_DETAIL_FOR_EACH(TENSORDICT_DETAIL_NESTED_ACCESSORS, __VA_ARGS__) \
   static_assert(true, "")

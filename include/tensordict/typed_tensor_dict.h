@@ -48,10 +48,10 @@
 
 #include <tensordict/errors.h>
 #include <tensordict/lazy_stack.h>
-#include <tensordict/storage/memmap.h>
 #include <tensordict/node.h>
 #include <tensordict/schema.h>
 #include <tensordict/stack.h>
+#include <tensordict/storage/memmap.h>
 #include <tensordict/tensor_dict.h>
 #include <tensordict/tensor_dict_base.h>
 #include <tensordict/typed_fields.h>
@@ -94,12 +94,10 @@ class TypedTensorDict : public Base {
   /// constructor. SchemaError "missing required field(s): ..." or "got
   /// unexpected field(s): ..." (checked first, sorted names); a nested key
   /// counts as its first level.
-  TypedTensorDict(std::initializer_list<TensorDict::Item> items,
-                  at::IntArrayRef batch_size = {},
+  TypedTensorDict(std::initializer_list<TensorDict::Item> items, at::IntArrayRef batch_size = {},
                   std::optional<at::Device> device = std::nullopt)
       : Base(td_construct_(items, batch_size, device)) {}
-  TypedTensorDict(const std::vector<TensorDict::Item>& items,
-                  at::IntArrayRef batch_size = {},
+  TypedTensorDict(const std::vector<TensorDict::Item>& items, at::IntArrayRef batch_size = {},
                   std::optional<at::Device> device = std::nullopt)
       : Base(td_construct_(items, batch_size, device)) {}
   /// Wraps a storage without any check (what as<Derived>() uses).
@@ -117,7 +115,9 @@ class TypedTensorDict : public Base {
   }
   /// Python's __expected_keys__, __required_keys__, __optional_keys__ (in
   /// declaration order).
-  static std::vector<std::string> field_names() { return detail::field_names(fields(), true, true); }
+  static std::vector<std::string> field_names() {
+    return detail::field_names(fields(), true, true);
+  }
   static std::vector<std::string> required_field_names() {
     return detail::field_names(fields(), true, false);
   }
@@ -157,9 +157,9 @@ class TypedTensorDict : public Base {
   /// With `check`, the schema must hold every required field (SchemaError,
   /// before anything is allocated).
   template <class Storage = storage::Memory>
-    requires(!std::is_convertible_v<const Storage&, std::string>)
-  static Derived from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
-                             const Storage& storage = {}, bool check = true) {
+  requires(!std::is_convertible_v<const Storage&, std::string>) static Derived
+      from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
+                  const Storage& storage = {}, bool check = true) {
     if (check) td_check_schema_(schema);
     return from_tensordict(tensordict::from_schema(schema, batch_size, storage), check);
   }
@@ -168,8 +168,7 @@ class TypedTensorDict : public Base {
                              const std::string& storage, const StorageOptions& options = {},
                              bool check = true) {
     if (check) td_check_schema_(schema);
-    return from_tensordict(tensordict::from_schema(schema, batch_size, storage, options),
-                           check);
+    return from_tensordict(tensordict::from_schema(schema, batch_size, storage, options), check);
   }
 
   /// from_tensordict(td::load_memmap(prefix), check).
@@ -205,9 +204,7 @@ class TypedTensorDict : public Base {
   Derived contiguous() const { return td_wrap_(TensorDictBase::contiguous()); }
   Derived detach() const { return td_wrap_(TensorDictBase::detach()); }
   Derived view(at::IntArrayRef shape) const { return td_wrap_(TensorDictBase::view(shape)); }
-  Derived reshape(at::IntArrayRef shape) const {
-    return td_wrap_(TensorDictBase::reshape(shape));
-  }
+  Derived reshape(at::IntArrayRef shape) const { return td_wrap_(TensorDictBase::reshape(shape)); }
   Derived flatten(int64_t start_dim = 0, int64_t end_dim = -1) const {
     return td_wrap_(TensorDictBase::flatten(start_dim, end_dim));
   }
@@ -217,9 +214,7 @@ class TypedTensorDict : public Base {
   Derived squeeze(int64_t dim) const { return td_wrap_(TensorDictBase::squeeze(dim)); }
   Derived squeeze() const { return td_wrap_(TensorDictBase::squeeze()); }
   Derived unsqueeze(int64_t dim) const { return td_wrap_(TensorDictBase::unsqueeze(dim)); }
-  Derived permute(at::IntArrayRef dims) const {
-    return td_wrap_(TensorDictBase::permute(dims));
-  }
+  Derived permute(at::IntArrayRef dims) const { return td_wrap_(TensorDictBase::permute(dims)); }
   Derived transpose(int64_t dim0, int64_t dim1) const {
     return td_wrap_(TensorDictBase::transpose(dim0, dim1));
   }
@@ -275,10 +270,9 @@ class TypedTensorDict : public Base {
     static_assert(std::is_base_of_v<TypedTensorDict, Derived>,
                   "TypedTensorDict<Derived, ...>: Derived must be the class deriving from it "
                   "(struct Replay : td::TypedTensorDict<Replay>)");
-    static_assert(
-        std::is_same_v<typename decltype(Derived::td_required_fields_())::owner, Derived>,
-        "declare the fields of every TypedTensorDict class with TENSORDICT_FIELDS(...) "
-        "(TENSORDICT_FIELDS() when it adds none): it also brings in the constructors");
+    static_assert(std::is_same_v<typename decltype(Derived::td_required_fields_())::owner, Derived>,
+                  "declare the fields of every TypedTensorDict class with TENSORDICT_FIELDS(...) "
+                  "(TENSORDICT_FIELDS() when it adds none): it also brings in the constructors");
     return detail::concat_fields(td_parent_fields_(),
                                  detail::own_fields<Derived>(Derived::td_required_fields_()),
                                  detail::own_fields<Derived>(Derived::td_optional_fields_()),
@@ -331,15 +325,16 @@ class TypedTensorDict : public Base {
   static std::shared_ptr<Node> td_construct_(const Items& items, at::IntArrayRef batch_size,
                                              std::optional<at::Device> device) {
     const std::string ctx = std::string(static_type_name()) + "()";
-    detail::check_required_present(
-        fields(), ctx, [&](std::string_view name) { return detail::items_name_field(items, name); });
+    detail::check_required_present(fields(), ctx, [&](std::string_view name) {
+      return detail::items_name_field(items, name);
+    });
     std::vector<std::string> unexpected;
     for (const TensorDict::Item& it : items)
       if (!it.first.empty() && !detail::find_field(fields(), it.first.front()))
         unexpected.push_back(it.first.front());
     if (!unexpected.empty())
-      throw SchemaError(ctx + " got unexpected field(s): " +
-                        detail::join_sorted(std::move(unexpected)));
+      throw SchemaError(ctx +
+                        " got unexpected field(s): " + detail::join_sorted(std::move(unexpected)));
     return TensorDict(items, batch_size, device).node_ptr();
   }
 

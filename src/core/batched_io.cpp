@@ -73,8 +73,7 @@ void BatchedReads::run(const RowSelection& rows, bool clone_results) {
   }
 }
 
-void BatchedWrites::add(Node* root, std::shared_ptr<Node> node, NestedKey path,
-                        at::Tensor value) {
+void BatchedWrites::add(Node* root, std::shared_ptr<Node> node, NestedKey path, at::Tensor value) {
   Group* g = nullptr;
   for (auto& candidate : groups_)
     if (candidate.root == root) g = &candidate;

@@ -30,23 +30,40 @@ std::string format_key_list(const std::vector<std::string>& keys) {
 
 const char* dtype_name(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::ScalarType::Bool: return "bool";
-    case c10::ScalarType::Byte: return "uint8";
-    case c10::ScalarType::Char: return "int8";
-    case c10::ScalarType::Short: return "int16";
-    case c10::ScalarType::Int: return "int32";
-    case c10::ScalarType::Long: return "int64";
-    case c10::ScalarType::Half: return "float16";
-    case c10::ScalarType::BFloat16: return "bfloat16";
-    case c10::ScalarType::Float: return "float32";
-    case c10::ScalarType::Double: return "float64";
-    case c10::ScalarType::ComplexHalf: return "complex32";
-    case c10::ScalarType::ComplexFloat: return "complex64";
-    case c10::ScalarType::ComplexDouble: return "complex128";
-    case c10::ScalarType::QInt8: return "qint8";
-    case c10::ScalarType::QUInt8: return "quint8";
-    case c10::ScalarType::QInt32: return "qint32";
-    default: return c10::toString(dtype);
+    case c10::ScalarType::Bool:
+      return "bool";
+    case c10::ScalarType::Byte:
+      return "uint8";
+    case c10::ScalarType::Char:
+      return "int8";
+    case c10::ScalarType::Short:
+      return "int16";
+    case c10::ScalarType::Int:
+      return "int32";
+    case c10::ScalarType::Long:
+      return "int64";
+    case c10::ScalarType::Half:
+      return "float16";
+    case c10::ScalarType::BFloat16:
+      return "bfloat16";
+    case c10::ScalarType::Float:
+      return "float32";
+    case c10::ScalarType::Double:
+      return "float64";
+    case c10::ScalarType::ComplexHalf:
+      return "complex32";
+    case c10::ScalarType::ComplexFloat:
+      return "complex64";
+    case c10::ScalarType::ComplexDouble:
+      return "complex128";
+    case c10::ScalarType::QInt8:
+      return "qint8";
+    case c10::ScalarType::QUInt8:
+      return "quint8";
+    case c10::ScalarType::QInt32:
+      return "qint32";
+    default:
+      return c10::toString(dtype);
   }
 }
 
@@ -64,11 +81,16 @@ std::string dtype_to_string(at::ScalarType dtype) { return detail::torch_dtype_r
 
 at::ScalarType dtype_from_string(const std::string& s) {
   static const std::pair<const char*, at::ScalarType> table[] = {
-      {"torch.bool", at::kBool},         {"torch.uint8", at::kByte},
-      {"torch.int8", at::kChar},         {"torch.int16", at::kShort},
-      {"torch.int32", at::kInt},         {"torch.int64", at::kLong},
-      {"torch.float16", at::kHalf},      {"torch.bfloat16", at::kBFloat16},
-      {"torch.float32", at::kFloat},     {"torch.float64", at::kDouble},
+      {"torch.bool", at::kBool},
+      {"torch.uint8", at::kByte},
+      {"torch.int8", at::kChar},
+      {"torch.int16", at::kShort},
+      {"torch.int32", at::kInt},
+      {"torch.int64", at::kLong},
+      {"torch.float16", at::kHalf},
+      {"torch.bfloat16", at::kBFloat16},
+      {"torch.float32", at::kFloat},
+      {"torch.float64", at::kDouble},
       {"torch.complex32", at::ScalarType::ComplexHalf},
       {"torch.complex64", at::kComplexFloat},
       {"torch.complex128", at::kComplexDouble},

@@ -16,17 +16,18 @@ using at::indexing::TensorIndex;
 
 int64_t wrap_dim(int64_t dim, int64_t n, const char* op) {
   if (dim < -n || dim >= n || n == 0)
-    throw IndexError(std::string(op) + ": dimension " + std::to_string(dim) +
-                     " out of range for " + std::to_string(n) +
-                     " batch dimension(s)");
+    throw IndexError(std::string(op) + ": dimension " + std::to_string(dim) + " out of range for " +
+                     std::to_string(n) + " batch dimension(s)");
   return dim < 0 ? dim + n : dim;
 }
 
 // Slice bounds are int64_t in LibTorch 1.x and c10::SymInt in 2.x.
 template <class T>
 int64_t as_int(const T& v) {
-  if constexpr (std::is_integral_v<T>) return v;
-  else return v.expect_int();
+  if constexpr (std::is_integral_v<T>)
+    return v;
+  else
+    return v.expect_int();
 }
 
 bool is_full_slice(const TensorIndex& i) {
@@ -87,8 +88,7 @@ bool is_mask(const at::Tensor& t) {
 
 }  // namespace
 
-TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
-                                bool check_bounds) {
+TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch, bool check_bounds) {
   const int64_t B = static_cast<int64_t>(batch.size());
   TranslatedIndex out;
   int64_t consumed = 0;
@@ -105,9 +105,8 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
   }
   if (ellipses > 1) throw IndexError("an index can only have a single ellipsis");
   if (consumed > B)
-    throw IndexError("too many indices for a tensordict of batch size " +
-                     format_shape(batch) + ": the index consumes " +
-                     std::to_string(consumed) + " dimension(s)");
+    throw IndexError("too many indices for a tensordict of batch size " + format_shape(batch) +
+                     ": the index consumes " + std::to_string(consumed) + " dimension(s)");
   out.items.reserve(index.size() + static_cast<std::size_t>(B));
   int64_t dim = 0;  // batch dim the next item applies to
   int masks_expanded = 0;
@@ -120,12 +119,12 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
       const auto& t = i.tensor();
       if (is_mask(t) && t.dim() > 0) {
         // A mask becomes long indices once, not once per leaf.
-        auto expected = batch.slice(static_cast<std::size_t>(dim),
-                                    static_cast<std::size_t>(t.dim()));
+        auto expected =
+            batch.slice(static_cast<std::size_t>(dim), static_cast<std::size_t>(t.dim()));
         if (t.sizes() != expected)
           throw IndexError("the mask of shape " + format_shape(t.sizes()) +
-                           " does not match the batch dims " +
-                           format_shape(expected) + " it indexes");
+                           " does not match the batch dims " + format_shape(expected) +
+                           " it indexes");
         auto nz = t.to(at::kBool).nonzero();
         for (auto& col : nz.unbind(1)) out.items.emplace_back(col);
         dim += t.dim();
@@ -159,8 +158,7 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
         int64_t lo = lo_t.item<int64_t>(), hi = hi_t.item<int64_t>();
         if (lo < -n || hi >= n)
           throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
-                           " is out of bounds for batch dim 0 of size " +
-                           std::to_string(n));
+                           " is out of bounds for batch dim 0 of size " + std::to_string(n));
         if (lo < 0) out.first_dim_long = at::remainder(out.first_dim_long, n);
       }
       out.batch.assign(out.first_dim_long.sizes().begin(), out.first_dim_long.sizes().end());
@@ -176,8 +174,8 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
     const at::Tensor indexed = dummy.index(out.items);
     out.batch.assign(indexed.sizes().begin(), indexed.sizes().end());
   } catch (const c10::Error& e) {
-    throw IndexError("invalid index for a tensordict of batch size " +
-                     format_shape(batch) + ": " + e.what_without_backtrace());
+    throw IndexError("invalid index for a tensordict of batch size " + format_shape(batch) + ": " +
+                     e.what_without_backtrace());
   }
   return out;
 }
@@ -188,10 +186,14 @@ at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index) {
     int64_t dim = 0;
     auto step = [&dim](const at::Tensor& x, const Op& op) -> at::Tensor {
       switch (op.kind) {
-        case Op::Select: return x.select(dim, op.start);
-        case Op::Slice: return x.slice(dim++, op.start, op.stop, op.step);
-        case Op::Unsqueeze: return x.unsqueeze(dim++);
-        case Op::Empty: break;
+        case Op::Select:
+          return x.select(dim, op.start);
+        case Op::Slice:
+          return x.slice(dim++, op.start, op.stop, op.step);
+        case Op::Unsqueeze:
+          return x.unsqueeze(dim++);
+        case Op::Empty:
+          break;
       }
       // Op::Empty (a false bool): a new dim of size 0.
       at::Tensor r = x.unsqueeze(dim).slice(dim, 0, 0);
@@ -234,8 +236,7 @@ namespace {
 // block of bytes, so one memmove does it. select().copy_() goes through the
 // dispatcher and TensorIterator, about 3 us per leaf, which made writing one
 // replay-buffer transition (5 leaves, 41 KiB) 5x its memcpy floor.
-bool put_rows_by_memmove(at::Tensor& leaf, const TranslatedIndex& index,
-                         const at::Tensor& value) {
+bool put_rows_by_memmove(at::Tensor& leaf, const TranslatedIndex& index, const at::Tensor& value) {
   using Op = TranslatedIndex::BasicOp;
   if (index.ops.size() != 1 || leaf.dim() == 0) return false;
   const Op& op = index.ops[0];
@@ -270,8 +271,7 @@ bool put_rows_by_memmove(at::Tensor& leaf, const TranslatedIndex& index,
 
 }  // namespace
 
-void put_index(at::Tensor& leaf, const TranslatedIndex& index,
-               const at::Tensor& value) {
+void put_index(at::Tensor& leaf, const TranslatedIndex& index, const at::Tensor& value) {
   if (index.basic) {
     if (put_rows_by_memmove(leaf, index, value)) return;
     apply_index(leaf, index).copy_(value);
@@ -344,7 +344,8 @@ bool RowSelection::rows_sorted() const {
   if (kind_ != Kind::Rows) return false;
   if (t_->rows_sorted < 0) {
     const at::Tensor flat = t_->rows_in_range.reshape({-1});
-    t_->rows_sorted = flat.numel() < 2 || (flat.slice(0, 1) >= flat.slice(0, 0, -1)).all().item<bool>();
+    t_->rows_sorted =
+        flat.numel() < 2 || (flat.slice(0, 1) >= flat.slice(0, 0, -1)).all().item<bool>();
   }
   return t_->rows_sorted > 0;
 }
@@ -428,14 +429,11 @@ c10::SmallVector<int64_t, 5> indexed_batch(const TranslatedIndex& t, at::IntArra
 struct KeyChain {
   const KeyChain* parent;
   std::string_view part;
-  NestedKey key() const {
-    return parent ? parent->key().child(part) : NestedKey(part);
-  }
+  NestedKey key() const { return parent ? parent->key().child(part) : NestedKey(part); }
 };
 
 [[noreturn]] void throw_entry_error(const KeyChain& key, const c10::Error& e) {
-  throw IndexError("indexing entry " + key.key().repr() + " failed: " +
-                   e.what_without_backtrace());
+  throw IndexError("indexing entry " + key.key().repr() + " failed: " + e.what_without_backtrace());
 }
 
 // The walk of one td[index]: the translated index, the root's batch dims,
@@ -447,8 +445,8 @@ struct IndexWalk {
   detail::BatchedReads reads;
 };
 
-std::shared_ptr<detail::MemoryNode> index_node(const Node& n, IndexWalk& walk,
-                                               const KeyChain* path, const Node* storage);
+std::shared_ptr<detail::MemoryNode> index_node(const Node& n, IndexWalk& walk, const KeyChain* path,
+                                               const Node* storage);
 
 // One entry of a tensordict (batch dims of the root: B), indexed.
 Value index_entry(const Value& v, IndexWalk& walk, const KeyChain& key) {
@@ -474,8 +472,8 @@ Value index_entry(const Value& v, IndexWalk& walk, const KeyChain& key) {
 // Indexes the tensordict stored in `n` (batch dims of the root: B) into a new
 // in-memory node of batch t.batch + n.batch[B:]. `storage` is the topmost
 // node of n's storage in this walk (null when n is where it starts).
-std::shared_ptr<detail::MemoryNode> index_node(const Node& n, IndexWalk& walk,
-                                               const KeyChain* path, const Node* storage) {
+std::shared_ptr<detail::MemoryNode> index_node(const Node& n, IndexWalk& walk, const KeyChain* path,
+                                               const Node* storage) {
   const TranslatedIndex& t = walk.t;
   const auto batch = indexed_batch(t, n.batch_size(), walk.B);
   if (n.is_memory_node()) {
@@ -538,7 +536,6 @@ void check_zero_dim_index(const TensorDictBase& td, IndexList index) {
           "None, Ellipsis or True may index it)");
 }
 
-
 // self[index] for a tensordict that is not a lazy stack, once the trivial
 // indices (nothing, full slices) have been handled.
 TensorDict index_tree(const TensorDictBase& self, IndexList index) {
@@ -568,8 +565,7 @@ TensorDict index_tree(const TensorDictBase& self, IndexList index) {
 TensorDictBase TensorDictBase::index(IndexList index) const {
   if (index.empty() || all_full_slices(index)) return *this;
   check_zero_dim_index(*this, index);
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::lazy_index(*ls, *this, index);
+  if (const auto* ls = detail::as_lazy_stack(*this)) return detail::lazy_index(*ls, *this, index);
   return index_tree(*this, index);
 }
 
@@ -585,9 +581,7 @@ TensorDict TensorDict::index(IndexList index) const {
   return index_tree(*this, index);
 }
 
-TensorDict TensorDict::operator[](int64_t i) const {
-  return index({at::indexing::TensorIndex(i)});
-}
+TensorDict TensorDict::operator[](int64_t i) const { return index({at::indexing::TensorIndex(i)}); }
 
 TensorDict TensorDictBase::masked_select(const at::Tensor& mask) const {
   if (mask.scalar_type() != at::kBool)
@@ -612,9 +606,8 @@ struct PutPlan {
 // for a nested tensordict that will be created); otherwise writes.
 // `storage` is the topmost node of dest's storage in this walk (null when
 // dest is where it starts or holds values).
-void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
-             const PutPlan& plan, bool dry_run, bool allow_create,
-             const NestedKey& path, Node* storage = nullptr) {
+void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, const PutPlan& plan,
+             bool dry_run, bool allow_create, const NestedKey& path, Node* storage = nullptr) {
   const Node& vn = value.node();
   if (dest && !dest->holds_values() && !storage) storage = dest.get();
   for (const auto& k : vn.keys()) {
@@ -643,8 +636,7 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
     }
     auto refuse_new = [&]() {
       if (!allow_create)
-        throw KeyError("update_at_(): key " + key.repr() +
-                       " not found in the destination");
+        throw KeyError("update_at_(): key " + key.repr() + " not found in the destination");
       if (dest && dest->locked())
         detail::throw_locked(key, "index_put_ (pre-allocating a new key)");
     };
@@ -652,11 +644,10 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
       case EntryKind::Tensor: {
         const at::Tensor& src = vv.tensor();
         if (dv && !dv->is_tensor())
-          throw TypeError("index_put_: " + key.repr() + " is a " +
-                          to_string(dv->kind()) + " here and a Tensor in the value");
+          throw TypeError("index_put_: " + key.repr() + " is a " + to_string(dv->kind()) +
+                          " here and a Tensor in the value");
         if (dv) {
-          auto target = concat_shape(plan.t->batch,
-                                     at::IntArrayRef(meta->shape).slice(plan.B));
+          auto target = concat_shape(plan.t->batch, at::IntArrayRef(meta->shape).slice(plan.B));
           if (!at::is_expandable_to(src.sizes(), target))
             throw ShapeError("index_put_: cannot write a value of shape " +
                              format_shape(src.sizes()) + " into " + key.repr() +
@@ -694,8 +685,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
       }
       case EntryKind::TensorDict: {
         if (dv && !dv->is_tensordict())
-          throw TypeError("index_put_: " + key.repr() + " is a " +
-                          to_string(dv->kind()) + " here and a TensorDict in the value");
+          throw TypeError("index_put_: " + key.repr() + " is a " + to_string(dv->kind()) +
+                          " here and a TensorDict in the value");
         std::shared_ptr<Node> sub;
         if (dv) {
           sub = dv->tensordict().node_ptr();
@@ -713,8 +704,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
         if (sub && sub->is_lazy_stack()) {
           // A nested lazy stack splits the rows between its members itself.
           if (!dry_run)
-            detail::lazy_index_put(static_cast<const detail::LazyStackNode&>(*sub),
-                                   plan.t->items, vv.tensordict(), !allow_create);
+            detail::lazy_index_put(static_cast<const detail::LazyStackNode&>(*sub), plan.t->items,
+                                   vv.tensordict(), !allow_create);
           break;
         }
         put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key,
@@ -724,21 +715,19 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
       case EntryKind::NonTensor:
       case EntryKind::NonTensorStack: {
         if (dv && !dv->is_non_tensor_or_stack())
-          throw TypeError("index_put_: " + key.repr() + " is a " +
-                          to_string(dv->kind()) + " here and a " + to_string(vv.kind()) +
-                          " in the value");
+          throw TypeError("index_put_: " + key.repr() + " is a " + to_string(dv->kind()) +
+                          " here and a " + to_string(vv.kind()) + " in the value");
         if (dv) {
           // Computed in the dry run too (non-tensors are small), so that a
           // shape error is reported before anything is written.
           auto updated = detail::put_non_tensor(*dv, *plan.t, vv, key);
           if (!updated) break;
-          if (dv->is_non_tensor() && updated->is_non_tensor_stack() &&
-              detail::backs_files(*dest))
-            throw LockedError(
-                "index_put_: writing a different non-tensor value into part of " +
-                key.repr() + " would turn its NonTensorData into a NonTensorStack, "
-                "which a memory-mapped or shared tensordict cannot do (its storage "
-                "is fixed); store a NonTensorStack there before memmapping");
+          if (dv->is_non_tensor() && updated->is_non_tensor_stack() && detail::backs_files(*dest))
+            throw LockedError("index_put_: writing a different non-tensor value into part of " +
+                              key.repr() +
+                              " would turn its NonTensorData into a NonTensorStack, "
+                              "which a memory-mapped or shared tensordict cannot do (its storage "
+                              "is fixed); store a NonTensorStack there before memmapping");
           if (dry_run) break;
           // Replacing the entry is how a non-tensor is written in place; like
           // Python, this is allowed on a locked tensordict.
@@ -750,8 +739,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
         if (dry_run) break;
         if (vv.is_non_tensor()) {
           // The first write stores one value spanning the whole batch (Python).
-          dest->write(k, NonTensorData(vv.non_tensor().data(),
-                                       dest->batch_size().vec(), dest->device()));
+          dest->write(
+              k, NonTensorData(vv.non_tensor().data(), dest->batch_size().vec(), dest->device()));
           break;
         }
         // A NonTensorStack: one value per element of [*batch, *extra dims],
@@ -759,7 +748,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value,
         // NonTensorData written first spans the batch), then the rows.
         const NonTensorStack& src = vv.non_tensor_stack();
         if (src.numel() == 0) break;  // nothing selected: nothing to store
-        auto extra = src.batch_size().slice(std::min(plan.t->batch.size(), src.batch_size().size()));
+        auto extra =
+            src.batch_size().slice(std::min(plan.t->batch.size(), src.batch_size().size()));
         auto shape = concat_shape(dest->batch_size().slice(0, plan.B), extra);
         Value fresh = NonTensorData(src.values().front(), shape, dest->device());
         if (!shape.empty()) fresh = NonTensorStack::from_non_tensor(fresh.non_tensor());
@@ -789,18 +779,15 @@ TensorDictBase broadcast_value(const TensorDictBase& value, at::IntArrayRef targ
   try {
     copy.set_batch_size(target);
   } catch (const ShapeError&) {
-    throw ShapeError("indexed destination TensorDict batch size is " +
-                     format_shape(target) +
-                     " which differs from the source batch size " +
-                     format_shape(vb));
+    throw ShapeError("indexed destination TensorDict batch size is " + format_shape(target) +
+                     " which differs from the source batch size " + format_shape(vb));
   }
   return copy;
 }
 
 }  // namespace
 
-TensorDictBase& TensorDictBase::index_put_(IndexList index,
-                                           const TensorDictBase& value) {
+TensorDictBase& TensorDictBase::index_put_(IndexList index, const TensorDictBase& value) {
   check_zero_dim_index(*this, index);
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     detail::lazy_index_put(*ls, index, value, false);
@@ -816,20 +803,17 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   return *this;
 }
 
-TensorDictBase& TensorDictBase::update_at_(
-    const TensorDictBase& other, IndexList index,
-    const std::vector<NestedKey>& keys_to_update) {
+TensorDictBase& TensorDictBase::update_at_(const TensorDictBase& other, IndexList index,
+                                           const std::vector<NestedKey>& keys_to_update) {
   check_zero_dim_index(*this, index);
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     detail::lazy_index_put(*ls, index,
-                           keys_to_update.empty() ? other : other.select(keys_to_update),
-                           true);
+                           keys_to_update.empty() ? other : other.select(keys_to_update), true);
     return *this;
   }
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
-  TensorDictBase src = keys_to_update.empty()
-                           ? other
-                           : TensorDictBase(other.select(keys_to_update));
+  TensorDictBase src =
+      keys_to_update.empty() ? other : TensorDictBase(other.select(keys_to_update));
   TensorDictBase v = broadcast_value(src, t.batch);
   detail::BatchedWrites writes;
   PutPlan plan{&t, batch_size().size(), &writes};
@@ -845,10 +829,12 @@ namespace {
 // reading data from storages; `storage` is the topmost node of the leaf's
 // storage in the walk (null for storages that hold values).
 template <class Fn>
-void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path,
-                        const Fn& fn, Node* storage = nullptr) {
-  if (n->holds_values()) storage = nullptr;
-  else if (!storage) storage = n.get();
+void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path, const Fn& fn,
+                        Node* storage = nullptr) {
+  if (n->holds_values())
+    storage = nullptr;
+  else if (!storage)
+    storage = n.get();
   for (const auto& k : n->keys()) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     auto kind = n->kind(k);
@@ -862,8 +848,7 @@ void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path,
 
 }  // namespace
 
-TensorDictBase& TensorDictBase::index_put_(IndexList index,
-                                           const at::Tensor& value) {
+TensorDictBase& TensorDictBase::index_put_(IndexList index, const at::Tensor& value) {
   check_zero_dim_index(*this, index);
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     detail::lazy_index_put(*ls, index, value);
@@ -872,38 +857,38 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index,
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   const std::size_t B = batch_size().size();
   // Check every leaf first.
-  for_each_leaf_node(node_, NestedKey(), [&](auto&, const std::string&,
-                                             const TensorMeta& leaf,
-                                             const NestedKey& key, Node*) {
-    auto target = concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B));
-    if (!at::is_expandable_to(value.sizes(), target))
-      throw ShapeError("index_put_: cannot write a tensor of shape " +
-                       format_shape(value.sizes()) + " into " + key.repr() +
-                       " at an index of shape " + format_shape(target));
-  });
+  for_each_leaf_node(
+      node_, NestedKey(),
+      [&](auto&, const std::string&, const TensorMeta& leaf, const NestedKey& key, Node*) {
+        auto target = concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B));
+        if (!at::is_expandable_to(value.sizes(), target))
+          throw ShapeError("index_put_: cannot write a tensor of shape " +
+                           format_shape(value.sizes()) + " into " + key.repr() +
+                           " at an index of shape " + format_shape(target));
+      });
   detail::BatchedWrites writes;
-  for_each_leaf_node(node_, NestedKey(), [&](const std::shared_ptr<Node>& n,
-                                             const std::string& k, const TensorMeta& leaf,
-                                             const NestedKey& key, Node* storage) {
-    at::Tensor cast = value.to(leaf.device, leaf.dtype);
-    if (n->holds_values()) {
-      at::Tensor stored = n->peek(k)->tensor();
-      detail::put_index(stored, t, cast);
-    } else {
-      writes.add(storage, n, key,
-                 cast.expand(concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B))));
-    }
-  });
+  for_each_leaf_node(
+      node_, NestedKey(),
+      [&](const std::shared_ptr<Node>& n, const std::string& k, const TensorMeta& leaf,
+          const NestedKey& key, Node* storage) {
+        at::Tensor cast = value.to(leaf.device, leaf.dtype);
+        if (n->holds_values()) {
+          at::Tensor stored = n->peek(k)->tensor();
+          detail::put_index(stored, t, cast);
+        } else {
+          writes.add(storage, n, key,
+                     cast.expand(concat_shape(t.batch, at::IntArrayRef(leaf.shape).slice(B))));
+        }
+      });
   if (!writes.empty()) writes.run(RowSelection::of(t, batch_size()));
   return *this;
 }
 
-TensorDictBase& TensorDictBase::index_put_(IndexList index,
-                                           const at::Scalar& value) {
-  auto dtype = value.isBoolean()    ? at::kBool
+TensorDictBase& TensorDictBase::index_put_(IndexList index, const at::Scalar& value) {
+  auto dtype = value.isBoolean()         ? at::kBool
                : value.isIntegral(false) ? at::kLong
-               : value.isComplex()  ? at::kComplexDouble
-                                    : at::kDouble;
+               : value.isComplex()       ? at::kComplexDouble
+                                         : at::kDouble;
   return index_put_(index, at::scalar_tensor(value, at::TensorOptions(dtype)));
 }
 
@@ -915,8 +900,8 @@ at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
   auto kind = n->kind(key.back());
   if (!kind) detail::throw_missing(key, key.size() - 1, *n);
   if (*kind != EntryKind::Tensor)
-    throw TypeError("get_at: entry " + key.repr() + " is a " +
-                    tensordict::to_string(*kind) + ", not a Tensor");
+    throw TypeError("get_at: entry " + key.repr() + " is a " + tensordict::to_string(*kind) +
+                    ", not a Tensor");
   if (!n->holds_values()) {
     // Through the batched read, so that a storage sees one call either way.
     LeafRead leaf{n.get(), key, at::Tensor()};
@@ -936,8 +921,7 @@ at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
   }
 }
 
-TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
-                                        const at::Tensor& value,
+TensorDictBase& TensorDictBase::set_at_(const NestedKey& key, const at::Tensor& value,
                                         IndexList index) {
   check_zero_dim_index(*this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
@@ -948,14 +932,13 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key,
     throw KeyError("set_at_(): key " + key.repr() +
                    " not found (set_at_ writes existing entries only)");
   if (*kind != EntryKind::Tensor)
-    throw TypeError("set_at_: entry " + key.repr() + " is a " +
-                    tensordict::to_string(*kind) + ", not a Tensor");
+    throw TypeError("set_at_: entry " + key.repr() + " is a " + tensordict::to_string(*kind) +
+                    ", not a Tensor");
   TensorMeta meta = *n->tensor_meta(key.back());
   auto target = concat_shape(t.batch, at::IntArrayRef(meta.shape).slice(batch_size().size()));
   if (!at::is_expandable_to(value.sizes(), target))
-    throw ShapeError("set_at_: cannot write a value of shape " +
-                     format_shape(value.sizes()) + " into " + key.repr() +
-                     " at an index of shape " + format_shape(target));
+    throw ShapeError("set_at_: cannot write a value of shape " + format_shape(value.sizes()) +
+                     " into " + key.repr() + " at an index of shape " + format_shape(target));
   at::Tensor cast = value.to(meta.device, meta.dtype);
   if (n->holds_values()) {
     at::Tensor leaf = n->peek(key.back())->tensor();

@@ -21,8 +21,7 @@ inline NestedKey prefix(const NestedKey& key, std::size_t n) {
 }
 
 /// "key ('a', 'b') not found in TensorDict: ('a',) has keys ['x', 'y']"
-[[noreturn]] void throw_missing(const NestedKey& key, std::size_t level,
-                                const Node& node);
+[[noreturn]] void throw_missing(const NestedKey& key, std::size_t level, const Node& node);
 
 /// Inside a catch of StorageError: rethrows it as the same type with
 /// `operation` and the full key `path` prepended and key_path() set, the
@@ -40,17 +39,15 @@ std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root, const Neste
 [[noreturn]] void throw_locked(const NestedKey& key, const char* operation);
 
 /// Checks that `value` starts with `batch` (ShapeError naming the key).
-void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch,
-                      const NestedKey& key);
+void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch, const NestedKey& key);
 
 /// Makes `value` fit into a node with batch size `batch` and device `device`
 /// (moves tensors, resizes nested tensordicts, broadcasts non-tensors).
-Value validate_value(Value value, at::IntArrayRef batch,
-                     std::optional<at::Device> device, const NestedKey& key);
+Value validate_value(Value value, at::IntArrayRef batch, std::optional<at::Device> device,
+                     const NestedKey& key);
 
 /// A new in-memory TensorDict handle with the given batch size and device.
-inline TensorDict make_tensordict(at::IntArrayRef batch,
-                                  std::optional<at::Device> device) {
+inline TensorDict make_tensordict(at::IntArrayRef batch, std::optional<at::Device> device) {
   return TensorDict(std::make_shared<MemoryNode>(batch, device));
 }
 
@@ -73,7 +70,7 @@ struct TranslatedIndex {
   // Inline capacities: an index of a few items over a few batch dims
   // allocates nothing.
   c10::SmallVector<at::indexing::TensorIndex, 4> items;  // applies to any leaf
-  at::Tensor first_dim_long;  // defined: the index is exactly this on dim 0
+  at::Tensor first_dim_long;           // defined: the index is exactly this on dim 0
   c10::SmallVector<int64_t, 5> batch;  // the indexed batch size
   bool basic = true;                   // only ints, slices, None, Ellipsis, bools
   c10::SmallVector<BasicOp, 4> ops;    // when basic: select/slice/unsqueeze per leaf
@@ -88,15 +85,13 @@ struct TranslatedIndex {
 };
 
 /// With check_bounds (writes), a long index is bounds-checked up front.
-TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch,
-                                bool check_bounds);
+TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch, bool check_bounds);
 
 /// leaf[index] using the fast paths of the translation.
 at::Tensor apply_index(const at::Tensor& leaf, const TranslatedIndex& index);
 
 /// leaf[index] = value (value already broadcastable, cast to leaf's dtype).
-void put_index(at::Tensor& leaf, const TranslatedIndex& index,
-               const at::Tensor& value);
+void put_index(at::Tensor& leaf, const TranslatedIndex& index, const at::Tensor& value);
 
 /// Leaf reads from storages that do not hold values, gathered over one
 /// operation's walk and sent as one Node::read_leaves call per storage (the
@@ -106,8 +101,7 @@ class BatchedReads {
  public:
   /// Queues the leaf `path` (last part: its key in `node`), to be stored in
   /// `dest` (which already holds a placeholder at that key).
-  void add(const Node* root, std::shared_ptr<const Node> node, NestedKey path,
-           MemoryNode* dest);
+  void add(const Node* root, std::shared_ptr<const Node> node, NestedKey path, MemoryNode* dest);
   bool empty() const noexcept { return groups_.empty(); }
   /// One read_leaves per storage; results stored (cloned with
   /// clone_results). StorageError gets the path of the leaves, a LibTorch
@@ -177,11 +171,10 @@ enum class StackPolicy : std::uint8_t {
 /// `on_lazy`, when given, maps a nested lazy stack as a whole (so that the
 /// operation stays member-wise); otherwise lazy stacks are read stacked.
 using LazyChildFn = std::function<TensorDictBase(const TensorDictBase&)>;
-TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
-                      at::IntArrayRef new_batch, const MapFn& fn,
-                      const char* op, std::optional<std::optional<at::Device>> device = std::nullopt,
-                      const LazyChildFn* on_lazy = nullptr,
-                      StackPolicy stacks = StackPolicy::Keep);
+TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims, at::IntArrayRef new_batch,
+                      const MapFn& fn, const char* op,
+                      std::optional<std::optional<at::Device>> device = std::nullopt,
+                      const LazyChildFn* on_lazy = nullptr, StackPolicy stacks = StackPolicy::Keep);
 
 /// Calls fn(leaf, key) on every tensor leaf, in place semantics up to fn.
 void for_each_leaf(const TensorDictBase& src,
@@ -206,22 +199,19 @@ TensorDictBase map_members(
 
 /// `other` cut along the stack dim into one tensordict per member (the
 /// members themselves for a lazy stack of the same layout).
-std::vector<TensorDictBase> split_for_members(const LazyStackNode& ls,
-                                              const TensorDictBase& other,
+std::vector<TensorDictBase> split_for_members(const LazyStackNode& ls, const TensorDictBase& other,
                                               const char* op);
 
 /// A tensor operand broadcast to the batch, as member i sees it.
-at::Tensor operand_for_member(const LazyStackNode& ls, const at::Tensor& t,
-                              std::size_t i);
+at::Tensor operand_for_member(const LazyStackNode& ls, const at::Tensor& t, std::size_t i);
 
 /// self.index(index) for a lazy stack `ls` (self is its handle).
-TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self,
-                          IndexList index);
+TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, IndexList index);
 
 /// Writes `value` at `index` into the members. existing_only: update_at_
 /// semantics (no new keys); otherwise index_put_ (lazy pre-allocation).
-void lazy_index_put(const LazyStackNode& ls, IndexList index,
-                    const TensorDictBase& value, bool existing_only);
+void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBase& value,
+                    bool existing_only);
 void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& value);
 
 }  // namespace tensordict::detail
@@ -254,22 +244,22 @@ void put_non_tensor_stack(NonTensorStack& s, const TranslatedIndex& t, const Val
 /// NonTensorStack): nullopt when nothing changes (the same value is already
 /// there), otherwise the new entry. A NonTensorData written with a different
 /// value becomes a NonTensorStack.
-std::optional<Value> put_non_tensor(const Value& dest, const TranslatedIndex& t,
-                                    const Value& value, const NestedKey& key);
+std::optional<Value> put_non_tensor(const Value& dest, const TranslatedIndex& t, const Value& value,
+                                    const NestedKey& key);
 
 /// fn applied to the positions of `s` (a shape op), values gathered after it.
 /// LibTorch errors become ShapeError naming `key`.
 Value map_non_tensor_stack(const NonTensorStack& s,
-                           const std::function<at::Tensor(const at::Tensor&)>& fn,
-                           const char* op, const NestedKey& key);
+                           const std::function<at::Tensor(const at::Tensor&)>& fn, const char* op,
+                           const NestedKey& key);
 
 /// Stacks non-tensor entries (NonTensorData or NonTensorStack, same batch
 /// size) along a new dim `dim`. With collapse_equal, NonTensorData entries
 /// that hold equal values give one NonTensorData of the stacked batch size;
 /// anything else gives a NonTensorStack. ShapeError naming `key` when the
 /// batch sizes differ.
-Value stack_non_tensors(const std::vector<const Value*>& items, int64_t dim,
-                        const char* op, const NestedKey& key, bool collapse_equal = true);
+Value stack_non_tensors(const std::vector<const Value*>& items, int64_t dim, const char* op,
+                        const NestedKey& key, bool collapse_equal = true);
 
 /// Concatenates non-tensor entries along `dim`; equal NonTensorData values
 /// give one NonTensorData of the concatenated batch size.
@@ -284,8 +274,7 @@ std::vector<Value> unbind_non_tensor(const Value& v, int64_t dim, const NestedKe
 /// level that was saved (nested levels carry the lock and the path, not the
 /// flags). Such a tensordict cannot change the kind of an entry.
 inline bool backs_files(const Node& node) {
-  return node.memmap_flag() || node.shared_flag() ||
-         (node.locked() && !node.saved_path().empty());
+  return node.memmap_flag() || node.shared_flag() || (node.locked() && !node.saved_path().empty());
 }
 
 /// A memory-mapped or shared tensordict keeps its non-tensor entries in

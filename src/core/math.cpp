@@ -16,21 +16,19 @@ namespace {
 std::size_t B_of(const TensorDictBase& td) { return td.batch_size().size(); }
 
 // The tensor leaf at `key` of `other`, with an error naming the key.
-at::Tensor other_leaf(const TensorDictBase& other, const NestedKey& key,
-                      const char* op) {
+at::Tensor other_leaf(const TensorDictBase& other, const NestedKey& key, const char* op) {
   auto v = other.find(key);
   if (!v)
     throw KeyError(std::string(op) + ": key " + key.repr() +
                    " is missing from the other tensordict");
   if (!v->is_tensor())
-    throw TypeError(std::string(op) + ": entry " + key.repr() +
-                    " of the other tensordict is a " + to_string(v->kind()));
+    throw TypeError(std::string(op) + ": entry " + key.repr() + " of the other tensordict is a " +
+                    to_string(v->kind()));
   return std::move(*v).tensor();
 }
 
 // Both tensordicts must have exactly the same tensor leaves.
-void check_same_keys(const TensorDictBase& a, const TensorDictBase& b,
-                     const char* op) {
+void check_same_keys(const TensorDictBase& a, const TensorDictBase& b, const char* op) {
   auto ka = a.keys(true, true);
   auto kb = b.keys(true, true);
   std::set<NestedKey> sa(ka.begin(), ka.end()), sb(kb.begin(), kb.end());
@@ -40,13 +38,14 @@ void check_same_keys(const TensorDictBase& a, const TensorDictBase& b,
     if (!sb.count(k)) only_a += (only_a.empty() ? "" : ", ") + k.repr();
   for (const auto& k : sb)
     if (!sa.count(k)) only_b += (only_b.empty() ? "" : ", ") + k.repr();
-  throw KeyError(std::string(op) + ": keys in tensordicts mismatch (only in the "
-                 "first: [" + only_a + "]; only in the second: [" + only_b + "])");
+  throw KeyError(std::string(op) +
+                 ": keys in tensordicts mismatch (only in the "
+                 "first: [" +
+                 only_a + "]; only in the second: [" + only_b + "])");
 }
 
 // A tensor operand broadcast left to the batch shape, then right per leaf.
-at::Tensor batch_operand(const at::Tensor& t, const TensorDictBase& td,
-                         const at::Tensor& leaf) {
+at::Tensor batch_operand(const at::Tensor& t, const TensorDictBase& td, const at::Tensor& leaf) {
   auto b = td.batch_size();
   if (t.dim() > static_cast<int64_t>(b.size()))
     throw ShapeError("a tensor operand of shape " + format_shape(t.sizes()) +
@@ -61,19 +60,17 @@ using BinOp = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
 
 using BinaryFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
 
-TensorDictBase binary(const TensorDictBase& a, const TensorDictBase& b,
-                      const BinaryFn& op, const char* name) {
+TensorDictBase binary(const TensorDictBase& a, const TensorDictBase& b, const BinaryFn& op,
+                      const char* name) {
   check_same_keys(a, b, name);
   if (const auto* ls = detail::as_lazy_stack(a)) {
     auto parts = detail::split_for_members(*ls, b, name);
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t i) {
-      return binary(m, parts[i], op, name);
-    });
+    return detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t i) { return binary(m, parts[i], op, name); });
   }
-  return map_leaves(a, B_of(a), a.batch_size(),
-                    [&](const at::Tensor& t, const NestedKey& k) {
-                      return op(t, other_leaf(b, k, name));
-                    }, name);
+  return map_leaves(
+      a, B_of(a), a.batch_size(),
+      [&](const at::Tensor& t, const NestedKey& k) { return op(t, other_leaf(b, k, name)); }, name);
 }
 
 TensorDictBase binary(const TensorDictBase& a, const at::Tensor& b, const BinaryFn& op,
@@ -82,26 +79,21 @@ TensorDictBase binary(const TensorDictBase& a, const at::Tensor& b, const Binary
     return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t i) {
       return binary(m, detail::operand_for_member(*ls, b, i), op, name);
     });
-  return map_leaves(a, B_of(a), a.batch_size(),
-                    [&](const at::Tensor& t, const NestedKey&) {
-                      return op(t, batch_operand(b, a, t));
-                    }, name);
+  return map_leaves(
+      a, B_of(a), a.batch_size(),
+      [&](const at::Tensor& t, const NestedKey&) { return op(t, batch_operand(b, a, t)); }, name);
 }
 
 // Member-wise on a lazy stack (the result stays lazy).
 TensorDictBase unary(const TensorDictBase& a,
-                     const std::function<at::Tensor(const at::Tensor&)>& op,
-                     const char* name) {
+                     const std::function<at::Tensor(const at::Tensor&)>& op, const char* name) {
   if (const auto* ls = detail::as_lazy_stack(a))
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return unary(m, op, name);
-    });
-  const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) {
-    return unary(c, op, name);
-  };
-  return map_leaves(a, B_of(a), a.batch_size(),
-                    [&](const at::Tensor& t, const NestedKey&) { return op(t); }, name,
-                    std::nullopt, &on_lazy);
+    return detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t) { return unary(m, op, name); });
+  const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) { return unary(c, op, name); };
+  return map_leaves(
+      a, B_of(a), a.batch_size(), [&](const at::Tensor& t, const NestedKey&) { return op(t); },
+      name, std::nullopt, &on_lazy);
 }
 
 void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const NestedKey&)>& op) {
@@ -114,8 +106,7 @@ void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const Nest
       // (e.g. an int64 leaf cannot hold the result of div_), like map_leaves.
       throw ShapeError("in-place operation failed on entry " + k.repr() + " of shape " +
                        format_shape(t.sizes()) + " and dtype " +
-                       detail::dtype_name(t.scalar_type()) + ": " +
-                       e.what_without_backtrace());
+                       detail::dtype_name(t.scalar_type()) + ": " + e.what_without_backtrace());
     }
   });
 }
@@ -125,22 +116,22 @@ void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const Nest
 // ---- apply -------------------------------------------------------------------
 
 TensorDictBase TensorDictBase::apply(const LeafFn& fn,
-                                 std::optional<std::vector<int64_t>> batch_size) const {
+                                     std::optional<std::vector<int64_t>> batch_size) const {
   if (const auto* ls = detail::as_lazy_stack(*this); ls && !batch_size)
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return m.apply(fn);
-    });
+    return detail::map_members(*ls,
+                               [&](const TensorDictBase& m, std::size_t) { return m.apply(fn); });
   if (!batch_size) {
     const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) { return c.apply(fn); };
-    TensorDict out = map_leaves(*this, B_of(*this), this->batch_size(),
-                                [&](const at::Tensor& t, const NestedKey&) { return fn(t); },
-                                "apply", std::nullopt, &on_lazy);
+    TensorDict out = map_leaves(
+        *this, B_of(*this), this->batch_size(),
+        [&](const at::Tensor& t, const NestedKey&) { return fn(t); }, "apply", std::nullopt,
+        &on_lazy);
     // A function that changes the batch dims must say so with batch_size.
     return out;
   }
-  TensorDict raw = map_leaves(*this, B_of(*this), {},
-                              [&](const at::Tensor& t, const NestedKey&) { return fn(t); },
-                              "apply", std::nullopt, nullptr, detail::StackPolicy::Drop);
+  TensorDict raw = map_leaves(
+      *this, B_of(*this), {}, [&](const at::Tensor& t, const NestedKey&) { return fn(t); }, "apply",
+      std::nullopt, nullptr, detail::StackPolicy::Drop);
   // Nested tensordicts were given batch [] + own extra dims; rebuild with the
   // requested batch size, checking every leaf.
   TensorDict out = detail::make_tensordict(*batch_size, device());
@@ -153,18 +144,16 @@ TensorDictBase TensorDictBase::apply(const LeafFn& fn,
   return out;
 }
 
-TensorDictBase TensorDictBase::apply(const LeafFn2& fn,
-                                 const TensorDictBase& other) const {
+TensorDictBase TensorDictBase::apply(const LeafFn2& fn, const TensorDictBase& other) const {
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     auto parts = detail::split_for_members(*ls, other, "apply");
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t i) {
-      return m.apply(fn, parts[i]);
-    });
+    return detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t i) { return m.apply(fn, parts[i]); });
   }
-  return map_leaves(*this, B_of(*this), batch_size(),
-                    [&](const at::Tensor& t, const NestedKey& k) {
-                      return fn(t, other_leaf(other, k, "apply"));
-                    }, "apply");
+  return map_leaves(
+      *this, B_of(*this), batch_size(),
+      [&](const at::Tensor& t, const NestedKey& k) { return fn(t, other_leaf(other, k, "apply")); },
+      "apply");
 }
 
 TensorDictBase& TensorDictBase::apply_(const LeafFn& fn) {
@@ -187,28 +176,30 @@ TensorDictBase& TensorDictBase::apply_(const LeafFn& fn) {
 TensorDictBase TensorDictBase::named_apply(const NamedLeafFn& fn,
                                            const NamedApplyOptions& options) const {
   if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return m.named_apply(fn, options);
-    });
-  return map_leaves(*this, B_of(*this), batch_size(),
-                    [&](const at::Tensor& t, const NestedKey& k) {
-                      return options.nested_keys || !k.is_nested() ? fn(k, t)
-                                                                   : fn(NestedKey(k.back()), t);
-                    },
-                    "named_apply");
+    return detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t) { return m.named_apply(fn, options); });
+  return map_leaves(
+      *this, B_of(*this), batch_size(),
+      [&](const at::Tensor& t, const NestedKey& k) {
+        return options.nested_keys || !k.is_nested() ? fn(k, t) : fn(NestedKey(k.back()), t);
+      },
+      "named_apply");
 }
 
 // ---- arithmetic ----------------------------------------------------------------
 
-#define TD_BINARY(name, expr)                                                     \
-  TensorDictBase TensorDictBase::name(const TensorDictBase& other) const {           \
-    return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
-  }                                                                               \
-  TensorDictBase TensorDictBase::name(const at::Tensor& other) const {               \
-    return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
-  }                                                                               \
-  TensorDictBase TensorDictBase::name(const at::Scalar& other) const {               \
-    return unary(*this, [&](const at::Tensor& a) { return a.name(other); }, #name); \
+#define TD_BINARY(name, expr)                                                                \
+  TensorDictBase TensorDictBase::name(const TensorDictBase& other) const {                   \
+    return binary(                                                                           \
+        *this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
+  }                                                                                          \
+  TensorDictBase TensorDictBase::name(const at::Tensor& other) const {                       \
+    return binary(                                                                           \
+        *this, other, [](const at::Tensor& a, const at::Tensor& b) { return expr; }, #name); \
+  }                                                                                          \
+  TensorDictBase TensorDictBase::name(const at::Scalar& other) const {                       \
+    return unary(                                                                            \
+        *this, [&](const at::Tensor& a) { return a.name(other); }, #name);                   \
   }
 TD_BINARY(add, a.add(b))
 TD_BINARY(sub, a.sub(b))
@@ -216,34 +207,36 @@ TD_BINARY(mul, a.mul(b))
 TD_BINARY(div, a.div(b))
 #undef TD_BINARY
 
-#define TD_BINARY_INPLACE(name, base)                                             \
-  TensorDictBase& TensorDictBase::name(const TensorDictBase& other) {            \
-    check_same_keys(*this, other, #name);                                         \
-    if (const auto* ls = detail::as_lazy_stack(*this)) {                          \
-      auto parts = detail::split_for_members(*ls, other, #name);                  \
-      for (std::size_t i = 0; i < parts.size(); ++i) {                            \
-        TensorDictBase m = ls->members()[i];                                      \
-        m.name(parts[i]);                                                         \
-      }                                                                           \
-      return *this;                                                               \
-    }                                                                             \
-    inplace(*this, [&](at::Tensor& t, const NestedKey& k) { t.name(other_leaf(other, k, #name)); }); \
-    return *this;                                                                 \
-  }                                                                               \
-  TensorDictBase& TensorDictBase::name(const at::Tensor& other) {                \
-    if (const auto* ls = detail::as_lazy_stack(*this)) {                          \
-      for (std::size_t i = 0; i < ls->members().size(); ++i) {                    \
-        TensorDictBase m = ls->members()[i];                                      \
-        m.name(detail::operand_for_member(*ls, other, i));                        \
-      }                                                                           \
-      return *this;                                                               \
-    }                                                                             \
-    inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.name(batch_operand(other, *this, t)); }); \
-    return *this;                                                                 \
-  }                                                                               \
-  TensorDictBase& TensorDictBase::name(const at::Scalar& other) {                \
-    inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.name(other); });     \
-    return *this;                                                                 \
+#define TD_BINARY_INPLACE(name, base)                                                          \
+  TensorDictBase& TensorDictBase::name(const TensorDictBase& other) {                          \
+    check_same_keys(*this, other, #name);                                                      \
+    if (const auto* ls = detail::as_lazy_stack(*this)) {                                       \
+      auto parts = detail::split_for_members(*ls, other, #name);                               \
+      for (std::size_t i = 0; i < parts.size(); ++i) {                                         \
+        TensorDictBase m = ls->members()[i];                                                   \
+        m.name(parts[i]);                                                                      \
+      }                                                                                        \
+      return *this;                                                                            \
+    }                                                                                          \
+    inplace(*this,                                                                             \
+            [&](at::Tensor& t, const NestedKey& k) { t.name(other_leaf(other, k, #name)); });  \
+    return *this;                                                                              \
+  }                                                                                            \
+  TensorDictBase& TensorDictBase::name(const at::Tensor& other) {                              \
+    if (const auto* ls = detail::as_lazy_stack(*this)) {                                       \
+      for (std::size_t i = 0; i < ls->members().size(); ++i) {                                 \
+        TensorDictBase m = ls->members()[i];                                                   \
+        m.name(detail::operand_for_member(*ls, other, i));                                     \
+      }                                                                                        \
+      return *this;                                                                            \
+    }                                                                                          \
+    inplace(*this,                                                                             \
+            [&](at::Tensor& t, const NestedKey&) { t.name(batch_operand(other, *this, t)); }); \
+    return *this;                                                                              \
+  }                                                                                            \
+  TensorDictBase& TensorDictBase::name(const at::Scalar& other) {                              \
+    inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.name(other); });                   \
+    return *this;                                                                              \
   }
 TD_BINARY_INPLACE(add_, add)
 TD_BINARY_INPLACE(sub_, sub)
@@ -252,12 +245,14 @@ TD_BINARY_INPLACE(div_, div)
 #undef TD_BINARY_INPLACE
 
 TensorDictBase TensorDictBase::pow(const at::Scalar& e) const {
-  return unary(*this, [&](const at::Tensor& t) { return t.pow(e); }, "pow");
+  return unary(
+      *this, [&](const at::Tensor& t) { return t.pow(e); }, "pow");
 }
 
-#define TD_UNARY(name) \
-  TensorDictBase TensorDictBase::name() const { \
-    return unary(*this, [](const at::Tensor& t) { return t.name(); }, #name); \
+#define TD_UNARY(name)                                               \
+  TensorDictBase TensorDictBase::name() const {                      \
+    return unary(                                                    \
+        *this, [](const at::Tensor& t) { return t.name(); }, #name); \
   }
 TD_UNARY(neg)
 TD_UNARY(abs)
@@ -268,12 +263,13 @@ TD_UNARY(sigmoid)
 #undef TD_UNARY
 
 TensorDictBase TensorDictBase::clamp(std::optional<at::Scalar> min,
-                                 std::optional<at::Scalar> max) const {
+                                     std::optional<at::Scalar> max) const {
   // c10::optional is not std::optional in LibTorch 1.13.
   c10::optional<at::Scalar> lo, hi;
   if (min) lo = *min;
   if (max) hi = *max;
-  return unary(*this, [&](const at::Tensor& t) { return t.clamp(lo, hi); }, "clamp");
+  return unary(
+      *this, [&](const at::Tensor& t) { return t.clamp(lo, hi); }, "clamp");
 }
 
 TensorDictBase operator+(const TensorDictBase& a, const TensorDictBase& b) { return a.add(b); }
@@ -308,20 +304,22 @@ namespace {
 
 using ReduceFn = std::function<at::Tensor(const at::Tensor&, at::IntArrayRef, bool)>;
 
-TensorDict reduce(const TensorDictBase& td, std::optional<std::vector<int64_t>> dims,
-                  bool keepdim, const ReduceFn& fn, const char* name) {
+TensorDict reduce(const TensorDictBase& td, std::optional<std::vector<int64_t>> dims, bool keepdim,
+                  const ReduceFn& fn, const char* name) {
   const int64_t B = td.batch_dims();
   auto b = td.batch_size();
   if (!dims) {
     // Every leaf fully reduced; the result has batch [], and so has every
     // nested tensordict (its extra batch dims are reduced too: root_dims is
     // "all of them", else a nested one kept e.g. [2] over scalar leaves).
-    return map_leaves(td, std::numeric_limits<std::size_t>::max(), {},
-                      [&](const at::Tensor& t, const NestedKey&) {
-                        std::vector<int64_t> all(t.dim());
-                        for (int64_t i = 0; i < t.dim(); ++i) all[i] = i;
-                        return fn(t, all, false);
-                      }, name);
+    return map_leaves(
+        td, std::numeric_limits<std::size_t>::max(), {},
+        [&](const at::Tensor& t, const NestedKey&) {
+          std::vector<int64_t> all(t.dim());
+          for (int64_t i = 0; i < t.dim(); ++i) all[i] = i;
+          return fn(t, all, false);
+        },
+        name);
   }
   std::vector<int64_t> ds;
   std::vector<bool> reduced(static_cast<std::size_t>(B), false);
@@ -332,50 +330,62 @@ TensorDict reduce(const TensorDictBase& td, std::optional<std::vector<int64_t>> 
   }
   std::vector<int64_t> target;
   for (int64_t i = 0; i < B; ++i) {
-    if (!reduced[i]) target.push_back(b[i]);
-    else if (keepdim) target.push_back(1);
+    if (!reduced[i])
+      target.push_back(b[i]);
+    else if (keepdim)
+      target.push_back(1);
   }
-  return map_leaves(td, b.size(), target,
-                    [&](const at::Tensor& t, const NestedKey&) { return fn(t, ds, keepdim); },
-                    name);
+  return map_leaves(
+      td, b.size(), target,
+      [&](const at::Tensor& t, const NestedKey&) { return fn(t, ds, keepdim); }, name);
 }
 
 }  // namespace
 
 TensorDict TensorDictBase::sum(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
-  return reduce(*this, dims, keepdim,
-                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.sum(d, k); }, "sum");
+  return reduce(
+      *this, dims, keepdim,
+      [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.sum(d, k); }, "sum");
 }
 TensorDict TensorDictBase::mean(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
-  return reduce(*this, dims, keepdim,
-                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.mean(d, k); }, "mean");
+  return reduce(
+      *this, dims, keepdim,
+      [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.mean(d, k); }, "mean");
 }
 TensorDict TensorDictBase::amax(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
-  return reduce(*this, dims, keepdim,
-                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amax(d, k); }, "amax");
+  return reduce(
+      *this, dims, keepdim,
+      [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amax(d, k); }, "amax");
 }
 TensorDict TensorDictBase::amin(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
-  return reduce(*this, dims, keepdim,
-                [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amin(d, k); }, "amin");
+  return reduce(
+      *this, dims, keepdim,
+      [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amin(d, k); }, "amin");
 }
 
 namespace {
-TensorDictBase::ValuesIndices minmax(const TensorDictBase& td, int64_t dim,
-                                     bool keepdim, bool is_max) {
+TensorDictBase::ValuesIndices minmax(const TensorDictBase& td, int64_t dim, bool keepdim,
+                                     bool is_max) {
   const char* name = is_max ? "max" : "min";
   int64_t d = detail::wrap_dim(dim, td.batch_dims(), name);
   auto target = td.batch_size().vec();
-  if (keepdim) target[d] = 1;
-  else target.erase(target.begin() + d);
+  if (keepdim)
+    target[d] = 1;
+  else
+    target.erase(target.begin() + d);
   const std::size_t B = td.batch_size().size();
-  TensorDict values = map_leaves(td, B, target,
+  TensorDict values = map_leaves(
+      td, B, target,
       [&](const at::Tensor& t, const NestedKey&) {
         return std::get<0>(is_max ? t.max(d, keepdim) : t.min(d, keepdim));
-      }, name);
-  TensorDict indices = map_leaves(td, B, target,
+      },
+      name);
+  TensorDict indices = map_leaves(
+      td, B, target,
       [&](const at::Tensor& t, const NestedKey&) {
         return std::get<1>(is_max ? t.max(d, keepdim) : t.min(d, keepdim));
-      }, name);
+      },
+      name);
   return {values, indices};
 }
 }  // namespace
@@ -407,49 +417,61 @@ TensorDict TensorDictBase::all(int64_t dim) const {
   int64_t d = detail::wrap_dim(dim, batch_dims(), "all");
   auto target = batch_size().vec();
   target.erase(target.begin() + d);
-  return map_leaves(*this, batch_size().size(), target,
-                    [&](const at::Tensor& t, const NestedKey&) { return t.all(d); }, "all");
+  return map_leaves(
+      *this, batch_size().size(), target,
+      [&](const at::Tensor& t, const NestedKey&) { return t.all(d); }, "all");
 }
 
 TensorDict TensorDictBase::any(int64_t dim) const {
   int64_t d = detail::wrap_dim(dim, batch_dims(), "any");
   auto target = batch_size().vec();
   target.erase(target.begin() + d);
-  return map_leaves(*this, batch_size().size(), target,
-                    [&](const at::Tensor& t, const NestedKey&) { return t.any(d); }, "any");
+  return map_leaves(
+      *this, batch_size().size(), target,
+      [&](const at::Tensor& t, const NestedKey&) { return t.any(d); }, "any");
 }
 
 // ---- comparisons -------------------------------------------------------------------
 
 TensorDictBase TensorDictBase::eq(const TensorDictBase& other) const {
-  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
+  return binary(
+      *this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
 }
 TensorDictBase TensorDictBase::eq(const at::Tensor& other) const {
-  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
+  return binary(
+      *this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.eq(b); }, "eq");
 }
 TensorDictBase TensorDictBase::eq(const at::Scalar& other) const {
-  return unary(*this, [&](const at::Tensor& a) { return a.eq(other); }, "eq");
+  return unary(
+      *this, [&](const at::Tensor& a) { return a.eq(other); }, "eq");
 }
 TensorDictBase TensorDictBase::ne(const TensorDictBase& other) const {
-  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
+  return binary(
+      *this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
 }
 TensorDictBase TensorDictBase::ne(const at::Tensor& other) const {
-  return binary(*this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
+  return binary(
+      *this, other, [](const at::Tensor& a, const at::Tensor& b) { return a.ne(b); }, "ne");
 }
 TensorDictBase TensorDictBase::ne(const at::Scalar& other) const {
-  return unary(*this, [&](const at::Tensor& a) { return a.ne(other); }, "ne");
+  return unary(
+      *this, [&](const at::Tensor& a) { return a.ne(other); }, "ne");
 }
 TensorDictBase TensorDictBase::lt(const at::Scalar& o) const {
-  return unary(*this, [&](const at::Tensor& a) { return a.lt(o); }, "lt");
+  return unary(
+      *this, [&](const at::Tensor& a) { return a.lt(o); }, "lt");
 }
 TensorDictBase TensorDictBase::le(const at::Scalar& o) const {
-  return unary(*this, [&](const at::Tensor& a) { return a.le(o); }, "le");
+  return unary(
+      *this, [&](const at::Tensor& a) { return a.le(o); }, "le");
 }
 TensorDictBase TensorDictBase::gt(const at::Scalar& o) const {
-  return unary(*this, [&](const at::Tensor& a) { return a.gt(o); }, "gt");
+  return unary(
+      *this, [&](const at::Tensor& a) { return a.gt(o); }, "gt");
 }
 TensorDictBase TensorDictBase::ge(const at::Scalar& o) const {
-  return unary(*this, [&](const at::Tensor& a) { return a.ge(o); }, "ge");
+  return unary(
+      *this, [&](const at::Tensor& a) { return a.ge(o); }, "ge");
 }
 
 bool TensorDictBase::allclose(const TensorDictBase& other, double rtol, double atol,
@@ -519,46 +541,46 @@ TensorDictBase& TensorDictBase::fill_(const NestedKey& key, const at::Scalar& va
 TensorDictBase TensorDictBase::to(at::Device device, bool non_blocking) const {
   if (node().device() == device) return *this;
   if (const auto* ls = detail::as_lazy_stack(*this)) {
-    TensorDictBase out = detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return m.to(device, non_blocking);
-    });
+    TensorDictBase out = detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t) { return m.to(device, non_blocking); });
     detail::propagate_lock(*this, out);
     return out;
   }
   const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) {
     return c.to(device, non_blocking);
   };
-  TensorDictBase out = map_leaves(*this, B_of(*this), batch_size(),
-                                  [&](const at::Tensor& t, const NestedKey&) {
-                                    return t.to(device, non_blocking);
-                                  }, "to", std::optional<at::Device>(device), &on_lazy);
+  TensorDictBase out = map_leaves(
+      *this, B_of(*this), batch_size(),
+      [&](const at::Tensor& t, const NestedKey&) { return t.to(device, non_blocking); }, "to",
+      std::optional<at::Device>(device), &on_lazy);
   detail::propagate_lock(*this, out);
   return out;
 }
 
 TensorDictBase TensorDictBase::to(at::ScalarType dtype) const {
-  TensorDictBase out = unary(*this, [&](const at::Tensor& t) { return t.to(dtype); }, "to");
+  TensorDictBase out = unary(
+      *this, [&](const at::Tensor& t) { return t.to(dtype); }, "to");
   if (is_locked()) out.lock_();
   return out;
 }
 
 bool TensorDictBase::is_contiguous() const {
   bool ok = true;
-  detail::for_each_leaf(*this, [&](const at::Tensor& t, const NestedKey&) {
-    ok = ok && t.is_contiguous();
-  });
+  detail::for_each_leaf(
+      *this, [&](const at::Tensor& t, const NestedKey&) { ok = ok && t.is_contiguous(); });
   return ok;
 }
 
 TensorDict TensorDictBase::contiguous() const {
   // Dense: a lazy stack is stacked into one TensorDict (Python's contiguous()).
-  return map_leaves(*this, B_of(*this), batch_size(),
-                    [](const at::Tensor& t, const NestedKey&) { return t.contiguous(); },
-                    "contiguous");
+  return map_leaves(
+      *this, B_of(*this), batch_size(),
+      [](const at::Tensor& t, const NestedKey&) { return t.contiguous(); }, "contiguous");
 }
 
 TensorDictBase TensorDictBase::detach() const {
-  return unary(*this, [](const at::Tensor& t) { return t.detach(); }, "detach");
+  return unary(
+      *this, [](const at::Tensor& t) { return t.detach(); }, "detach");
 }
 
 TensorDictBase& TensorDictBase::detach_() {

@@ -43,13 +43,11 @@ std::string NestedKey::repr() const {
 }
 
 std::strong_ordering operator<=>(const NestedKey& a, const NestedKey& b) noexcept {
-  return std::lexicographical_compare_three_way(
-      a.parts_.begin(), a.parts_.end(), b.parts_.begin(), b.parts_.end());
+  return std::lexicographical_compare_three_way(a.parts_.begin(), a.parts_.end(), b.parts_.begin(),
+                                                b.parts_.end());
 }
 
-std::ostream& operator<<(std::ostream& os, const NestedKey& key) {
-  return os << key.repr();
-}
+std::ostream& operator<<(std::ostream& os, const NestedKey& key) { return os << key.repr(); }
 
 std::size_t NestedKeyHash::operator()(const NestedKey& key) const noexcept {
   std::size_t h = 0x9e3779b97f4a7c15ULL;

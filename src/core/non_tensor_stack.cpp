@@ -29,10 +29,18 @@ std::string python_string_repr(const std::string& s) {
   std::string out(1, quote);
   for (unsigned char c : s) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c == static_cast<unsigned char>(quote)) {
           out += '\\';
@@ -53,9 +61,12 @@ std::string python_string_repr(const std::string& s) {
 
 std::string python_repr(const nlohmann::json& v) {
   switch (v.type()) {
-    case nlohmann::json::value_t::null: return "None";
-    case nlohmann::json::value_t::boolean: return v.get<bool>() ? "True" : "False";
-    case nlohmann::json::value_t::string: return python_string_repr(v.get_ref<const std::string&>());
+    case nlohmann::json::value_t::null:
+      return "None";
+    case nlohmann::json::value_t::boolean:
+      return v.get<bool>() ? "True" : "False";
+    case nlohmann::json::value_t::string:
+      return python_string_repr(v.get_ref<const std::string&>());
     case nlohmann::json::value_t::number_float: {
       double d = v.get<double>();
       if (std::isnan(d)) return "nan";
@@ -82,7 +93,8 @@ std::string python_repr(const nlohmann::json& v) {
       }
       return out + "}";
     }
-    default: return v.dump();
+    default:
+      return v.dump();
   }
 }
 
@@ -109,21 +121,20 @@ std::string at_key(const NestedKey& key) {
   return key.empty() ? std::string() : " at key " + key.repr();
 }
 
-at::Tensor select_positions(at::IntArrayRef batch, const TranslatedIndex& t,
-                            const NestedKey& key) {
-  at::Tensor all = at::arange(c10::multiply_integers(batch), at::TensorOptions(at::kLong))
-                       .view(batch);
+at::Tensor select_positions(at::IntArrayRef batch, const TranslatedIndex& t, const NestedKey& key) {
+  at::Tensor all =
+      at::arange(c10::multiply_integers(batch), at::TensorOptions(at::kLong)).view(batch);
   try {
     return apply_index(all, t);
   } catch (const c10::Error& e) {
-    throw IndexError("indexing the non-tensor values" + at_key(key) + " failed: " +
-                     e.what_without_backtrace());
+    throw IndexError("indexing the non-tensor values" + at_key(key) +
+                     " failed: " + e.what_without_backtrace());
   }
 }
 
 // vals (row-major over `batch`)[t] = value.
-void put_values(std::vector<nlohmann::json>& vals, at::IntArrayRef batch,
-                const TranslatedIndex& t, const Value& value, const NestedKey& key) {
+void put_values(std::vector<nlohmann::json>& vals, at::IntArrayRef batch, const TranslatedIndex& t,
+                const Value& value, const NestedKey& key) {
   at::Tensor sel = select_positions(batch, t, key).contiguous();
   const int64_t* sp = sel.data_ptr<int64_t>();
   if (value.is_non_tensor()) {
@@ -134,8 +145,8 @@ void put_values(std::vector<nlohmann::json>& vals, at::IntArrayRef batch,
   const NonTensorStack& src = value.non_tensor_stack();
   if (!at::is_expandable_to(src.batch_size(), sel.sizes()))
     throw ShapeError("cannot write a NonTensorStack of batch size " +
-                     format_shape(src.batch_size()) + at_key(key) +
-                     " at an index of shape " + format_shape(sel.sizes()));
+                     format_shape(src.batch_size()) + at_key(key) + " at an index of shape " +
+                     format_shape(sel.sizes()));
   at::Tensor vp = stack_positions(src).expand(sel.sizes()).contiguous();
   const int64_t* vpp = vp.data_ptr<int64_t>();
   for (int64_t i = 0; i < sel.numel(); ++i)
@@ -156,8 +167,8 @@ void put_non_tensor_stack(NonTensorStack& s, const TranslatedIndex& t, const Val
   s = NonTensorStack::from_flat(std::move(vals), s.batch_size().vec(), s.device());
 }
 
-std::optional<Value> put_non_tensor(const Value& dest, const TranslatedIndex& t,
-                                    const Value& value, const NestedKey& key) {
+std::optional<Value> put_non_tensor(const Value& dest, const TranslatedIndex& t, const Value& value,
+                                    const NestedKey& key) {
   if (dest.is_non_tensor_stack()) {
     NonTensorStack s = dest.non_tensor_stack();
     put_non_tensor_stack(s, t, value, key);
@@ -183,8 +194,8 @@ std::optional<Value> put_non_tensor(const Value& dest, const TranslatedIndex& t,
 }
 
 Value map_non_tensor_stack(const NonTensorStack& s,
-                           const std::function<at::Tensor(const at::Tensor&)>& fn,
-                           const char* op, const NestedKey& key) {
+                           const std::function<at::Tensor(const at::Tensor&)>& fn, const char* op,
+                           const NestedKey& key) {
   at::Tensor pos;
   auto fail = [&](const char* why) {
     return ShapeError(std::string(op) + " failed on the NonTensorStack" + at_key(key) +
@@ -264,8 +275,7 @@ Value stack_non_tensors(const std::vector<const Value*>& items, int64_t dim, con
   return gather_non_tensor(pool, at::stack(positions, dim), device_of(*items[0]));
 }
 
-Value cat_non_tensors(const std::vector<const Value*>& items, int64_t dim,
-                      const NestedKey& key) {
+Value cat_non_tensors(const std::vector<const Value*>& items, int64_t dim, const NestedKey& key) {
   int64_t total = 0;
   for (const auto* v : items) {
     auto b = batch_of(*v);
@@ -356,8 +366,8 @@ void flatten_nested(const nlohmann::json& j, at::IntArrayRef batch, std::size_t 
                      describe(j));
   if (static_cast<int64_t>(j.size()) != batch[level])
     throw ValueError("NonTensorStack: expected a list of " + std::to_string(batch[level]) +
-                     " items " + at + " (batch size " + format_shape(batch) +
-                     "), got " + std::to_string(j.size()));
+                     " items " + at + " (batch size " + format_shape(batch) + "), got " +
+                     std::to_string(j.size()));
   for (std::size_t i = 0; i < j.size(); ++i)
     flatten_nested(j[i], batch, level + 1, where + "[" + std::to_string(i) + "]", out);
 }
@@ -391,8 +401,9 @@ NonTensorStack::NonTensorStack(const nlohmann::json& nested, std::vector<int64_t
                                std::optional<c10::Device> device)
     : batch_size_(std::move(batch_size)), device_(device) {
   if (batch_size_.empty())
-    throw ValueError("NonTensorStack: the batch size must have at least one dim "
-                     "(use NonTensorData for a single value)");
+    throw ValueError(
+        "NonTensorStack: the batch size must have at least one dim "
+        "(use NonTensorData for a single value)");
   for (auto d : batch_size_)
     if (d < 0) throw ValueError("NonTensorStack: invalid batch size " + format_shape(batch_size_));
   values_.reserve(static_cast<std::size_t>(c10::multiply_integers(batch_size_)));
@@ -403,8 +414,9 @@ NonTensorStack NonTensorStack::from_flat(std::vector<nlohmann::json> values,
                                          std::vector<int64_t> batch_size,
                                          std::optional<c10::Device> device) {
   if (batch_size.empty())
-    throw ValueError("NonTensorStack: the batch size must have at least one dim "
-                     "(use NonTensorData for a single value)");
+    throw ValueError(
+        "NonTensorStack: the batch size must have at least one dim "
+        "(use NonTensorData for a single value)");
   if (static_cast<int64_t>(values.size()) != c10::multiply_integers(batch_size))
     throw ValueError("NonTensorStack: " + std::to_string(values.size()) +
                      " values do not fill the batch size " + format_shape(batch_size));
@@ -440,8 +452,9 @@ NonTensorStack NonTensorStack::from_list(const nlohmann::json& list,
 
 NonTensorStack NonTensorStack::from_non_tensor(const NonTensorData& data) {
   if (data.batch_size().empty())
-    throw ValueError("NonTensorStack::from_non_tensor: the NonTensorData has batch size [], "
-                     "a NonTensorStack needs at least one batch dim");
+    throw ValueError(
+        "NonTensorStack::from_non_tensor: the NonTensorData has batch size [], "
+        "a NonTensorStack needs at least one batch dim");
   std::vector<nlohmann::json> values(
       static_cast<std::size_t>(c10::multiply_integers(data.batch_size())), data.data());
   return from_flat(std::move(values), data.batch_size().vec(), data.device());
@@ -479,9 +492,7 @@ Value NonTensorStack::index(at::ArrayRef<at::indexing::TensorIndex> index) const
   return detail::index_non_tensor_stack(*this, t);
 }
 
-Value NonTensorStack::operator[](int64_t i) const {
-  return index({at::indexing::TensorIndex(i)});
-}
+Value NonTensorStack::operator[](int64_t i) const { return index({at::indexing::TensorIndex(i)}); }
 
 NonTensorStack& NonTensorStack::index_put_(at::ArrayRef<at::indexing::TensorIndex> index,
                                            const NonTensorData& value) {
@@ -518,8 +529,7 @@ NonTensorStack NonTensorStack::permute(c10::IntArrayRef dims) const {
 }
 
 NonTensorStack NonTensorStack::transpose(int64_t dim0, int64_t dim1) const {
-  return shape_op(*this, "transpose",
-                  [&](const at::Tensor& p) { return p.transpose(dim0, dim1); });
+  return shape_op(*this, "transpose", [&](const at::Tensor& p) { return p.transpose(dim0, dim1); });
 }
 
 NonTensorStack NonTensorStack::expand(c10::IntArrayRef shape) const {

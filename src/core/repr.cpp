@@ -26,8 +26,7 @@ std::string indent(const std::string& s, const std::string& pad) {
 
 std::string tensor_repr(const at::Tensor& t, bool shared) {
   std::ostringstream os;
-  os << "Tensor(shape=" << detail::format_torch_size(t.sizes())
-     << ", device=" << t.device().str()
+  os << "Tensor(shape=" << detail::format_torch_size(t.sizes()) << ", device=" << t.device().str()
      << ", dtype=" << detail::torch_dtype_repr(t.scalar_type())
      << ", is_shared=" << (shared ? "True" : "False") << ")";
   return os.str();
@@ -35,8 +34,7 @@ std::string tensor_repr(const at::Tensor& t, bool shared) {
 
 std::string meta_repr(const TensorMeta& m, bool shared) {
   std::ostringstream os;
-  os << "Tensor(shape=" << detail::format_torch_size(m.shape)
-     << ", device=" << m.device.str()
+  os << "Tensor(shape=" << detail::format_torch_size(m.shape) << ", device=" << m.device.str()
      << ", dtype=" << detail::torch_dtype_repr(m.dtype)
      << ", is_shared=" << (shared ? "True" : "False") << ")";
   return os.str();
@@ -61,8 +59,7 @@ std::string lazy_stack_values_repr(const detail::LazyStackNode& ls, const std::s
 }
 
 // "fields={...}" of the given keys of a node, sorted.
-std::string fields_block(const Node& n, const std::vector<std::string>& keys,
-                         const char* label) {
+std::string fields_block(const Node& n, const std::vector<std::string>& keys, const char* label) {
   std::vector<std::pair<std::string, std::string>> fields;
   for (const auto& k : keys) {
     std::string s;
@@ -75,10 +72,18 @@ std::string fields_block(const Node& n, const std::vector<std::string>& keys,
     } else {
       auto v = n.find(k);
       switch (v->kind()) {
-        case EntryKind::Tensor: s = tensor_repr(v->tensor(), n.shared_flag()); break;
-        case EntryKind::TensorDict: s = td_repr(v->tensordict()); break;
-        case EntryKind::NonTensor: s = v->non_tensor().repr(); break;
-        case EntryKind::NonTensorStack: s = v->non_tensor_stack().repr(); break;
+        case EntryKind::Tensor:
+          s = tensor_repr(v->tensor(), n.shared_flag());
+          break;
+        case EntryKind::TensorDict:
+          s = td_repr(v->tensordict());
+          break;
+        case EntryKind::NonTensor:
+          s = v->non_tensor().repr();
+          break;
+        case EntryKind::NonTensorStack:
+          s = v->non_tensor_stack().repr();
+          break;
       }
     }
     fields.emplace_back(k, k + ": " + s);
@@ -123,8 +128,8 @@ std::string td_repr(const TensorDictBase& td) {
     if (!ex.empty()) inner += indent(ex, "    ") + ",\n";
   }
   std::string device = n.device() ? n.device()->str() : std::string("None");
-  inner += indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") +
-           ",\n" + indent("device=" + device, "    ") + ",\n" +
+  inner += indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") + ",\n" +
+           indent("device=" + device, "    ") + ",\n" +
            indent(std::string("is_shared=") + (n.shared_flag() ? "True" : "False"), "    ");
   if (ls) inner += ",\n" + indent("stack_dim=" + std::to_string(ls->stack_dim()), "    ");
   return n.type_name() + "(\n" + inner + ")";
@@ -134,8 +139,6 @@ std::string td_repr(const TensorDictBase& td) {
 
 std::string TensorDictBase::repr() const { return td_repr(*this); }
 
-std::ostream& operator<<(std::ostream& os, const TensorDictBase& td) {
-  return os << td.repr();
-}
+std::ostream& operator<<(std::ostream& os, const TensorDictBase& td) { return os << td.repr(); }
 
 }  // namespace tensordict

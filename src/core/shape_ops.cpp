@@ -17,14 +17,13 @@ std::vector<int64_t> concat(at::IntArrayRef a, at::IntArrayRef b) {
   return out;
 }
 
-TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
-                   at::IntArrayRef new_batch, const MapFn& fn, const char* op,
-                   std::optional<at::Device> device, const NestedKey& path,
-                   const LazyChildFn* on_lazy, StackPolicy stacks) {
+TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims, at::IntArrayRef new_batch,
+                   const MapFn& fn, const char* op, std::optional<at::Device> device,
+                   const NestedKey& path, const LazyChildFn* on_lazy, StackPolicy stacks) {
   const Node& n = src.node();
   auto b = n.batch_size();
-  TensorDict out = make_tensordict(
-      concat(new_batch, b.slice(std::min(root_dims, b.size()))), device);
+  TensorDict out =
+      make_tensordict(concat(new_batch, b.slice(std::min(root_dims, b.size()))), device);
   auto& dst = static_cast<MemoryNode&>(out.node());
   dst.reserve(n.size());
   auto one = [&](const std::string& k, const Value& v) {
@@ -37,9 +36,8 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
         } catch (const Error&) {
           throw;
         } catch (const c10::Error& e) {
-          throw ShapeError(std::string(op) + " failed on entry " + key.repr() +
-                           " of shape " + format_shape(v.tensor().sizes()) +
-                           ": " + e.what_without_backtrace());
+          throw ShapeError(std::string(op) + " failed on entry " + key.repr() + " of shape " +
+                           format_shape(v.tensor().sizes()) + ": " + e.what_without_backtrace());
         }
         if (r.defined()) dst.write(k, std::move(r));
         break;
@@ -60,18 +58,24 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
         Value r = s;
         if (stacks == StackPolicy::Drop) break;
         if (stacks == StackPolicy::MoveElements) {
-          r = map_non_tensor_stack(s, [&](const at::Tensor& p) { return fn(p, key); }, op, key);
+          r = map_non_tensor_stack(
+              s, [&](const at::Tensor& p) { return fn(p, key); }, op, key);
         } else if (!sb.equals(nb)) {
           // Values cannot be reduced: equal ones collapse to one NonTensorData.
           if (!s.all_equal() || s.numel() == 0)
-            throw ShapeError(std::string(op) + " cannot map the per-element non-tensor "
-                             "values of the NonTensorStack " + key.repr() + " from batch "
-                             "size " + format_shape(sb) + " to " + format_shape(nb) +
-                             "; exclude it first");
+            throw ShapeError(std::string(op) +
+                             " cannot map the per-element non-tensor "
+                             "values of the NonTensorStack " +
+                             key.repr() +
+                             " from batch "
+                             "size " +
+                             format_shape(sb) + " to " + format_shape(nb) + "; exclude it first");
           r = NonTensorData(s.values().front(), nb, s.device());
         }
-        if (r.is_non_tensor()) r.non_tensor().set_device(device);
-        else r.non_tensor_stack().set_device(device);
+        if (r.is_non_tensor())
+          r.non_tensor().set_device(device);
+        else
+          r.non_tensor_stack().set_device(device);
         dst.write(k, std::move(r));
         break;
       }
@@ -95,12 +99,12 @@ TensorDict map_rec(const TensorDictBase& src, std::size_t root_dims,
 
 }  // namespace
 
-TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims,
-                      at::IntArrayRef new_batch, const MapFn& fn, const char* op,
-                      std::optional<std::optional<at::Device>> device,
-                      const LazyChildFn* on_lazy, StackPolicy stacks) {
-  return map_rec(src, root_dims, new_batch, fn, op,
-                 device ? *device : src.device(), NestedKey(), on_lazy, stacks);
+TensorDict map_leaves(const TensorDictBase& src, std::size_t root_dims, at::IntArrayRef new_batch,
+                      const MapFn& fn, const char* op,
+                      std::optional<std::optional<at::Device>> device, const LazyChildFn* on_lazy,
+                      StackPolicy stacks) {
+  return map_rec(src, root_dims, new_batch, fn, op, device ? *device : src.device(), NestedKey(),
+                 on_lazy, stacks);
 }
 
 namespace {
@@ -115,7 +119,8 @@ void for_each_leaf_rec(const TensorDictBase& src, const NestedKey& path,
     return;
   }
   auto one = [&](const std::string& k, const Value& v) {
-    if (v.is_tensor()) fn(v.tensor(), path.empty() ? NestedKey(k) : path.child(k));
+    if (v.is_tensor())
+      fn(v.tensor(), path.empty() ? NestedKey(k) : path.child(k));
     else if (v.is_tensordict())
       for_each_leaf_rec(v.tensordict(), path.empty() ? NestedKey(k) : path.child(k), fn);
   };
@@ -143,17 +148,15 @@ using detail::wrap_dim;
 
 namespace {
 
-std::vector<int64_t> with_features(at::IntArrayRef batch_part,
-                                   const at::Tensor& leaf, std::size_t B) {
+std::vector<int64_t> with_features(at::IntArrayRef batch_part, const at::Tensor& leaf,
+                                   std::size_t B) {
   std::vector<int64_t> out(batch_part.begin(), batch_part.end());
-  out.insert(out.end(), leaf.sizes().begin() + static_cast<std::ptrdiff_t>(B),
-             leaf.sizes().end());
+  out.insert(out.end(), leaf.sizes().begin() + static_cast<std::ptrdiff_t>(B), leaf.sizes().end());
   return out;
 }
 
 // Resolves -1 in `shape` for `numel` elements (ShapeError when impossible).
-std::vector<int64_t> infer_shape(at::IntArrayRef shape, int64_t numel,
-                                 at::IntArrayRef from) {
+std::vector<int64_t> infer_shape(at::IntArrayRef shape, int64_t numel, at::IntArrayRef from) {
   std::vector<int64_t> out(shape.begin(), shape.end());
   int64_t known = 1;
   int infer = -1;
@@ -169,12 +172,12 @@ std::vector<int64_t> infer_shape(at::IntArrayRef shape, int64_t numel,
   }
   if (infer >= 0) {
     if (known == 0 || numel % known != 0)
-      throw ShapeError("shape " + format_shape(shape) +
-                       " is invalid for a batch of size " + format_shape(from));
+      throw ShapeError("shape " + format_shape(shape) + " is invalid for a batch of size " +
+                       format_shape(from));
     out[infer] = numel / known;
   } else if (known != numel) {
-    throw ShapeError("shape " + format_shape(shape) +
-                     " is invalid for a batch of size " + format_shape(from));
+    throw ShapeError("shape " + format_shape(shape) + " is invalid for a batch of size " +
+                     format_shape(from));
   }
   return out;
 }
@@ -223,10 +226,12 @@ TensorDictBase TensorDictBase::view(at::IntArrayRef shape) const {
   auto target = infer_shape(shape, numel(), b);
   if (b.equals(target)) return *this;
   const std::size_t B = b.size();
-  return view_like(*this, map_leaves(*this, B, target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.view(with_features(target, t, B)); },
-      "view", std::nullopt, nullptr,
-      detail::StackPolicy::MoveElements));
+  return view_like(*this, map_leaves(
+                              *this, B, target,
+                              [&](const at::Tensor& t, const NestedKey&) {
+                                return t.view(with_features(target, t, B));
+                              },
+                              "view", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::reshape(at::IntArrayRef shape) const {
@@ -234,10 +239,10 @@ TensorDictBase TensorDictBase::reshape(at::IntArrayRef shape) const {
   auto target = infer_shape(shape, numel(), b);
   if (b.equals(target)) return *this;
   const std::size_t B = b.size();
-  TensorDictBase out = map_leaves(*this, B, target,
+  TensorDictBase out = map_leaves(
+      *this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.reshape(with_features(target, t, B)); },
-      "reshape", std::nullopt, nullptr,
-      detail::StackPolicy::MoveElements);
+      "reshape", std::nullopt, nullptr, detail::StackPolicy::MoveElements);
   const bool mapped = node().memmap_flag() || node().shared_flag();
   return mapped && leaves_are_views(*this, out) ? view_like(*this, out) : locked_like(*this, out);
 }
@@ -277,16 +282,16 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     const int64_t s = ls->stack_dim();
     if (d == s) return ls->members()[0];  // the only member
-    return detail::make_lazy(lazy_members_op(*ls, [&](const TensorDictBase& m) {
-                               return m.squeeze(d < s ? d : d - 1);
-                             }),
-                             d < s ? s - 1 : s, {});
+    return detail::make_lazy(
+        lazy_members_op(*ls, [&](const TensorDictBase& m) { return m.squeeze(d < s ? d : d - 1); }),
+        d < s ? s - 1 : s, {});
   }
   std::vector<int64_t> target = b.vec();
   target.erase(target.begin() + d);
-  return view_like(*this, map_leaves(*this, b.size(), target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.squeeze(d); }, "squeeze", std::nullopt, nullptr,
-      detail::StackPolicy::MoveElements));
+  return view_like(*this, map_leaves(
+                              *this, b.size(), target,
+                              [&](const at::Tensor& t, const NestedKey&) { return t.squeeze(d); },
+                              "squeeze", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::squeeze() const {
@@ -309,24 +314,25 @@ TensorDictBase TensorDictBase::unsqueeze(int64_t dim) const {
   int64_t d = wrap_dim(dim, B + 1, "unsqueeze");
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     const int64_t s = ls->stack_dim();
-    return detail::make_lazy(lazy_members_op(*ls, [&](const TensorDictBase& m) {
-                               return m.unsqueeze(d <= s ? d : d - 1);
-                             }),
-                             d <= s ? s + 1 : s, {});
+    return detail::make_lazy(
+        lazy_members_op(*ls,
+                        [&](const TensorDictBase& m) { return m.unsqueeze(d <= s ? d : d - 1); }),
+        d <= s ? s + 1 : s, {});
   }
   auto target = batch_size().vec();
   target.insert(target.begin() + d, 1);
-  return view_like(*this, map_leaves(*this, B, target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.unsqueeze(d); }, "unsqueeze", std::nullopt, nullptr,
-      detail::StackPolicy::MoveElements));
+  return view_like(
+      *this,
+      map_leaves(
+          *this, B, target, [&](const at::Tensor& t, const NestedKey&) { return t.unsqueeze(d); },
+          "unsqueeze", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
   const int64_t B = batch_dims();
   if (static_cast<int64_t>(dims.size()) != B)
     throw IndexError("permute: got " + std::to_string(dims.size()) +
-                     " dims for a tensordict with " + std::to_string(B) +
-                     " batch dimension(s)");
+                     " dims for a tensordict with " + std::to_string(B) + " batch dimension(s)");
   std::vector<int64_t> perm;
   std::vector<bool> seen(static_cast<std::size_t>(B), false);
   for (auto d : dims) {
@@ -344,23 +350,26 @@ TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
     int64_t new_s = 0;
     std::vector<int64_t> member_perm;
     for (std::size_t p = 0; p < perm.size(); ++p) {
-      if (perm[p] == s) new_s = static_cast<int64_t>(p);
-      else member_perm.push_back(perm[p] < s ? perm[p] : perm[p] - 1);
+      if (perm[p] == s)
+        new_s = static_cast<int64_t>(p);
+      else
+        member_perm.push_back(perm[p] < s ? perm[p] : perm[p] - 1);
     }
-    return detail::make_lazy(lazy_members_op(*ls, [&](const TensorDictBase& m) {
-                               return m.permute(member_perm);
-                             }),
-                             new_s, {});
+    return detail::make_lazy(
+        lazy_members_op(*ls, [&](const TensorDictBase& m) { return m.permute(member_perm); }),
+        new_s, {});
   }
   auto b = batch_size();
   std::vector<int64_t> target;
   for (auto p : perm) target.push_back(b[p]);
-  return view_like(*this, map_leaves(*this, B, target,
-      [&](const at::Tensor& t, const NestedKey&) {
-        std::vector<int64_t> full = perm;
-        for (int64_t i = B; i < t.dim(); ++i) full.push_back(i);
-        return t.permute(full);
-      }, "permute", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
+  return view_like(*this, map_leaves(
+                              *this, B, target,
+                              [&](const at::Tensor& t, const NestedKey&) {
+                                std::vector<int64_t> full = perm;
+                                for (int64_t i = B; i < t.dim(); ++i) full.push_back(i);
+                                return t.permute(full);
+                              },
+                              "permute", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
@@ -376,9 +385,11 @@ TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
   }
   auto target = batch_size().vec();
   std::swap(target[a], target[c]);
-  return view_like(*this, map_leaves(*this, B, target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.transpose(a, c); }, "transpose", std::nullopt, nullptr,
-      detail::StackPolicy::MoveElements));
+  return view_like(*this,
+                   map_leaves(
+                       *this, B, target,
+                       [&](const at::Tensor& t, const NestedKey&) { return t.transpose(a, c); },
+                       "transpose", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
 }
 
 TensorDictBase TensorDictBase::expand(at::IntArrayRef shape) const {
@@ -393,14 +404,17 @@ TensorDictBase TensorDictBase::expand(at::IntArrayRef shape) const {
     int64_t& s = target[lead + i];
     if (s == -1) s = b[i];
     if (b[i] != 1 && s != b[i])
-      throw ShapeError("expand: cannot expand batch size " + format_shape(b) +
-                       " to " + format_shape(shape));
+      throw ShapeError("expand: cannot expand batch size " + format_shape(b) + " to " +
+                       format_shape(shape));
   }
   if (b.equals(target)) return *this;
-  return locked_like(*this, map_leaves(*this, B, target,
-      [&](const at::Tensor& t, const NestedKey&) { return t.expand(with_features(target, t, B)); },
-      "expand", std::nullopt, nullptr,
-      detail::StackPolicy::MoveElements));
+  return locked_like(*this,
+                     map_leaves(
+                         *this, B, target,
+                         [&](const at::Tensor& t, const NestedKey&) {
+                           return t.expand(with_features(target, t, B));
+                         },
+                         "expand", std::nullopt, nullptr, detail::StackPolicy::MoveElements));
 }
 
 std::vector<TensorDictBase> TensorDictBase::unbind(int64_t dim) const {
@@ -410,8 +424,7 @@ std::vector<TensorDictBase> TensorDictBase::unbind(int64_t dim) const {
   std::vector<TensorDictBase> out;
   out.reserve(static_cast<std::size_t>(b[d]));
   for (int64_t i = 0; i < b[d]; ++i) {
-    std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d),
-                                               at::indexing::Slice());
+    std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d), at::indexing::Slice());
     idx.emplace_back(i);
     TensorDictBase r = index(idx);
     if (is_locked()) r.lock_();
@@ -420,21 +433,18 @@ std::vector<TensorDictBase> TensorDictBase::unbind(int64_t dim) const {
   return out;
 }
 
-std::vector<TensorDictBase> TensorDictBase::split(at::IntArrayRef split_sizes,
-                                              int64_t dim) const {
+std::vector<TensorDictBase> TensorDictBase::split(at::IntArrayRef split_sizes, int64_t dim) const {
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B, "split");
   int64_t total = 0;
   for (auto s : split_sizes) total += s;
   if (total != batch_size()[d])
-    throw ShapeError("split: the sizes " + format_shape(split_sizes) +
-                     " do not sum to batch dim " + std::to_string(d) + " of size " +
-                     std::to_string(batch_size()[d]));
+    throw ShapeError("split: the sizes " + format_shape(split_sizes) + " do not sum to batch dim " +
+                     std::to_string(d) + " of size " + std::to_string(batch_size()[d]));
   std::vector<TensorDictBase> out;
   int64_t start = 0;
   for (auto s : split_sizes) {
-    std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d),
-                                               at::indexing::Slice());
+    std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d), at::indexing::Slice());
     idx.emplace_back(at::indexing::Slice(start, start + s));
     TensorDictBase r = index(idx);
     if (is_locked()) r.lock_();
@@ -461,17 +471,15 @@ std::vector<TensorDictBase> TensorDictBase::chunk(int64_t chunks, int64_t dim) c
   return split(std::max<int64_t>(size, 1), d);
 }
 
-TensorDictBase TensorDictBase::narrow(int64_t dim, int64_t start,
-                                      int64_t length) const {
+TensorDictBase TensorDictBase::narrow(int64_t dim, int64_t start, int64_t length) const {
   int64_t d = wrap_dim(dim, batch_dims(), "narrow");
   int64_t n = batch_size()[d];
   if (start < 0) start += n;
   if (start < 0 || length < 0 || start + length > n)
-    throw IndexError("narrow: [" + std::to_string(start) + ", " +
-                     std::to_string(start + length) + ") is out of range for " +
-                     "batch dim " + std::to_string(d) + " of size " + std::to_string(n));
-  std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d),
-                                             at::indexing::Slice());
+    throw IndexError("narrow: [" + std::to_string(start) + ", " + std::to_string(start + length) +
+                     ") is out of range for " + "batch dim " + std::to_string(d) + " of size " +
+                     std::to_string(n));
+  std::vector<at::indexing::TensorIndex> idx(static_cast<std::size_t>(d), at::indexing::Slice());
   idx.emplace_back(at::indexing::Slice(start, start + length));
   return index(idx);
 }
@@ -483,13 +491,15 @@ TensorDict TensorDictBase::gather(int64_t dim, const at::Tensor& index) const {
     throw ShapeError("gather: the index must have " + std::to_string(B) +
                      " dims (the batch dims), got shape " + format_shape(index.sizes()));
   auto target = index.sizes().vec();
-  return map_leaves(*this, B, target,
+  return map_leaves(
+      *this, B, target,
       [&](const at::Tensor& t, const NestedKey&) {
         std::vector<int64_t> view_shape = index.sizes().vec();
         view_shape.resize(t.dim(), 1);
         auto idx = index.view(view_shape).expand(with_features(target, t, B));
         return t.gather(d, idx);
-      }, "gather", std::nullopt, nullptr, detail::StackPolicy::MoveElements);
+      },
+      "gather", std::nullopt, nullptr, detail::StackPolicy::MoveElements);
 }
 
 namespace {
@@ -501,8 +511,7 @@ at::Tensor expand_right(const at::Tensor& mask, const at::Tensor& leaf) {
   return mask.view(shape).expand(leaf.sizes());
 }
 
-void check_batch_mask(const TensorDictBase& td, const at::Tensor& mask,
-                      const char* op) {
+void check_batch_mask(const TensorDictBase& td, const at::Tensor& mask, const char* op) {
   auto b = td.batch_size();
   auto m = mask.sizes();
   if (m.size() > b.size() || !std::equal(m.begin(), m.end(), b.begin()))
@@ -512,17 +521,17 @@ void check_batch_mask(const TensorDictBase& td, const at::Tensor& mask,
 
 }  // namespace
 
-TensorDict TensorDictBase::masked_fill(const at::Tensor& mask,
-                                       const at::Scalar& value) const {
+TensorDict TensorDictBase::masked_fill(const at::Tensor& mask, const at::Scalar& value) const {
   check_batch_mask(*this, mask, "masked_fill");
-  return map_leaves(*this, batch_size().size(), batch_size(),
+  return map_leaves(
+      *this, batch_size().size(), batch_size(),
       [&](const at::Tensor& t, const NestedKey&) {
         return t.masked_fill(expand_right(mask, t), value);
-      }, "masked_fill");
+      },
+      "masked_fill");
 }
 
-TensorDictBase& TensorDictBase::masked_fill_(const at::Tensor& mask,
-                                             const at::Scalar& value) {
+TensorDictBase& TensorDictBase::masked_fill_(const at::Tensor& mask, const at::Scalar& value) {
   check_batch_mask(*this, mask, "masked_fill_");
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     for (std::size_t i = 0; i < ls->members().size(); ++i) {
@@ -538,24 +547,25 @@ TensorDictBase& TensorDictBase::masked_fill_(const at::Tensor& mask,
   return *this;
 }
 
-TensorDict TensorDictBase::where(const at::Tensor& condition,
-                                 const TensorDictBase& other) const {
+TensorDict TensorDictBase::where(const at::Tensor& condition, const TensorDictBase& other) const {
   check_batch_mask(*this, condition, "where");
-  return map_leaves(*this, batch_size().size(), batch_size(),
+  return map_leaves(
+      *this, batch_size().size(), batch_size(),
       [&](const at::Tensor& t, const NestedKey& key) {
         at::Tensor o = other.get(key);
         return at::where(expand_right(condition, t), t, o);
-      }, "where");
+      },
+      "where");
 }
 
-TensorDict TensorDictBase::where(const at::Tensor& condition,
-                                 const at::Scalar& other) const {
+TensorDict TensorDictBase::where(const at::Tensor& condition, const at::Scalar& other) const {
   check_batch_mask(*this, condition, "where");
-  return map_leaves(*this, batch_size().size(), batch_size(),
+  return map_leaves(
+      *this, batch_size().size(), batch_size(),
       [&](const at::Tensor& t, const NestedKey&) {
-        return at::where(expand_right(condition, t), t,
-                         at::scalar_tensor(other, t.options()));
-      }, "where");
+        return at::where(expand_right(condition, t), t, at::scalar_tensor(other, t.options()));
+      },
+      "where");
 }
 
 }  // namespace tensordict

@@ -13,9 +13,8 @@ using detail::format_shape;
 
 namespace {
 
-[[noreturn]] void key_mismatch(const char* op, const TensorDictBase& a,
-                               const TensorDictBase& b, std::size_t which,
-                               const NestedKey& path) {
+[[noreturn]] void key_mismatch(const char* op, const TensorDictBase& a, const TensorDictBase& b,
+                               std::size_t which, const NestedKey& path) {
   auto ka = a.node().keys();
   auto kb = b.node().keys();
   std::set<std::string> sa(ka.begin(), ka.end()), sb(kb.begin(), kb.end());
@@ -24,11 +23,10 @@ namespace {
     if (!sb.count(k)) only_a += (only_a.empty() ? "'" : ", '") + k + "'";
   for (const auto& k : sb)
     if (!sa.count(k)) only_b += (only_b.empty() ? "'" : ", '") + k + "'";
-  throw KeyError(std::string(op) + ": the sets of keys in the tensordicts to " + op +
-                 " differ" + (path.empty() ? std::string() : " under " + path.repr()) +
-                 ": tensordict 0 has [" + only_a + "] that tensordict " +
-                 std::to_string(which) + " lacks, and it has [" + only_b +
-                 "] that tensordict 0 lacks");
+  throw KeyError(std::string(op) + ": the sets of keys in the tensordicts to " + op + " differ" +
+                 (path.empty() ? std::string() : " under " + path.repr()) + ": tensordict 0 has [" +
+                 only_a + "] that tensordict " + std::to_string(which) + " lacks, and it has [" +
+                 only_b + "] that tensordict 0 lacks");
 }
 
 // The in-memory nodes of `tds` when they all share the first one's key index
@@ -41,8 +39,7 @@ std::vector<const detail::MemoryNode*> aligned_nodes(const std::vector<TensorDic
   out.reserve(tds.size());
   for (const auto& t : tds) {
     const Node& n = t.node();
-    if (!n.is_memory_node() ||
-        !static_cast<const detail::MemoryNode&>(n).shares_keys_with(first))
+    if (!n.is_memory_node() || !static_cast<const detail::MemoryNode&>(n).shares_keys_with(first))
       return {};
     out.push_back(static_cast<const detail::MemoryNode*>(&n));
   }
@@ -56,8 +53,7 @@ std::vector<const detail::MemoryNode*> aligned_nodes(const std::vector<TensorDic
 std::vector<const Value*> gather_entries(const std::vector<TensorDictBase>& tds,
                                          const std::vector<const detail::MemoryNode*>& aligned,
                                          std::size_t pos, const std::string& k, const char* op,
-                                         const NestedKey& path,
-                                         std::vector<Value>& holders) {
+                                         const NestedKey& path, std::vector<Value>& holders) {
   std::vector<const Value*> out;
   out.reserve(tds.size());
   holders.clear();
@@ -99,12 +95,11 @@ struct StackOp {
     auto b = tds[0].batch_size();
     for (std::size_t i = 1; i < tds.size(); ++i)
       if (!tds[i].batch_size().equals(b))
-        throw ShapeError("stack: stacking tensordicts requires them to have "
-                         "congruent batch sizes; tensordict 0" +
-                         (path.empty() ? std::string() : " at " + path.repr()) +
-                         " has " + format_shape(b) + " and tensordict " +
-                         std::to_string(i) + " has " +
-                         format_shape(tds[i].batch_size()));
+        throw ShapeError(
+            "stack: stacking tensordicts requires them to have "
+            "congruent batch sizes; tensordict 0" +
+            (path.empty() ? std::string() : " at " + path.repr()) + " has " + format_shape(b) +
+            " and tensordict " + std::to_string(i) + " has " + format_shape(tds[i].batch_size()));
     std::vector<int64_t> target = b.vec();
     target.insert(target.begin() + dim, static_cast<int64_t>(tds.size()));
     device = tds[0].device();
@@ -117,11 +112,11 @@ struct StackOp {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const auto& t = std::get<0>(entries[i]->variant());
       if (!t.sizes().equals(shape))
-        throw ShapeError("stack: the shapes of the tensors to stack are "
-                         "incompatible for key " + key_of().repr() + ": " +
-                         format_shape(shape) + " in tensordict 0 and " +
-                         format_shape(t.sizes()) + " in tensordict " +
-                         std::to_string(i));
+        throw ShapeError(
+            "stack: the shapes of the tensors to stack are "
+            "incompatible for key " +
+            key_of().repr() + ": " + format_shape(shape) + " in tensordict 0 and " +
+            format_shape(t.sizes()) + " in tensordict " + std::to_string(i));
       leaves.push_back(t);
     }
     try {
@@ -152,11 +147,10 @@ struct CatOp {
       for (std::size_t d = 0; ok && d < b.size(); ++d)
         if (static_cast<int64_t>(d) != dim && bi[d] != b[d]) ok = false;
       if (!ok)
-        throw ShapeError("cat: batch sizes must agree except along dim " +
-                         std::to_string(dim) + ": tensordict 0" +
-                         (path.empty() ? std::string() : " at " + path.repr()) +
-                         " has " + format_shape(b) + " and tensordict " +
-                         std::to_string(i) + " has " + format_shape(bi));
+        throw ShapeError("cat: batch sizes must agree except along dim " + std::to_string(dim) +
+                         ": tensordict 0" + (path.empty() ? std::string() : " at " + path.repr()) +
+                         " has " + format_shape(b) + " and tensordict " + std::to_string(i) +
+                         " has " + format_shape(bi));
       if (tds[i].device() != device) device = std::nullopt;
       target[dim] += bi[dim];
     }
@@ -169,9 +163,10 @@ struct CatOp {
     try {
       return at::cat(leaves, dim);
     } catch (const c10::Error& e) {
-      throw ShapeError("cat: the shapes of the tensors to concatenate are "
-                       "incompatible for key " + key_of().repr() + ": " +
-                       e.what_without_backtrace());
+      throw ShapeError(
+          "cat: the shapes of the tensors to concatenate are "
+          "incompatible for key " +
+          key_of().repr() + ": " + e.what_without_backtrace());
     }
   }
   static Value non_tensors(const std::vector<const Value*>& entries, int64_t dim,
@@ -182,14 +177,12 @@ struct CatOp {
 
 // stack or cat of tensordicts with the same keys, level by level.
 template <class Op>
-TensorDict combine_rec(const std::vector<TensorDictBase>& tds, int64_t dim,
-                       const NestedKey& path) {
+TensorDict combine_rec(const std::vector<TensorDictBase>& tds, int64_t dim, const NestedKey& path) {
   const auto& first = tds[0];
   std::optional<at::Device> device;
   std::vector<int64_t> target = Op::result_batch(tds, dim, path, device);
   for (std::size_t i = 1; i < tds.size(); ++i)
-    if (tds[i].node().size() != first.node().size())
-      key_mismatch(Op::name, first, tds[i], i, path);
+    if (tds[i].node().size() != first.node().size()) key_mismatch(Op::name, first, tds[i], i, path);
   TensorDict out = detail::make_tensordict(target, device);
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   const auto keys = first.node().keys();

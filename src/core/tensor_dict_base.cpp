@@ -16,8 +16,10 @@ namespace detail {
 void throw_missing(const NestedKey& key, std::size_t level, const Node& node) {
   std::ostringstream msg;
   msg << "key " << key.repr() << " not found in " << node.type_name();
-  if (level > 0) msg << ": " << prefix(key, level).repr() << " has keys ";
-  else msg << " with keys ";
+  if (level > 0)
+    msg << ": " << prefix(key, level).repr() << " has keys ";
+  else
+    msg << " with keys ";
   msg << format_key_list(node.keys());
   throw KeyError(msg.str());
 }
@@ -32,40 +34,34 @@ void throw_locked(const NestedKey& key, const char* operation) {
       what + "; or unlock_() first)");
 }
 
-void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch,
-                      const NestedKey& key) {
+void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch, const NestedKey& key) {
   auto sizes = value.sizes();
-  bool ok = sizes.size() >= batch.size() &&
-            std::equal(batch.begin(), batch.end(), sizes.begin());
+  bool ok = sizes.size() >= batch.size() && std::equal(batch.begin(), batch.end(), sizes.begin());
   if (!ok)
-    throw ShapeError("batch dimension mismatch for key " + key.repr() +
-                     ": got batch_size=" + format_shape(batch) +
-                     " and value.shape=" + format_shape(sizes) +
+    throw ShapeError("batch dimension mismatch for key " + key.repr() + ": got batch_size=" +
+                     format_shape(batch) + " and value.shape=" + format_shape(sizes) +
                      " (every entry must start with the batch size)");
 }
 
 namespace {
 bool starts_with(at::IntArrayRef full, at::IntArrayRef prefix) {
-  return full.size() >= prefix.size() &&
-         std::equal(prefix.begin(), prefix.end(), full.begin());
+  return full.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), full.begin());
 }
 }  // namespace
 
-Value validate_value(Value value, at::IntArrayRef batch,
-                     std::optional<at::Device> device, const NestedKey& key) {
+Value validate_value(Value value, at::IntArrayRef batch, std::optional<at::Device> device,
+                     const NestedKey& key) {
   switch (value.kind()) {
     case EntryKind::Tensor: {
       at::Tensor t = std::move(value).tensor();
-      if (!t.defined())
-        throw ValueError("cannot store an undefined tensor at key " + key.repr());
+      if (!t.defined()) throw ValueError("cannot store an undefined tensor at key " + key.repr());
       if (device && t.device() != *device) {
         try {
           t = t.to(*device);
         } catch (const c10::Error& e) {
-          std::throw_with_nested(DeviceError(
-              "cannot move the tensor at key " + key.repr() + " from " +
-              t.device().str() + " to " + device->str() + ": " +
-              e.what_without_backtrace()));
+          std::throw_with_nested(DeviceError("cannot move the tensor at key " + key.repr() +
+                                             " from " + t.device().str() + " to " + device->str() +
+                                             ": " + e.what_without_backtrace()));
         }
       }
       check_leaf_batch(t, batch, key);
@@ -73,8 +69,7 @@ Value validate_value(Value value, at::IntArrayRef batch,
     }
     case EntryKind::TensorDict: {
       TensorDictBase td = value.tensordict();
-      if (!td.defined())
-        throw ValueError("cannot store a null tensordict at key " + key.repr());
+      if (!td.defined()) throw ValueError("cannot store a null tensordict at key " + key.repr());
       if (!starts_with(td.batch_size(), batch)) {
         // Python: a shallow copy whose batch size is reset to the parent's.
         TensorDictBase copy = td.copy();
@@ -82,17 +77,15 @@ Value validate_value(Value value, at::IntArrayRef batch,
           copy.set_batch_size(batch);
         } catch (const ShapeError& e) {
           throw ShapeError("cannot store the tensordict of batch size " +
-                           format_shape(td.batch_size()) + " at key " +
-                           key.repr() + " under batch size " +
-                           format_shape(batch) + ": " + e.what());
+                           format_shape(td.batch_size()) + " at key " + key.repr() +
+                           " under batch size " + format_shape(batch) + ": " + e.what());
         }
         td = copy;
       }
       if (device && td.device() != device) {
         // Moves every leaf; the result is a new tensordict on that device.
         TensorDict moved = make_tensordict(
-            std::vector<int64_t>(td.batch_size().begin(), td.batch_size().end()),
-            device);
+            std::vector<int64_t>(td.batch_size().begin(), td.batch_size().end()), device);
         for (auto& [k, v] : td.items())
           moved.set(k, validate_value(v, td.batch_size(), device, key + k));
         td = moved;
@@ -110,10 +103,9 @@ Value validate_value(Value value, at::IntArrayRef batch,
       // One value per element: the elements must be this batch's.
       NonTensorStack s = std::move(value.non_tensor_stack());
       if (!starts_with(s.batch_size(), batch))
-        throw ShapeError("batch dimension mismatch for key " + key.repr() +
-                         ": got batch_size=" + format_shape(batch) +
-                         " and a NonTensorStack of batch size " + format_shape(s.batch_size()) +
-                         " (" + std::to_string(s.numel()) +
+        throw ShapeError("batch dimension mismatch for key " + key.repr() + ": got batch_size=" +
+                         format_shape(batch) + " and a NonTensorStack of batch size " +
+                         format_shape(s.batch_size()) + " (" + std::to_string(s.numel()) +
                          " values; its batch size must start with the tensordict's)");
       if (device) s.set_device(device);
       return s;
@@ -134,8 +126,7 @@ std::vector<TensorDictBase> children(const Node& node) {
     return out;
   }
   for (const auto& k : node.keys()) {
-    if (node.kind(k) == EntryKind::TensorDict)
-      out.push_back(node.find(k)->tensordict());
+    if (node.kind(k) == EntryKind::TensorDict) out.push_back(node.find(k)->tensordict());
   }
   return out;
 }
@@ -148,9 +139,8 @@ using detail::throw_missing;
 
 namespace detail {
 
-std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root,
-                                  const NestedKey& key, bool create,
-                                  const char* operation) {
+std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root, const NestedKey& key,
+                                  bool create, const char* operation) {
   if (key.empty()) throw KeyError("empty key");
   std::shared_ptr<Node> node = root;
   for (std::size_t i = 0; i + 1 < key.size(); ++i) {
@@ -167,8 +157,7 @@ std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root,
       rethrow_storage_error(prefix(key, i + 1), operation);
     }
     if (!v->is_tensordict())
-      throw TypeError("key " + key.repr() + ": " +
-                      detail::prefix(key, i + 1).repr() + " is a " +
+      throw TypeError("key " + key.repr() + ": " + detail::prefix(key, i + 1).repr() + " is a " +
                       tensordict::to_string(v->kind()) + ", not a TensorDict");
     node = v->tensordict().node_ptr();
   }
@@ -181,8 +170,7 @@ using detail::walk_parent;
 
 // ---- handle basics ---------------------------------------------------------
 
-TensorDictBase::TensorDictBase(std::shared_ptr<Node> node)
-    : node_(std::move(node)) {}
+TensorDictBase::TensorDictBase(std::shared_ptr<Node> node) : node_(std::move(node)) {}
 
 Node& TensorDictBase::node() const {
   if (!node_) throw ValueError("use of a null tensordict handle");
@@ -207,8 +195,8 @@ int64_t TensorDictBase::size(int64_t d) const {
   auto b = batch_size();
   int64_t n = static_cast<int64_t>(b.size());
   if (d < -n || d >= n)
-    throw IndexError("dimension " + std::to_string(d) +
-                     " out of range for batch size " + format_shape(b));
+    throw IndexError("dimension " + std::to_string(d) + " out of range for batch size " +
+                     format_shape(b));
   return b[d < 0 ? d + n : d];
 }
 
@@ -217,9 +205,7 @@ int64_t TensorDictBase::len() const {
   return b.empty() ? 0 : b[0];
 }
 
-std::optional<at::Device> TensorDictBase::device() const {
-  return node().device();
-}
+std::optional<at::Device> TensorDictBase::device() const { return node().device(); }
 
 TensorDictBase& TensorDictBase::clear_device_() {
   node().set_device(std::nullopt);
@@ -232,13 +218,11 @@ TensorDictBase& TensorDictBase::clear_device_() {
 namespace {
 
 bool starts_with_size(at::IntArrayRef sizes, at::IntArrayRef prefix) {
-  return sizes.size() >= prefix.size() &&
-         std::equal(prefix.begin(), prefix.end(), sizes.begin());
+  return sizes.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), sizes.begin());
 }
 
 // Metadata only: tensors are checked through tensor_meta, never read.
-void check_batch_change(const Node& node, at::IntArrayRef new_size,
-                        const NestedKey& path) {
+void check_batch_change(const Node& node, at::IntArrayRef new_size, const NestedKey& path) {
   for (const auto& k : node.keys()) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     const auto kind = node.kind(k);
@@ -246,10 +230,8 @@ void check_batch_change(const Node& node, at::IntArrayRef new_size,
     if (*kind == EntryKind::Tensor) {
       const auto meta = node.tensor_meta(k);
       if (!starts_with_size(meta->shape, new_size))
-        throw ShapeError("the tensor " + key.repr() + " has shape " +
-                         format_shape(meta->shape) +
-                         " which is incompatible with the batch size " +
-                         format_shape(new_size));
+        throw ShapeError("the tensor " + key.repr() + " has shape " + format_shape(meta->shape) +
+                         " which is incompatible with the batch size " + format_shape(new_size));
       continue;
     }
     auto v = node.find(k);
@@ -259,17 +241,14 @@ void check_batch_change(const Node& node, at::IntArrayRef new_size,
       if (cb.size() < new_size.size()) {
         check_batch_change(child.node(), new_size, key);
       } else if (!std::equal(new_size.begin(), new_size.end(), cb.begin())) {
-        throw ShapeError("the tensordict " + key.repr() + " has batch size " +
-                         format_shape(cb) +
-                         " which is incompatible with the batch size " +
-                         format_shape(new_size));
+        throw ShapeError("the tensordict " + key.repr() + " has batch size " + format_shape(cb) +
+                         " which is incompatible with the batch size " + format_shape(new_size));
       }
     } else {  // NonTensorStack
       auto sb = v->non_tensor_stack().batch_size();
       if (!starts_with_size(sb, new_size))
         throw ShapeError("the NonTensorStack " + key.repr() + " has batch size " +
-                         format_shape(sb) +
-                         " which is incompatible with the batch size " +
+                         format_shape(sb) + " which is incompatible with the batch size " +
                          format_shape(new_size));
     }
   }
@@ -280,8 +259,7 @@ void apply_batch_change(Node& node, at::IntArrayRef new_size) {
     const auto kind = node.kind(k);
     if (kind == EntryKind::TensorDict) {
       const TensorDictBase child = node.find(k)->tensordict();
-      if (child.batch_size().size() < new_size.size())
-        apply_batch_change(child.node(), new_size);
+      if (child.batch_size().size() < new_size.size()) apply_batch_change(child.node(), new_size);
     } else if (kind == EntryKind::NonTensor) {
       NonTensorData d = node.find(k)->non_tensor();
       if (!starts_with_size(d.batch_size(), new_size)) {
@@ -311,8 +289,7 @@ TensorDictBase& TensorDictBase::set_batch_size(at::IntArrayRef new_size) {
 namespace {
 
 void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
-           const std::function<void(const NestedKey&, const Value&)>& fn,
-           bool need_values = true) {
+           const std::function<void(const NestedKey&, const Value&)>& fn, bool need_values = true) {
   auto emit_entry = [&](const std::string& k, const Value& v) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
     switch (v.kind()) {
@@ -342,8 +319,7 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
         emit_entry(k, placeholder);
         continue;
       }
-      if (!need_values &&
-          (*kind == EntryKind::NonTensor || *kind == EntryKind::NonTensorStack) &&
+      if (!need_values && (*kind == EntryKind::NonTensor || *kind == EntryKind::NonTensorStack) &&
           opt.leaves_only && !opt.non_tensor_leaves)
         continue;
       auto v = node.find(k);
@@ -354,20 +330,18 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
 
 }  // namespace
 
-void TensorDictBase::for_each(
-    const std::function<void(const NestedKey&, const Value&)>& fn,
-    const KeysOptions& options) const {
+void TensorDictBase::for_each(const std::function<void(const NestedKey&, const Value&)>& fn,
+                              const KeysOptions& options) const {
   if (!options.sort) {
     visit(node(), NestedKey(), options, fn);
     return;
   }
-  auto all = items(KeysOptions{options.include_nested, options.leaves_only,
-                               options.non_tensor_leaves, true});
+  auto all = items(
+      KeysOptions{options.include_nested, options.leaves_only, options.non_tensor_leaves, true});
   for (const auto& [k, v] : all) fn(k, v);
 }
 
-std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(
-    const KeysOptions& options) const {
+std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(const KeysOptions& options) const {
   std::vector<std::pair<NestedKey, Value>> out;
   KeysOptions unsorted = options;
   unsorted.sort = false;
@@ -380,8 +354,8 @@ std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(
   return out;
 }
 
-std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(
-    bool include_nested, bool leaves_only) const {
+std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(bool include_nested,
+                                                               bool leaves_only) const {
   return items(KeysOptions{include_nested, leaves_only});
 }
 
@@ -394,18 +368,16 @@ std::vector<NestedKey> TensorDictBase::keys(const KeysOptions& options) const {
   std::vector<NestedKey> out;
   KeysOptions unsorted = options;
   unsorted.sort = false;
-  visit(node(), NestedKey(), unsorted,
-        [&](const NestedKey& k, const Value&) { out.push_back(k); },
-        /*need_values=*/false);
+  visit(
+      node(), NestedKey(), unsorted, [&](const NestedKey& k, const Value&) { out.push_back(k); },
+      /*need_values=*/false);
   if (options.sort)
-    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-      return a.join(".") < b.join(".");
-    });
+    std::stable_sort(out.begin(), out.end(),
+                     [](const auto& a, const auto& b) { return a.join(".") < b.join("."); });
   return out;
 }
 
-std::vector<NestedKey> TensorDictBase::keys(bool include_nested,
-                                            bool leaves_only) const {
+std::vector<NestedKey> TensorDictBase::keys(bool include_nested, bool leaves_only) const {
   return keys(KeysOptions{include_nested, leaves_only});
 }
 
@@ -415,25 +387,24 @@ std::vector<Value> TensorDictBase::values(const KeysOptions& options) const {
   return out;
 }
 
-std::vector<Value> TensorDictBase::values(bool include_nested,
-                                          bool leaves_only) const {
+std::vector<Value> TensorDictBase::values(bool include_nested, bool leaves_only) const {
   return values(KeysOptions{include_nested, leaves_only});
 }
 
-std::vector<std::pair<NestedKey, nlohmann::json>>
-TensorDictBase::non_tensor_items(bool include_nested) const {
+std::vector<std::pair<NestedKey, nlohmann::json>> TensorDictBase::non_tensor_items(
+    bool include_nested) const {
   std::vector<std::pair<NestedKey, nlohmann::json>> out;
   for (auto& [k, v] : items(KeysOptions{include_nested, true, true}))
-    if (v.is_non_tensor()) out.emplace_back(k, v.non_tensor().data());
-    else if (v.is_non_tensor_stack()) out.emplace_back(k, v.non_tensor_stack().tolist());
+    if (v.is_non_tensor())
+      out.emplace_back(k, v.non_tensor().data());
+    else if (v.is_non_tensor_stack())
+      out.emplace_back(k, v.non_tensor_stack().tolist());
   return out;
 }
 
 std::size_t TensorDictBase::num_keys() const { return node().size(); }
 
-bool TensorDictBase::contains(const NestedKey& key) const {
-  return entry_kind(key).has_value();
-}
+bool TensorDictBase::contains(const NestedKey& key) const { return entry_kind(key).has_value(); }
 
 std::optional<EntryKind> TensorDictBase::entry_kind(const NestedKey& key) const {
   if (key.empty()) return std::nullopt;
@@ -472,8 +443,7 @@ std::optional<Value> TensorDictBase::find(const NestedKey& key) const {
 }
 
 Value TensorDictBase::at(const NestedKey& key) const {
-  auto parent = walk_parent(node_ ? node_ : throw ValueError("null handle"),
-                            key, false);
+  auto parent = walk_parent(node_ ? node_ : throw ValueError("null handle"), key, false);
   std::optional<Value> v;
   try {
     v = parent->find(key.back());
@@ -517,25 +487,22 @@ struct KeyPath {
 // Every failure of get_path, out of line so that the hot path stays small
 // (error strings inlined there cost a large stack frame on every call).
 template <class Path>
-[[noreturn]] __attribute__((noinline, cold)) void fail_get(const Node* n,
-                                                           const Path& path,
-                                                           std::size_t i,
-                                                           const Value* v) {
+[[noreturn]] __attribute__((noinline, cold)) void fail_get(const Node* n, const Path& path,
+                                                           std::size_t i, const Value* v) {
   if (path.size() == 0) throw KeyError("empty key");
   const auto& key = path.key();
   if (!v) throw_missing(key, i, *n);
   if (i + 1 == path.size())
-    throw TypeError("entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) +
-                    ", not a Tensor" +
-                    (v->is_non_tensor_or_stack() ? " (use get_non_tensor)" : " (use get_tensordict)"));
+    throw TypeError(
+        "entry " + key.repr() + " is a " + tensordict::to_string(v->kind()) + ", not a Tensor" +
+        (v->is_non_tensor_or_stack() ? " (use get_non_tensor)" : " (use get_tensordict)"));
   throw TypeError("key " + key.repr() + ": " + path.prefix(i + 1).repr() + " is a " +
                   tensordict::to_string(v->kind()) + ", not a TensorDict");
 }
 
 // Storages other than the in-memory one: through at() (Node::find).
 template <class Path>
-__attribute__((noinline)) at::Tensor get_slow(const TensorDictBase& self,
-                                              const Path& path) {
+__attribute__((noinline)) at::Tensor get_slow(const TensorDictBase& self, const Path& path) {
   const auto& key = path.key();
   Value v = self.at(key);
   if (!v.is_tensor())
@@ -581,8 +548,7 @@ at::Tensor TensorDictBase::get_checked(std::initializer_list<std::string_view> p
   return get_path(node_.get(), ListPath{path.begin(), path.size()}, *this);
 }
 
-at::Tensor TensorDictBase::get(const NestedKey& key,
-                               const at::Tensor& default_value) const {
+at::Tensor TensorDictBase::get(const NestedKey& key, const at::Tensor& default_value) const {
   auto v = find(key);
   if (!v) return default_value;
   if (!v->is_tensor())
@@ -612,8 +578,8 @@ nlohmann::json TensorDictBase::get_non_tensor(const NestedKey& key) const {
   return non_tensor_value(at(key), key);
 }
 
-nlohmann::json TensorDictBase::get_non_tensor(
-    const NestedKey& key, nlohmann::json default_value) const {
+nlohmann::json TensorDictBase::get_non_tensor(const NestedKey& key,
+                                              nlohmann::json default_value) const {
   auto v = find(key);
   if (!v) return default_value;
   return non_tensor_value(*v, key);
@@ -649,10 +615,18 @@ std::vector<int64_t> TensorDictBase::get_item_shape(const NestedKey& key) const 
   Value v = at(key);
   at::IntArrayRef s;
   switch (v.kind()) {
-    case EntryKind::Tensor: s = v.tensor().sizes(); break;
-    case EntryKind::TensorDict: s = v.tensordict().batch_size(); break;
-    case EntryKind::NonTensor: s = v.non_tensor().batch_size(); break;
-    case EntryKind::NonTensorStack: s = v.non_tensor_stack().batch_size(); break;
+    case EntryKind::Tensor:
+      s = v.tensor().sizes();
+      break;
+    case EntryKind::TensorDict:
+      s = v.tensordict().batch_size();
+      break;
+    case EntryKind::NonTensor:
+      s = v.non_tensor().batch_size();
+      break;
+    case EntryKind::NonTensorStack:
+      s = v.non_tensor_stack().batch_size();
+      break;
   }
   return std::vector<int64_t>(s.begin(), s.end());
 }
@@ -661,8 +635,8 @@ std::vector<int64_t> TensorDictBase::get_item_shape(const NestedKey& key) const 
 
 namespace {
 
-void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
-              Value value, bool check_lock) {
+void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key, Value value,
+              bool check_lock) {
   if (key.empty()) throw KeyError("empty key");
   for (const auto& part : key)
     if (part.empty()) throw KeyError("key " + key.repr() + " has an empty part");
@@ -675,27 +649,22 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
     auto v = parent->find(key[depth]);
     if (!v) break;
     if (!v->is_tensordict())
-      throw TypeError("key " + key.repr() + ": " +
-                      detail::prefix(key, depth + 1).repr() + " is a " +
-                      tensordict::to_string(v->kind()) + ", not a TensorDict");
+      throw TypeError("key " + key.repr() + ": " + detail::prefix(key, depth + 1).repr() +
+                      " is a " + tensordict::to_string(v->kind()) + ", not a TensorDict");
     parent = v->tensordict().node_ptr();
   }
   if (check_lock && parent->locked()) {
     if (parent->memmap_flag() || parent->shared_flag())
-      throw LockedError(
-          "Cannot modify locked TensorDict: " + key.repr() + " cannot be set on a " +
-          (parent->memmap_flag() ? "memory-mapped" : "shared-memory") +
-          " tensordict, whose storage is fixed. Write in place with set_(), "
-          "update_() or index_put_(), or unlock_(), set, and memmap_() again.");
+      throw LockedError("Cannot modify locked TensorDict: " + key.repr() + " cannot be set on a " +
+                        (parent->memmap_flag() ? "memory-mapped" : "shared-memory") +
+                        " tensordict, whose storage is fixed. Write in place with set_(), "
+                        "update_() or index_put_(), or unlock_(), set, and memmap_() again.");
     throw_locked(key, "set");
   }
-  Value checked = detail::validate_value(std::move(value), parent->batch_size(),
-                                         parent->device(), key);
+  Value checked =
+      detail::validate_value(std::move(value), parent->batch_size(), parent->device(), key);
   for (; depth + 1 < key.size(); ++depth)
-    parent = parent
-                 ->create_nested(key[depth], parent->batch_size(),
-                                 parent->device())
-                 .node_ptr();
+    parent = parent->create_nested(key[depth], parent->batch_size(), parent->device()).node_ptr();
   try {
     parent->write(key.back(), std::move(checked));
   } catch (const StorageError&) {
@@ -723,8 +692,10 @@ struct InplaceWrite {
   at::Tensor value;  // for a storage: cast and expanded to the leaf (Node::write_)
 
   void commit(detail::BatchedWrites& writes) const {
-    if (storage) writes.add(storage, parent, key, value);
-    else parent->write_(key.back(), value);
+    if (storage)
+      writes.add(storage, parent, key, value);
+    else
+      parent->write_(key.back(), value);
   }
 };
 
@@ -768,28 +739,23 @@ void set_inplace_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
 }  // namespace
 
 TensorDictBase& TensorDictBase::set(const NestedKey& key, Value value) {
-  set_impl(node_ ? node_ : throw ValueError("null handle"), key,
-           std::move(value), true);
+  set_impl(node_ ? node_ : throw ValueError("null handle"), key, std::move(value), true);
   return *this;
 }
 
-TensorDictBase& TensorDictBase::set(const NestedKey& key, Value value,
-                                    bool inplace) {
-  if (inplace && value.is_tensor() &&
-      entry_kind(key) == EntryKind::Tensor) {
+TensorDictBase& TensorDictBase::set(const NestedKey& key, Value value, bool inplace) {
+  if (inplace && value.is_tensor() && entry_kind(key) == EntryKind::Tensor) {
     return set_(key, value.tensor());
   }
   return set(key, std::move(value));
 }
 
-TensorDictBase& TensorDictBase::set_(const NestedKey& key,
-                                     const at::Tensor& value) {
+TensorDictBase& TensorDictBase::set_(const NestedKey& key, const at::Tensor& value) {
   set_inplace_impl(node_ ? node_ : throw ValueError("null handle"), key, value);
   return *this;
 }
 
-TensorDictBase& TensorDictBase::set_non_tensor(const NestedKey& key,
-                                               nlohmann::json value) {
+TensorDictBase& TensorDictBase::set_non_tensor(const NestedKey& key, nlohmann::json value) {
   return set(key, NonTensorData(std::move(value)));
 }
 
@@ -825,8 +791,7 @@ TensorDictBase TensorDictBase::create_nested(const NestedKey& key) {
                     tensordict::to_string(existing->kind()));
   }
   if (parent->locked()) throw_locked(key, "create_nested");
-  return parent->create_nested(key.back(), parent->batch_size(),
-                               parent->device());
+  return parent->create_nested(key.back(), parent->batch_size(), parent->device());
 }
 
 namespace {
@@ -862,8 +827,7 @@ struct KeyFilter {
 // through kind() (metadata): only nested levels are fetched.
 std::optional<NestedKey> update_walk(TensorDictBase& root, const TensorDictBase& self,
                                      const TensorDictBase& other, const UpdateOptions& opt,
-                                     const KeyFilter& filter, const NestedKey& path,
-                                     bool dry_run) {
+                                     const KeyFilter& filter, const NestedKey& path, bool dry_run) {
   for (const auto& k : other.node().keys()) {
     const KeyFilter* f = filter.child(k);
     if (!f) continue;
@@ -895,8 +859,10 @@ std::optional<NestedKey> update_walk(TensorDictBase& root, const TensorDictBase&
     }
     Value v = *other.node().find(k);
     if (opt.clone) {
-      if (v.is_tensor()) v = v.tensor().clone();
-      else if (v.is_tensordict()) v = TensorDictBase(v.tensordict().clone());
+      if (v.is_tensor())
+        v = v.tensor().clone();
+      else if (v.is_tensordict())
+        v = TensorDictBase(v.tensordict().clone());
     }
     if (inplace) {
       root.set_(key, v.tensor());
@@ -910,11 +876,9 @@ std::optional<NestedKey> update_walk(TensorDictBase& root, const TensorDictBase&
 
 }  // namespace
 
-TensorDictBase& TensorDictBase::update(const TensorDictBase& other,
-                                       const UpdateOptions& options) {
+TensorDictBase& TensorDictBase::update(const TensorDictBase& other, const UpdateOptions& options) {
   if (is_same(other)) return *this;
-  if (is_locked() && !options.inplace && !options.ignore_lock)
-    throw_locked(NestedKey(), "update");
+  if (is_locked() && !options.inplace && !options.ignore_lock) throw_locked(NestedKey(), "update");
   KeyFilter filter = KeyFilter::from(options.keys_to_update);
   if (is_locked() && !options.ignore_lock) {
     if (auto refused = update_walk(*this, *this, other, options, filter, NestedKey(),
@@ -932,11 +896,10 @@ namespace {
 // the destination's batch size.
 Value update_non_tensor(const Value& dest, const Value& src, const Node& parent,
                         const NestedKey& key) {
-  const at::IntArrayRef dest_batch = dest.is_non_tensor()
-                                         ? dest.non_tensor().batch_size()
-                                         : dest.non_tensor_stack().batch_size();
-  const auto device = dest.is_non_tensor() ? dest.non_tensor().device()
-                                           : dest.non_tensor_stack().device();
+  const at::IntArrayRef dest_batch =
+      dest.is_non_tensor() ? dest.non_tensor().batch_size() : dest.non_tensor_stack().batch_size();
+  const auto device =
+      dest.is_non_tensor() ? dest.non_tensor().device() : dest.non_tensor_stack().device();
   if (src.is_non_tensor()) {
     NonTensorData d(src.non_tensor().data(), dest_batch.vec(), device);
     if (dest.is_non_tensor()) return d;
@@ -956,8 +919,8 @@ Value update_non_tensor(const Value& dest, const Value& src, const Node& parent,
 }
 }  // namespace
 
-TensorDictBase& TensorDictBase::update_(
-    const TensorDictBase& other, const std::vector<NestedKey>& keys_to_update) {
+TensorDictBase& TensorDictBase::update_(const TensorDictBase& other,
+                                        const std::vector<NestedKey>& keys_to_update) {
   auto entries = other.items(KeysOptions{true, true, true});
   KeyFilter filter = KeyFilter::from(keys_to_update);
   std::vector<std::pair<NestedKey, Value>> todo;
@@ -972,13 +935,11 @@ TensorDictBase& TensorDictBase::update_(
       throw KeyError("update_(): key " + k.repr() +
                      " not found in the destination (update_ writes existing "
                      "entries only)");
-    const bool both_non_tensor =
-        v.is_non_tensor_or_stack() &&
-        (*kind == EntryKind::NonTensor || *kind == EntryKind::NonTensorStack);
+    const bool both_non_tensor = v.is_non_tensor_or_stack() && (*kind == EntryKind::NonTensor ||
+                                                                *kind == EntryKind::NonTensorStack);
     if (*kind != v.kind() && !both_non_tensor)
-      throw TypeError("update_(): entry " + k.repr() + " is a " +
-                      tensordict::to_string(*kind) + " here and a " + tensordict::to_string(v.kind()) +
-                      " in the source");
+      throw TypeError("update_(): entry " + k.repr() + " is a " + tensordict::to_string(*kind) +
+                      " here and a " + tensordict::to_string(v.kind()) + " in the source");
     todo.emplace_back(k, v);
   }
   // Every tensor is checked (kind, shape: metadata only) before anything is
@@ -1027,8 +988,7 @@ Value TensorDictBase::pop(const NestedKey& key, Value default_value) {
   return pop(key);
 }
 
-TensorDictBase& TensorDictBase::rename_key_(const NestedKey& old_key,
-                                            const NestedKey& new_key,
+TensorDictBase& TensorDictBase::rename_key_(const NestedKey& old_key, const NestedKey& new_key,
                                             bool safe) {
   auto parent = walk_parent(node_, old_key, false);
   auto v = parent->find(old_key.back());
@@ -1036,8 +996,7 @@ TensorDictBase& TensorDictBase::rename_key_(const NestedKey& old_key,
   if (parent->locked()) throw_locked(old_key, "rename_key_");
   if (old_key == new_key) return *this;
   if (safe && contains(new_key))
-    throw KeyError("rename_key_: key " + new_key.repr() +
-                   " already present (safe=true)");
+    throw KeyError("rename_key_: key " + new_key.repr() + " already present (safe=true)");
   set(new_key, std::move(*v));
   parent->remove(old_key.back());
   return *this;
@@ -1047,8 +1006,7 @@ namespace {
 
 // Copies the entries `filter` keeps, in the source's key order at every level.
 // Missing keys are skipped (strict mode checks every key beforehand).
-void select_into(const TensorDictBase& src, TensorDict& out,
-                 const KeyFilter& filter) {
+void select_into(const TensorDictBase& src, TensorDict& out, const KeyFilter& filter) {
   for (const auto& k : src.node().keys()) {
     auto it = filter.children.find(k);
     if (it == filter.children.end()) continue;
@@ -1060,8 +1018,7 @@ void select_into(const TensorDictBase& src, TensorDict& out,
     }
     if (!v->is_tensordict()) continue;
     const auto& sub = v->tensordict();
-    TensorDict sub_out = detail::make_tensordict(sub.batch_size().vec(),
-                                                 sub.device());
+    TensorDict sub_out = detail::make_tensordict(sub.batch_size().vec(), sub.device());
     select_into(sub, sub_out, f);
     out.node().write(k, sub_out);
   }
@@ -1083,12 +1040,10 @@ TensorDict exclude_copy(const TensorDictBase& src, const KeyFilter& filter) {
 
 }  // namespace
 
-TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys,
-                                  bool strict) const {
+TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys, bool strict) const {
   if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return m.select(keys, strict);
-    });
+    return detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t) { return m.select(keys, strict); });
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   KeyFilter filter;
   for (const auto& k : keys) {
@@ -1105,9 +1060,8 @@ TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys,
 
 TensorDictBase TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
   if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return m.exclude(keys);
-    });
+    return detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t) { return m.exclude(keys); });
   KeyFilter filter;
   for (const auto& k : keys) {
     KeyFilter* cur = &filter;
@@ -1117,8 +1071,7 @@ TensorDictBase TensorDictBase::exclude(const std::vector<NestedKey>& keys) const
   return exclude_copy(*this, filter);
 }
 
-TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys,
-                                        bool strict) {
+TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys, bool strict) {
   if (is_locked()) throw_locked(NestedKey(), "select_");
   if (const auto* ls = detail::as_lazy_stack(*this)) {
     for (const auto& m : ls->members()) (void)m.select(keys, strict);  // check all first
@@ -1146,9 +1099,8 @@ TensorDictBase& TensorDictBase::exclude_(const std::vector<NestedKey>& keys) {
 
 TensorDictBase TensorDictBase::empty(bool recurse) const {
   if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t) {
-      return m.empty(recurse);
-    });
+    return detail::map_members(
+        *ls, [&](const TensorDictBase& m, std::size_t) { return m.empty(recurse); });
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   if (recurse) {
     for (const auto& k : node().keys()) {
@@ -1268,20 +1220,19 @@ TensorDict read_storage(const Node& src, bool clone_leaves,
 TensorDictBase TensorDictBase::clone(bool recurse) const {
   const Node& src = node();
   if (!src.holds_values() && !src.is_lazy_stack())
-    return read_storage(src, recurse, [recurse](const TensorDictBase& c) { return c.clone(recurse); });
+    return read_storage(src, recurse,
+                        [recurse](const TensorDictBase& c) { return c.clone(recurse); });
   if (src.is_lazy_stack())
-    return detail::map_members(static_cast<const detail::LazyStackNode&>(src),
-                               [&](const TensorDictBase& m, std::size_t) {
-                                 return m.clone(recurse);
-                               });
+    return detail::map_members(
+        static_cast<const detail::LazyStackNode&>(src),
+        [&](const TensorDictBase& m, std::size_t) { return m.clone(recurse); });
   TensorDict out = detail::make_tensordict(src.batch_size().vec(), src.device());
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   dst.reserve(src.size());
   auto copy_entry = [&](const std::string& k, const Value& v) {
     switch (v.kind()) {
       case EntryKind::Tensor:
-        dst.write(k, recurse ? std::get<0>(v.variant()).clone()
-                             : std::get<0>(v.variant()));
+        dst.write(k, recurse ? std::get<0>(v.variant()).clone() : std::get<0>(v.variant()));
         break;
       case EntryKind::TensorDict:
         dst.write(k, std::get<1>(v.variant()).clone(recurse));
@@ -1309,9 +1260,9 @@ TensorDict TensorDictBase::to_tensordict() const {
     return read_storage(node(), /*clone_leaves=*/true,
                         [](const TensorDictBase& c) { return TensorDictBase(c.to_tensordict()); });
   // Dense all the way down: lazy stacks (also nested ones) are stacked.
-  return detail::map_leaves(*this, batch_size().size(), batch_size(),
-                            [](const at::Tensor& t, const NestedKey&) { return t.clone(); },
-                            "to_tensordict");
+  return detail::map_leaves(
+      *this, batch_size().size(), batch_size(),
+      [](const at::Tensor& t, const NestedKey&) { return t.clone(); }, "to_tensordict");
 }
 
 // ---- locking -------------------------------------------------------------------
@@ -1334,8 +1285,7 @@ void lock_rec(const std::shared_ptr<Node>& n) {
   }
 }
 
-void collect_subtree(const std::shared_ptr<Node>& n,
-                     std::unordered_set<const Node*>& seen,
+void collect_subtree(const std::shared_ptr<Node>& n, std::unordered_set<const Node*>& seen,
                      std::vector<std::shared_ptr<Node>>& out) {
   if (!seen.insert(n.get()).second) return;
   out.push_back(n);

@@ -11,18 +11,22 @@ namespace tensordict {
 
 const char* to_string(EntryKind kind) noexcept {
   switch (kind) {
-    case EntryKind::Tensor: return "Tensor";
-    case EntryKind::TensorDict: return "TensorDict";
-    case EntryKind::NonTensor: return "NonTensorData";
-    case EntryKind::NonTensorStack: return "NonTensorStack";
+    case EntryKind::Tensor:
+      return "Tensor";
+    case EntryKind::TensorDict:
+      return "TensorDict";
+    case EntryKind::NonTensor:
+      return "NonTensorData";
+    case EntryKind::NonTensorStack:
+      return "NonTensorStack";
   }
   return "?";
 }
 
 namespace {
 [[noreturn]] void wrong_kind(EntryKind want, EntryKind got) {
-  throw TypeError(std::string("expected a ") + to_string(want) +
-                  " entry, found a " + to_string(got));
+  throw TypeError(std::string("expected a ") + to_string(want) + " entry, found a " +
+                  to_string(got));
 }
 }  // namespace
 
@@ -56,10 +60,8 @@ NonTensorStack& Value::non_tensor_stack() & {
 }
 
 std::string NonTensorData::repr() const {
-  std::string data =
-      data_.is_string() ? data_.get<std::string>() : detail::python_repr(data_);
-  return "NonTensorData(data=" + data +
-         ", batch_size=" + detail::format_torch_size(batch_size_) +
+  std::string data = data_.is_string() ? data_.get<std::string>() : detail::python_repr(data_);
+  return "NonTensorData(data=" + data + ", batch_size=" + detail::format_torch_size(batch_size_) +
          ", device=" + (device_ ? device_->str() : std::string("None")) + ")";
 }
 
@@ -94,8 +96,7 @@ void Node::write_(std::string_view key, const at::Tensor& value) {
   dest.copy_(value);
 }
 
-void Node::write_at_(std::string_view key, const RowSelection& rows,
-                     const at::Tensor& value) {
+void Node::write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value) {
   auto v = find(key);
   if (!v) throw_no_leaf(*this, key);
   at::Tensor dest = v->tensor();
@@ -105,8 +106,10 @@ void Node::write_at_(std::string_view key, const RowSelection& rows,
 void Node::write_leaves_(const RowSelection& rows, std::span<const LeafWrite> leaves) {
   for (const auto& l : leaves) {
     try {
-      if (rows.is_all()) l.node->write_(l.key(), l.value);
-      else l.node->write_at_(l.key(), rows, l.value);
+      if (rows.is_all())
+        l.node->write_(l.key(), l.value);
+      else
+        l.node->write_at_(l.key(), rows, l.value);
     } catch (const StorageError&) {
       detail::rethrow_storage_error(l.path, "writing");
     }
@@ -128,8 +131,7 @@ void Node::create_leaf(std::string_view key, at::IntArrayRef shape,
   write(key, at::zeros(shape, options));
 }
 
-TensorDictBase Node::create_nested(std::string_view key,
-                                   at::IntArrayRef batch_size,
+TensorDictBase Node::create_nested(std::string_view key, at::IntArrayRef batch_size,
                                    std::optional<at::Device> device) {
   TensorDict child(batch_size, device);
   write(key, child);
@@ -137,6 +139,5 @@ TensorDictBase Node::create_nested(std::string_view key,
 }
 
 const Value* Node::peek(std::string_view) const { return nullptr; }
-
 
 }  // namespace tensordict

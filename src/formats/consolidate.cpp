@@ -9,13 +9,13 @@
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
 #include <bit>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
@@ -35,7 +35,9 @@ constexpr const char* kTensorDictCls = "TensorDict";
 constexpr const char* kLazyStackCls = "LazyStackedTensorDict";
 
 int64_t pad_of(int64_t nbytes) { return (8 - nbytes % 8) % 8; }
-int64_t nbytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+int64_t nbytes_of(const at::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
 
 NestedKey child_key(const NestedKey& path, const std::string& k) {
   return path.empty() ? NestedKey(k) : path.child(k);
@@ -54,8 +56,9 @@ at::Tensor leaf_view(const at::Tensor& buffer, int64_t start, at::ScalarType dty
   if (byte_offset % item == 0)
     return at::empty({0}, options).set_(buffer.storage(), byte_offset / item, shape, strides);
   c10::Storage keep = buffer.storage();
-  return at::from_blob(static_cast<std::uint8_t*>(buffer.data_ptr()) + start, shape, strides,
-                       [keep](void*) {}, options);
+  return at::from_blob(
+      static_cast<std::uint8_t*>(buffer.data_ptr()) + start, shape, strides, [keep](void*) {},
+      options);
 }
 
 // ---- writing: the layout of the buffer ------------------------------------------------
@@ -110,13 +113,11 @@ Layout plan_layout(const TensorDictBase& td) {
 }
 
 // The bytes of `t` in C order (conjugate and negative bits resolved).
-at::Tensor materialized(const at::Tensor& t) {
-  return t.resolve_conj().resolve_neg().contiguous();
-}
+at::Tensor materialized(const at::Tensor& t) { return t.resolve_conj().resolve_neg().contiguous(); }
 
 // A copy of `td` whose leaves are views of `buffer` at the layout's starts.
-TensorDictBase rebuild_on(const TensorDictBase& td, const at::Tensor& buffer,
-                          const Layout& layout, std::size_t& next) {
+TensorDictBase rebuild_on(const TensorDictBase& td, const at::Tensor& buffer, const Layout& layout,
+                          std::size_t& next) {
   if (const auto* ls = as_lazy_stack(td)) {
     std::vector<TensorDictBase> members;
     for (const auto& m : ls->members()) members.push_back(rebuild_on(m, buffer, layout, next));
@@ -163,9 +164,8 @@ ojson node_metadata(const TensorDictBase& td, const std::vector<int64_t>& starts
     md["cls"] = kLazyStackCls;
     md["non_tensors"] = ojson::object();
     md["leaves"] = ojson::object();
-    md["cls_metadata"] = ojson{{"stack_dim", ls->stack_dim()},
-                               {"stack_dim_name", nullptr},
-                               {"is_locked", td.is_locked()}};
+    md["cls_metadata"] = ojson{
+        {"stack_dim", ls->stack_dim()}, {"stack_dim_name", nullptr}, {"is_locked", td.is_locked()}};
     for (std::size_t i = 0; i < ls->members().size(); ++i)
       md[std::to_string(i)] = node_metadata(ls->members()[i], starts, next);
     return md;
@@ -188,9 +188,9 @@ ojson node_metadata(const TensorDictBase& td, const std::vector<int64_t>& starts
         break;
       case EntryKind::NonTensor: {
         const NonTensorData& nt = v.non_tensor();
-        non_tensors[name] = ojson::array(
-            {ojson(nt.data()), nt.batch_size().vec(),
-             nt.device() ? ojson(nt.device()->str()) : ojson(nullptr)});
+        non_tensors[name] =
+            ojson::array({ojson(nt.data()), nt.batch_size().vec(),
+                          nt.device() ? ojson(nt.device()->str()) : ojson(nullptr)});
         break;
       }
       case EntryKind::NonTensorStack:
@@ -232,7 +232,7 @@ std::string dump_metadata(const ojson& metadata) {
 struct Analysis {
   std::string problem;  // empty when consolidated
   std::vector<int64_t> starts;
-  at::Tensor storage;   // 1-D uint8, the buffer
+  at::Tensor storage;  // 1-D uint8, the buffer
 };
 
 Analysis analyze(const TensorDictBase& td) {
@@ -322,15 +322,16 @@ struct Reader {
   at::Tensor storage;   // 1-D uint8
 
   [[noreturn]] void fail(const NestedKey& path, const std::string& what) const {
-    throw FormatError(context + ": " + (path.empty() ? std::string("root") : path.repr()) +
-                      ": " + what);
+    throw FormatError(context + ": " + (path.empty() ? std::string("root") : path.repr()) + ": " +
+                      what);
   }
 
   const ojson& field(const ojson& node, const char* name, const NestedKey& path,
                      bool object) const {
     auto it = node.find(name);
     if (it == node.end()) fail(path, std::string("missing \"") + name + "\"");
-    if (object && !it->is_object()) fail(path, std::string("\"") + name + "\" is not a JSON object");
+    if (object && !it->is_object())
+      fail(path, std::string("\"") + name + "\" is not a JSON object");
     return *it;
   }
 
@@ -414,8 +415,8 @@ struct Reader {
     if (!cls.is_string()) fail(path, "\"cls\" is not a class name: " + cls.dump());
     const auto cls_name = cls.get<std::string>();
     const auto locked_it = cls_metadata.find("is_locked");
-    const bool locked = locked_it != cls_metadata.end() && locked_it->is_boolean() &&
-                        locked_it->get<bool>();
+    const bool locked =
+        locked_it != cls_metadata.end() && locked_it->is_boolean() && locked_it->get<bool>();
     std::vector<std::pair<std::string, const ojson*>> subs;
     for (auto it = md.begin(); it != md.end(); ++it) {
       bool reserved = false;
@@ -446,9 +447,9 @@ struct Reader {
       const auto bs = cls_metadata.find("batch_size");
       if (bs == cls_metadata.end()) fail(path, "missing \"batch_size\" in \"cls_metadata\"");
       const auto dev = cls_metadata.find("device");
-      TensorDict td = detail::make_tensordict(
-          shape(*bs, path, "batch_size"),
-          dev == cls_metadata.end() ? std::nullopt : device(*dev, path));
+      TensorDict td =
+          detail::make_tensordict(shape(*bs, path, "batch_size"),
+                                  dev == cls_metadata.end() ? std::nullopt : device(*dev, path));
       out = td;
       for (auto it = non_tensors.begin(); it != non_tensors.end(); ++it) {
         const NestedKey key = child_key(path, it.key());
@@ -526,7 +527,8 @@ TensorDictBase TensorDictBase::consolidate(const std::string& path) const {
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) throw StorageError("consolidate: cannot rename " + tmp + " to " + path + ": " + ec.message());
+  if (ec)
+    throw StorageError("consolidate: cannot rename " + tmp + " to " + path + ": " + ec.message());
   const int64_t total = layout.size + static_cast<int64_t>(text.size()) + 8;
   at::Tensor file = detail::map_file(path, at::kByte, {total}, /*writable=*/true, "");
   return views_over(*this, file.narrow(0, 0, layout.size), layout);
@@ -534,9 +536,7 @@ TensorDictBase TensorDictBase::consolidate(const std::string& path) const {
 
 bool TensorDictBase::is_consolidated() const { return analyze(*this).problem.empty(); }
 
-at::Tensor TensorDictBase::consolidated_storage() const {
-  return analyze_or_throw(*this).storage;
-}
+at::Tensor TensorDictBase::consolidated_storage() const { return analyze_or_throw(*this).storage; }
 
 nlohmann::ordered_json TensorDictBase::consolidated_metadata() const {
   return metadata_of(*this, analyze_or_throw(*this).starts);
@@ -567,8 +567,10 @@ TensorDictBase TensorDict::from_consolidated(const std::string& path) {
     metadata = detail::parse_python_json(
         std::string(reinterpret_cast<const char*>(bytes + s), static_cast<std::size_t>(m)));
   } catch (const nlohmann::json::exception& e) {
-    throw FormatError(context + ": the " + std::to_string(m) + " bytes of metadata before the "
-                      "length footer are not valid JSON (" + e.what() + ")");
+    throw FormatError(context + ": the " + std::to_string(m) +
+                      " bytes of metadata before the "
+                      "length footer are not valid JSON (" +
+                      e.what() + ")");
   }
   return Reader{context, file.narrow(0, 0, s)}.node(metadata, NestedKey());
 }

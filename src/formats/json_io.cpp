@@ -24,8 +24,10 @@ std::string quote_special_numbers(const std::string& text) {
     char c = text[i];
     if (in_string) {
       out += c;
-      if (c == '\\' && i + 1 < text.size()) out += text[++i];
-      else if (c == '"') in_string = false;
+      if (c == '\\' && i + 1 < text.size())
+        out += text[++i];
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -50,9 +52,12 @@ std::string quote_special_numbers(const std::string& text) {
 void restore_special_numbers(ojson& j) {
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
-    if (s == kNaN) j = std::numeric_limits<double>::quiet_NaN();
-    else if (s == kInf) j = std::numeric_limits<double>::infinity();
-    else if (s == kNegInf) j = -std::numeric_limits<double>::infinity();
+    if (s == kNaN)
+      j = std::numeric_limits<double>::quiet_NaN();
+    else if (s == kInf)
+      j = std::numeric_limits<double>::infinity();
+    else if (s == kNegInf)
+      j = -std::numeric_limits<double>::infinity();
   } else if (j.is_structured()) {
     for (auto& v : j) restore_special_numbers(v);
   }
@@ -80,13 +85,20 @@ nlohmann::json to_plain(const ojson& j) {
     return out;
   }
   switch (j.type()) {
-    case ojson::value_t::null: return nullptr;
-    case ojson::value_t::boolean: return j.get<bool>();
-    case ojson::value_t::string: return j.get<std::string>();
-    case ojson::value_t::number_integer: return j.get<int64_t>();
-    case ojson::value_t::number_unsigned: return j.get<uint64_t>();
-    case ojson::value_t::number_float: return j.get<double>();
-    default: return nlohmann::json::parse(j.dump());
+    case ojson::value_t::null:
+      return nullptr;
+    case ojson::value_t::boolean:
+      return j.get<bool>();
+    case ojson::value_t::string:
+      return j.get<std::string>();
+    case ojson::value_t::number_integer:
+      return j.get<int64_t>();
+    case ojson::value_t::number_unsigned:
+      return j.get<uint64_t>();
+    case ojson::value_t::number_float:
+      return j.get<double>();
+    default:
+      return nlohmann::json::parse(j.dump());
   }
 }
 

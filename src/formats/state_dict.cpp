@@ -52,11 +52,16 @@ namespace {
 
 const char* kind_name(StateDictItem::Kind kind) {
   switch (kind) {
-    case StateDictItem::Kind::Tensor: return "a tensor";
-    case StateDictItem::Kind::Nested: return "a nested state dict";
-    case StateDictItem::Kind::BatchSize: return "a batch size";
-    case StateDictItem::Kind::Device: return "a device";
-    case StateDictItem::Kind::Value: return "a value";
+    case StateDictItem::Kind::Tensor:
+      return "a tensor";
+    case StateDictItem::Kind::Nested:
+      return "a nested state dict";
+    case StateDictItem::Kind::BatchSize:
+      return "a batch size";
+    case StateDictItem::Kind::Device:
+      return "a device";
+    case StateDictItem::Kind::Value:
+      return "a value";
   }
   return "?";
 }
@@ -184,8 +189,8 @@ void check_no_exclusive_keys(const TensorDictBase& td, const NestedKey& path) {
       if (!shared.count(k))
         throw ValueError("state_dict cannot complete when there are exclusive keys: member " +
                          std::to_string(i) + " of the lazy stack" +
-                         (path.empty() ? std::string() : " at " + path.repr()) +
-                         " has the key '" + k + "' that other members lack");
+                         (path.empty() ? std::string() : " at " + path.repr()) + " has the key '" +
+                         k + "' that other members lack");
     }
   }
 }
@@ -333,8 +338,8 @@ struct LoadNode {
   std::optional<StateDictMetadata> meta;
   struct Entry {
     std::string key;
-    at::Tensor tensor;                // a leaf, or
-    std::unique_ptr<LoadNode> node;   // a tensordict or NonTensorData node, or
+    at::Tensor tensor;                     // a leaf, or
+    std::unique_ptr<LoadNode> node;        // a tensordict or NonTensorData node, or
     const StateDictItem* other = nullptr;  // anything else (refused)
   };
   std::vector<Entry> entries;
@@ -427,12 +432,10 @@ void take_legacy_metadata(LoadNode& node) {
   std::optional<StateDictMetadata> legacy;
   std::vector<LoadNode::Entry> kept;
   for (auto& e : node.entries) {
-    if (e.other && e.key == "__batch_size" &&
-        e.other->kind() == StateDictItem::Kind::BatchSize) {
+    if (e.other && e.key == "__batch_size" && e.other->kind() == StateDictItem::Kind::BatchSize) {
       if (!legacy) legacy.emplace();
       legacy->batch_size = e.other->batch_size();
-    } else if (e.other && e.key == "__device" &&
-               e.other->kind() == StateDictItem::Kind::Device) {
+    } else if (e.other && e.key == "__device" && e.other->kind() == StateDictItem::Kind::Device) {
       if (!legacy) legacy.emplace();
       legacy->device = e.other->device();
     } else {
@@ -523,15 +526,14 @@ struct Loader {
                        format_shape(batch));
     for (auto s : batch)
       if (s < 0)
-        throw ShapeError("load_state_dict: invalid batch size " + format_shape(batch) +
-                         " for " + at_key(path));
+        throw ShapeError("load_state_dict: invalid batch size " + format_shape(batch) + " for " +
+                         at_key(path));
     std::optional<at::Device> new_device;
     if (tree.meta && tree.meta->device) {
       const auto current = td.device();
       if (current && *current != *tree.meta->device)
-        throw DeviceError("load_state_dict: the state dict of " + at_key(path) +
-                          " is on device " + tree.meta->device->str() +
-                          " and the tensordict on " + current->str() +
+        throw DeviceError("load_state_dict: the state dict of " + at_key(path) + " is on device " +
+                          tree.meta->device->str() + " and the tensordict on " + current->str() +
                           "; loading across devices is not supported");
       if (!current) new_device = tree.meta->device;
     }
@@ -543,8 +545,9 @@ struct Loader {
       const NestedKey key = child_key(path, e.key);
       const auto kind = node.kind(e.key);
       if (e.other)
-        throw TypeError("load_state_dict: the state dict holds " + std::string(kind_name(e.other->kind())) +
-                        " at " + key.repr() + ", which cannot be loaded into a tensordict");
+        throw TypeError("load_state_dict: the state dict holds " +
+                        std::string(kind_name(e.other->kind())) + " at " + key.repr() +
+                        ", which cannot be loaded into a tensordict");
       if (e.tensor.defined()) {
         check_tensor(td, e.key, e.tensor, key, kind, batch, new_device, writes);
       } else if (e.node->is_non_tensor()) {
@@ -565,21 +568,21 @@ struct Loader {
         if (!starts_with(v->tensor().sizes(), batch))
           throw ShapeError("load_state_dict: the tensor " + key.repr() + " has shape " +
                            format_shape(v->tensor().sizes()) +
-                           " which is incompatible with the batch size " +
-                           format_shape(batch) + " of the state dict");
+                           " which is incompatible with the batch size " + format_shape(batch) +
+                           " of the state dict");
         check_device(v->tensor(), new_device, key);
       } else if (v->is_tensordict()) {
         auto cb = v->tensordict().batch_size();
         if (cb.size() >= batch.size() && !starts_with(cb, batch))
-          throw ShapeError("load_state_dict: the tensordict " + key.repr() +
-                           " has batch size " + format_shape(cb) +
-                           " which is incompatible with the batch size " +
+          throw ShapeError("load_state_dict: the tensordict " + key.repr() + " has batch size " +
+                           format_shape(cb) + " which is incompatible with the batch size " +
                            format_shape(batch) + " of the state dict");
         if (cb.size() < batch.size() && !v->tensordict().is_empty())
-          throw ShapeError("load_state_dict: the tensordict " + key.repr() +
-                           " has batch size " + format_shape(cb) +
+          throw ShapeError("load_state_dict: the tensordict " + key.repr() + " has batch size " +
+                           format_shape(cb) +
                            " and is not in the state dict, which gives its parent the "
-                           "batch size " + format_shape(batch));
+                           "batch size " +
+                           format_shape(batch));
       }
     }
 
@@ -599,9 +602,8 @@ struct Loader {
   static void check_device(const at::Tensor& t, const std::optional<at::Device>& device,
                            const NestedKey& key) {
     if (device && t.device() != *device)
-      throw DeviceError("load_state_dict: the tensor " + key.repr() + " is on " +
-                        t.device().str() + " but the state dict gives its tensordict the device " +
-                        device->str());
+      throw DeviceError("load_state_dict: the tensor " + key.repr() + " is on " + t.device().str() +
+                        " but the state dict gives its tensordict the device " + device->str());
   }
 
   void check_tensor(TensorDictBase td, const std::string& k, const at::Tensor& value,
@@ -627,17 +629,16 @@ struct Loader {
     auto meta = td.node().tensor_meta(k);
     if (meta->shape != value.sizes().vec())
       throw ShapeError("load_state_dict: shape mismatch for " + key.repr() +
-                       ": the state dict has " + format_shape(value.sizes()) +
-                       ", the tensordict " + format_shape(meta->shape));
+                       ": the state dict has " + format_shape(value.sizes()) + ", the tensordict " +
+                       format_shape(meta->shape));
     if (meta->dtype != value.scalar_type())
       throw TypeError("load_state_dict: dtype mismatch for " + key.repr() +
                       ": the state dict has " + torch_dtype_repr(value.scalar_type()) +
                       ", the tensordict " + torch_dtype_repr(meta->dtype));
     if (!starts_with(meta->shape, batch))
       throw ShapeError("load_state_dict: the tensor " + key.repr() + " has shape " +
-                       format_shape(meta->shape) +
-                       " which is incompatible with the batch size " + format_shape(batch) +
-                       " of the state dict");
+                       format_shape(meta->shape) + " which is incompatible with the batch size " +
+                       format_shape(batch) + " of the state dict");
     if (device && meta->device != *device)
       throw DeviceError("load_state_dict: the tensor " + key.repr() + " is on " +
                         meta->device.str() +
@@ -673,9 +674,9 @@ struct Loader {
       TensorDictBase child = td.node().find(k)->tensordict();
       auto child_batch = target_batch(&tree, child, batch);
       if (!starts_with(child_batch, batch))
-        throw ShapeError("load_state_dict: the batch size " + format_shape(child_batch) +
-                         " of " + key.repr() + " does not start with the batch size " +
-                         format_shape(batch) + " of its parent");
+        throw ShapeError("load_state_dict: the batch size " + format_shape(child_batch) + " of " +
+                         key.repr() + " does not start with the batch size " + format_shape(batch) +
+                         " of its parent");
       check_node(tree, child, key, child_batch);
       return;
     }
@@ -687,9 +688,9 @@ struct Loader {
     if (td.is_locked()) detail::throw_locked(key, "load_state_dict: add");
     std::vector<int64_t> child_batch = tree.meta ? tree.meta->batch_size : batch;
     if (!starts_with(child_batch, batch))
-      throw ShapeError("load_state_dict: the batch size " + format_shape(child_batch) +
-                       " of " + key.repr() + " does not start with the batch size " +
-                       format_shape(batch) + " of its parent");
+      throw ShapeError("load_state_dict: the batch size " + format_shape(child_batch) + " of " +
+                       key.repr() + " does not start with the batch size " + format_shape(batch) +
+                       " of its parent");
     // A new, detached tensordict: filled by the plan, attached after.
     TensorDict fresh = detail::make_tensordict(child_batch, td.device());
     check_node(tree, fresh, key, child_batch);
@@ -714,9 +715,12 @@ namespace {
 
 c10::IValue json_to_ivalue(const nlohmann::json& j, const std::string& where) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return c10::IValue();
-    case nlohmann::json::value_t::boolean: return c10::IValue(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return c10::IValue(j.get<int64_t>());
+    case nlohmann::json::value_t::null:
+      return c10::IValue();
+    case nlohmann::json::value_t::boolean:
+      return c10::IValue(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return c10::IValue(j.get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
       auto u = j.get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -724,8 +728,10 @@ c10::IValue json_to_ivalue(const nlohmann::json& j, const std::string& where) {
                          " does not fit an int64");
       return c10::IValue(static_cast<int64_t>(u));
     }
-    case nlohmann::json::value_t::number_float: return c10::IValue(j.get<double>());
-    case nlohmann::json::value_t::string: return c10::IValue(j.get<std::string>());
+    case nlohmann::json::value_t::number_float:
+      return c10::IValue(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return c10::IValue(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       c10::impl::GenericList list(c10::AnyType::get());
       for (const auto& v : j) list.push_back(json_to_ivalue(v, where));
@@ -793,8 +799,8 @@ std::vector<int64_t> batch_from_ivalue(const c10::IValue& v, const std::string& 
   } else if (v.isList()) {
     for (const auto& e : v.toListRef()) take(e);
   } else {
-    throw FormatError("state dict " + where + ": a batch size must be a tuple or list of ints, got a " +
-                      v.tagKind());
+    throw FormatError("state dict " + where +
+                      ": a batch size must be a tuple or list of ints, got a " + v.tagKind());
   }
   return out;
 }
@@ -809,8 +815,8 @@ std::optional<at::Device> device_from_ivalue(const c10::IValue& v, const std::st
       throw FormatError("state dict " + where + ": invalid device '" + v.toStringRef() + "'");
     }
   }
-  throw FormatError("state dict " + where + ": a device must be a torch.device, a string or None, got a " +
-                    v.tagKind());
+  throw FormatError("state dict " + where +
+                    ": a device must be a torch.device, a string or None, got a " + v.tagKind());
 }
 
 c10::IValue metadata_to_ivalue(const StateDictMetadata& m) {
@@ -831,10 +837,14 @@ StateDictMetadata metadata_from_ivalue(const c10::IValue& v, const std::string& 
   for (const auto& e : v.toGenericDict()) {
     if (!e.key().isString()) continue;
     const auto& name = e.key().toStringRef();
-    if (name == "batch_size") m.batch_size = batch_from_ivalue(e.value(), where);
-    else if (name == "device") m.device = device_from_ivalue(e.value(), where);
-    else if (name == "_type" && e.value().isString()) m.type = e.value().toStringRef();
-    else if (name == "_non_tensor") m.non_tensor = ivalue_to_json(e.value(), where);
+    if (name == "batch_size")
+      m.batch_size = batch_from_ivalue(e.value(), where);
+    else if (name == "device")
+      m.device = device_from_ivalue(e.value(), where);
+    else if (name == "_type" && e.value().isString())
+      m.type = e.value().toStringRef();
+    else if (name == "_non_tensor")
+      m.non_tensor = ivalue_to_json(e.value(), where);
   }
   return m;
 }
@@ -850,11 +860,21 @@ c10::IValue to_ivalue(const StateDict& sd, const std::string& prefix) {
       throw ValueError("state_dict_to_ivalue: the item '" + prefix + k +
                        "' collides with the \"_metadata\" entry of the pickled layout");
     switch (item.kind()) {
-      case StateDictItem::Kind::Tensor: d.insert(k, item.tensor()); break;
-      case StateDictItem::Kind::Nested: d.insert(k, to_ivalue(item.nested(), prefix + k + ".")); break;
-      case StateDictItem::Kind::BatchSize: d.insert(k, batch_to_ivalue(item.batch_size())); break;
-      case StateDictItem::Kind::Device: d.insert(k, device_to_ivalue(item.device())); break;
-      case StateDictItem::Kind::Value: d.insert(k, json_to_ivalue(item.value(), item_where(prefix, k))); break;
+      case StateDictItem::Kind::Tensor:
+        d.insert(k, item.tensor());
+        break;
+      case StateDictItem::Kind::Nested:
+        d.insert(k, to_ivalue(item.nested(), prefix + k + "."));
+        break;
+      case StateDictItem::Kind::BatchSize:
+        d.insert(k, batch_to_ivalue(item.batch_size()));
+        break;
+      case StateDictItem::Kind::Device:
+        d.insert(k, device_to_ivalue(item.device()));
+        break;
+      case StateDictItem::Kind::Value:
+        d.insert(k, json_to_ivalue(item.value(), item_where(prefix, k)));
+        break;
     }
   }
   if (sd.has_metadata()) {
@@ -879,10 +899,10 @@ StateDict from_ivalue(const c10::IValue& v, const std::string& prefix) {
     const std::string where = item_where(prefix, k);
     if (k == "_metadata" && value.isGenericDict()) {
       for (const auto& m : value.toGenericDict()) {
-        if (!m.key().isString())
-          throw FormatError("state dict _metadata keys must be strings");
-        sd.set_metadata(m.key().toStringRef(),
-                        metadata_from_ivalue(m.value(), "_metadata['" + m.key().toStringRef() + "']"));
+        if (!m.key().isString()) throw FormatError("state dict _metadata keys must be strings");
+        sd.set_metadata(
+            m.key().toStringRef(),
+            metadata_from_ivalue(m.value(), "_metadata['" + m.key().toStringRef() + "']"));
       }
     } else if (value.isTensor()) {
       sd.insert(k, value.toTensor());
@@ -901,9 +921,7 @@ StateDict from_ivalue(const c10::IValue& v, const std::string& prefix) {
 
 }  // namespace
 
-c10::IValue state_dict_to_ivalue(const StateDict& state_dict) {
-  return to_ivalue(state_dict, "");
-}
+c10::IValue state_dict_to_ivalue(const StateDict& state_dict) { return to_ivalue(state_dict, ""); }
 
 StateDict state_dict_from_ivalue(const c10::IValue& value) { return from_ivalue(value, ""); }
 
@@ -924,12 +942,12 @@ StateDict load_state_dict_file(const std::string& path) {
   try {
     value = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
-    std::throw_with_nested(FormatError(
-        "load_state_dict_file: " + path +
-        " is not a pickle archive of a plain dict written by torch.save or "
-        "torch::pickle_save (Python's OrderedDict and torch.Size cannot be read; "
-        "see docs/state_dict.md): " +
-        e.what_without_backtrace()));
+    std::throw_with_nested(
+        FormatError("load_state_dict_file: " + path +
+                    " is not a pickle archive of a plain dict written by torch.save or "
+                    "torch::pickle_save (Python's OrderedDict and torch.Size cannot be read; "
+                    "see docs/state_dict.md): " +
+                    e.what_without_backtrace()));
   }
   try {
     return state_dict_from_ivalue(value);

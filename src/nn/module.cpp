@@ -19,8 +19,7 @@ namespace {
 
 // The defined tensors of an OrderedDict of parameters or buffers.
 template <class Dict>
-void append_defined(const Dict& dict,
-                    std::vector<std::pair<std::string, at::Tensor>>& out) {
+void append_defined(const Dict& dict, std::vector<std::pair<std::string, at::Tensor>>& out) {
   for (const auto& item : dict)
     if (item.value().defined()) out.emplace_back(item.key(), item.value());
 }
@@ -54,8 +53,7 @@ std::string describe_level(const torch::nn::Module& m) {
     if (b.value().defined()) buffers.push_back(b.key());
   for (const auto& c : m.named_children()) children.push_back(c.key());
   return "parameters " + detail::format_key_list(params) + ", buffers " +
-         detail::format_key_list(buffers) + ", submodules " +
-         detail::format_key_list(children);
+         detail::format_key_list(buffers) + ", submodules " + detail::format_key_list(children);
 }
 
 std::string module_label(const NestedKey& path) {
@@ -98,8 +96,10 @@ void plan_copies(const TensorDictBase& params, const torch::nn::Module& m, const
     const at::Tensor* dst = find_own(name);
     const std::shared_ptr<torch::nn::Module>* child = children.find(name);
     if (!dst && !child)
-      throw KeyError("to_module: key " + full.repr() + " matches no parameter, buffer or "
-                     "submodule of " + module_label(path) + ", which has " + describe_level(m));
+      throw KeyError("to_module: key " + full.repr() +
+                     " matches no parameter, buffer or "
+                     "submodule of " +
+                     module_label(path) + ", which has " + describe_level(m));
     switch (v.kind()) {
       case EntryKind::Tensor: {
         if (!dst)
@@ -155,20 +155,20 @@ TensorDict from_module(const torch::nn::Module& module, const FromModuleOptions&
   return result;
 }
 
-std::shared_ptr<torch::nn::Module> submodule(const torch::nn::Module& root,
-                                             const NestedKey& path) {
+std::shared_ptr<torch::nn::Module> submodule(const torch::nn::Module& root, const NestedKey& path) {
   // Modules are owned by shared_ptrs (ModuleHolder); a root that is not (one
   // on the stack) is handed out as a non-owning pointer.
   auto& mutable_root = const_cast<torch::nn::Module&>(root);
   std::shared_ptr<torch::nn::Module> cur = mutable_root.weak_from_this().lock();
-  if (!cur) cur = std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &mutable_root);
+  if (!cur)
+    cur = std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &mutable_root);
   NestedKey walked;
   for (const auto& part : path) {
     auto children = cur->named_children();
     const auto* next = children.find(part);
     if (!next || !*next)
-      throw KeyError("submodule: " + path.repr() + " not found: " +
-                     (walked.empty() ? std::string("the module") : walked.repr()) +
+      throw KeyError("submodule: " + path.repr() +
+                     " not found: " + (walked.empty() ? std::string("the module") : walked.repr()) +
                      " has submodules " + detail::format_key_list(children.keys()));
     cur = *next;
     walked = walked.child(part);
@@ -202,8 +202,10 @@ void load_submodule(const TensorDictBase& params, torch::nn::Module& root, const
   c10::NoGradGuard no_grad;
   for (auto& c : plan) {
     if (c.dst.is_same(c.src)) continue;
-    if (options.share_storage) c.dst.set_(c.src);
-    else if (!detail::read_mapped_into(c.src, c.dst)) c.dst.copy_(c.src);
+    if (options.share_storage)
+      c.dst.set_(c.src);
+    else if (!detail::read_mapped_into(c.src, c.dst))
+      c.dst.copy_(c.src);
   }
 }
 

@@ -2,9 +2,9 @@
 // registered storage.
 #include "core/internal.h"
 
+#include <tensordict/schema.h>
 #include <tensordict/storage/memmap.h>
 #include <tensordict/storage/shared.h>
-#include <tensordict/schema.h>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -74,7 +74,8 @@ namespace {
 template <class Json>
 at::ScalarType parse_dtype(const Json& j, const NestedKey& key) {
   if (!j.is_string())
-    throw SchemaError("schema: the dtype of " + key.repr() + " must be a string such as "
+    throw SchemaError("schema: the dtype of " + key.repr() +
+                      " must be a string such as "
                       "\"torch.float32\" or \"float32\"");
   std::string s = j.template get<std::string>();
   if (s.rfind("torch.", 0) != 0) s = "torch." + s;
@@ -154,8 +155,7 @@ namespace {
 
 void check_batch(const std::vector<int64_t>& batch_size) {
   for (auto d : batch_size)
-    if (d < 0)
-      throw SchemaError("from_schema: invalid batch size " + format_shape(batch_size));
+    if (d < 0) throw SchemaError("from_schema: invalid batch size " + format_shape(batch_size));
 }
 
 std::vector<int64_t> full_shape(const std::vector<int64_t>& batch, const FieldSpec& spec) {
@@ -169,7 +169,8 @@ std::vector<int64_t> full_shape(const std::vector<int64_t>& batch, const FieldSp
 TensorDict expanded_zeros(const Schema& schema, const std::vector<int64_t>& batch) {
   TensorDict out(batch);
   for (const auto& [k, spec] : schema.entries())
-    out.set(k, at::zeros({}, at::TensorOptions().dtype(spec.dtype)).expand(full_shape(batch, spec)));
+    out.set(k,
+            at::zeros({}, at::TensorOptions().dtype(spec.dtype)).expand(full_shape(batch, spec)));
   return out;
 }
 
@@ -292,16 +293,19 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
     for (const auto& n : available_storages()) names += (names.empty() ? "" : ", ") + n;
     std::string hint;
     if (storage == "h5" || storage == "hdf5")
-      hint = " The HDF5 storage comes with the CMake component tensordict::hdf5 "
-             "(-DTENSORDICT_WITH_HDF5=ON, link tensordict::hdf5).";
+      hint =
+          " The HDF5 storage comes with the CMake component tensordict::hdf5 "
+          "(-DTENSORDICT_WITH_HDF5=ON, link tensordict::hdf5).";
     else if (storage == "redis" || storage == "dragonfly" || storage == "keydb")
-      hint = " The Redis storage comes with the CMake component tensordict::redis "
-             "(-DTENSORDICT_WITH_REDIS=ON, link tensordict::redis).";
+      hint =
+          " The Redis storage comes with the CMake component tensordict::redis "
+          "(-DTENSORDICT_WITH_REDIS=ON, link tensordict::redis).";
     else
-      hint = " Other storages come with CMake components: \"h5\" with tensordict::hdf5, "
-             "\"redis\" and \"dragonfly\" with tensordict::redis.";
-    throw SchemaError("Unknown storage backend '" + storage + "'. Available in this program: " +
-                      names + "." + hint);
+      hint =
+          " Other storages come with CMake components: \"h5\" with tensordict::hdf5, "
+          "\"redis\" and \"dragonfly\" with tensordict::redis.";
+    throw SchemaError("Unknown storage backend '" + storage +
+                      "'. Available in this program: " + names + "." + hint);
   }
   return factory(schema, batch_size, options);
 }

@@ -17,19 +17,21 @@
 
 namespace td = tensordict;
 
-#define REQUIRE(cond)                                                        \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define REQUIRE(cond)                                                      \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
       std::cerr << "check failed at line " << __LINE__ << ": " #cond "\n"; \
-      return 1;                                                              \
-    }                                                                        \
+      return 1;                                                            \
+    }                                                                      \
   } while (0)
 
 int main(int argc, char** argv) {
   bool expect_missing = false, expect_hiredis = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--expect-missing") == 0) expect_missing = true;
-    else if (std::strcmp(argv[i], "--expect-hiredis") == 0) expect_hiredis = true;
+    if (std::strcmp(argv[i], "--expect-missing") == 0)
+      expect_missing = true;
+    else if (std::strcmp(argv[i], "--expect-hiredis") == 0)
+      expect_hiredis = true;
     else {
       std::cerr << "usage: " << argv[0] << " [--expect-missing] [--expect-hiredis]\n";
       return 2;

@@ -40,15 +40,16 @@ td::TensorDict contract_data(double offset = 0) {
                        {"reward", r.to(torch::kFloat)},
                        {"done", r.remainder(2).to(torch::kBool)}},
                       {kRows});
-  td::TensorDict data({{"obs", (r.unsqueeze(1) * 100 + torch::arange(8)).to(torch::kFloat)},
-                       {"action", r.unsqueeze(1).expand({kRows, 4}).to(torch::kFloat).contiguous()},
-                       {"reward", r.to(torch::kFloat)},
-                       {"done", r.remainder(3).eq(0)},
-                       {"step", r.to(torch::kLong)},
-                       {"id", r.unsqueeze(1).expand({kRows, 2}).to(torch::kInt).contiguous()},
-                       {"pixels", r.unsqueeze(1).expand({kRows, 3}).remainder(256).to(torch::kByte).contiguous()},
-                       {"next", next}},
-                      {kRows});
+  td::TensorDict data(
+      {{"obs", (r.unsqueeze(1) * 100 + torch::arange(8)).to(torch::kFloat)},
+       {"action", r.unsqueeze(1).expand({kRows, 4}).to(torch::kFloat).contiguous()},
+       {"reward", r.to(torch::kFloat)},
+       {"done", r.remainder(3).eq(0)},
+       {"step", r.to(torch::kLong)},
+       {"id", r.unsqueeze(1).expand({kRows, 2}).to(torch::kInt).contiguous()},
+       {"pixels", r.unsqueeze(1).expand({kRows, 3}).remainder(256).to(torch::kByte).contiguous()},
+       {"next", next}},
+      {kRows});
   return data;
 }
 
@@ -247,7 +248,8 @@ TEST_P(StorageContract, StorageErrorsNameTheKeyAndKeepTheirType) {
 // create_leaves call (on an empty in-memory tensordict seen as a storage).
 TEST(StorageContractAllocate, SchemaIsOneCreateCall) {
   auto counters = std::make_shared<StorageCounters>();
-  td::TensorDictBase store = CountingNode::wrap(td::TensorDict(std::vector<int64_t>{kRows}), counters);
+  td::TensorDictBase store =
+      CountingNode::wrap(td::TensorDict(std::vector<int64_t>{kRows}), counters);
   td::Schema schema{{"obs", {{84, 84, 3}, torch::kByte}},
                     {"action", {{4}, torch::kFloat}},
                     {td::NestedKey({"next", "obs"}), {{84, 84, 3}, torch::kByte}},
@@ -260,8 +262,7 @@ TEST(StorageContractAllocate, SchemaIsOneCreateCall) {
 }
 
 // Every storage of the conformance suite (storages.cpp) honours the contract.
-INSTANTIATE_TEST_SUITE_P(InMemory, StorageContract, ::testing::Values(in_memory()),
-                         storage_name);
+INSTANTIATE_TEST_SUITE_P(InMemory, StorageContract, ::testing::Values(in_memory()), storage_name);
 INSTANTIATE_TEST_SUITE_P(LazyStacked, StorageContract, ::testing::Values(lazy_stacked()),
                          storage_name);
 INSTANTIATE_TEST_SUITE_P(Memmap, StorageContract, ::testing::Values(memmap()), storage_name);

@@ -10,9 +10,7 @@ namespace td_test {
 namespace td = tensordict;
 using Shape = std::vector<int64_t>;
 
-inline Shape batch_of(const td::TensorDictBase& t) {
-  return t.batch_size().vec();
-}
+inline Shape batch_of(const td::TensorDictBase& t) { return t.batch_size().vec(); }
 
 /// Fails the test unless `what` contains every string of `needles`.
 inline void expect_message_contains(const std::string& what,
@@ -40,7 +38,8 @@ struct Snapshot {
     s.keys = t.keys(/*include_nested=*/true);
     s.batch_sizes.emplace_back(td::NestedKey(), batch_of(t));
     for (const auto& [k, v] : t.items(/*include_nested=*/true)) {
-      if (v.is_tensor()) s.leaves.push_back({k, v.tensor(), v.tensor().clone()});
+      if (v.is_tensor())
+        s.leaves.push_back({k, v.tensor(), v.tensor().clone()});
       else if (v.is_tensordict())
         s.batch_sizes.emplace_back(k, batch_of(v.tensordict()));
     }
@@ -68,12 +67,12 @@ struct Snapshot {
 
 /// EXPECT that `stmt` throws exactly `type` (or a subclass) and that what()
 /// contains each of the following strings.
-#define TD_EXPECT_THROW_MSG(stmt, type, ...)                                 \
-  do {                                                                       \
-    try {                                                                    \
-      stmt;                                                                  \
-      ADD_FAILURE() << "expected " #type " from: " #stmt;                    \
-    } catch (const type& td_test_error_) {                                   \
+#define TD_EXPECT_THROW_MSG(stmt, type, ...)                                    \
+  do {                                                                          \
+    try {                                                                       \
+      stmt;                                                                     \
+      ADD_FAILURE() << "expected " #type " from: " #stmt;                       \
+    } catch (const type& td_test_error_) {                                      \
       ::td_test::expect_message_contains(td_test_error_.what(), {__VA_ARGS__}); \
-    }                                                                        \
+    }                                                                           \
   } while (0)

@@ -27,10 +27,10 @@ struct StorageCounters {
   int64_t per_leaf_calls = 0;       // read_at / write_at_ / write_ / create_leaf from the core
   int64_t leaves_read = 0;
   int64_t leaves_written = 0;
-  int64_t whole_leaf_reads = 0;     // find() of a tensor: the whole leaf
-  int64_t bytes_read = 0;           // through read_leaves and find
+  int64_t whole_leaf_reads = 0;  // find() of a tensor: the whole leaf
+  int64_t bytes_read = 0;        // through read_leaves and find
   int64_t bytes_written = 0;
-  int64_t metadata_calls = 0;       // keys / kind / tensor_meta
+  int64_t metadata_calls = 0;  // keys / kind / tensor_meta
   /// When set, the next batched write throws this storage error (once).
   std::function<void()> fail_next_write;
 
@@ -116,8 +116,7 @@ class CountingNode final : public td::Node {
     ++c_->per_leaf_calls;
     write_one(key, rows, value);
   }
-  void write_leaves_(const td::RowSelection& rows,
-                     std::span<const td::LeafWrite> leaves) override {
+  void write_leaves_(const td::RowSelection& rows, std::span<const td::LeafWrite> leaves) override {
     ++c_->write_leaves_calls;
     if (c_->fail_next_write) {
       auto fail = std::move(c_->fail_next_write);
@@ -162,9 +161,8 @@ class CountingNode final : public td::Node {
   }
 
   at::Tensor read_one(std::string_view key, const td::RowSelection& rows) const {
-    at::Tensor out = inner_->holds_values()
-                         ? rows.apply(inner_->peek(key)->tensor()).clone()
-                         : inner_->read_at(key, rows);
+    at::Tensor out = inner_->holds_values() ? rows.apply(inner_->peek(key)->tensor()).clone()
+                                            : inner_->read_at(key, rows);
     ++c_->leaves_read;
     c_->bytes_read += out.nbytes();
     return out;
@@ -173,8 +171,10 @@ class CountingNode final : public td::Node {
     ++c_->leaves_written;
     c_->bytes_written += value.numel() * value.element_size();
     if (!inner_->holds_values()) {
-      if (rows.is_all()) inner_->write_(key, value);
-      else inner_->write_at_(key, rows, value);
+      if (rows.is_all())
+        inner_->write_(key, value);
+      else
+        inner_->write_at_(key, rows, value);
       return;
     }
     at::Tensor leaf = inner_->peek(key)->tensor();

@@ -40,22 +40,20 @@ inline td::TensorDict make_fixture() {
   auto f = torch::arange(72, torch::kInt).reshape({4, 3, 2, 3}) - 30;
   td::TensorDict deeper({{"e", e}, {"f", f}}, {4, 3, 2});
   td::TensorDict nested({{"d", d}, {"deeper", deeper}}, {4, 3});
-  return td::TensorDict(
-      {{"a", a}, {"b", b}, {"c", c}, {"nested", nested}, {"label", "x"}}, {4, 3});
+  return td::TensorDict({{"a", a}, {"b", b}, {"c", c}, {"nested", nested}, {"label", "x"}}, {4, 3});
 }
 
 /// The tensor leaves of make_fixture(), in insertion order.
 inline Keys fixture_leaves() {
-  return {"a", "b", "c", {"nested", "d"}, {"nested", "deeper", "e"},
-          {"nested", "deeper", "f"}};
+  return {"a", "b", "c", {"nested", "d"}, {"nested", "deeper", "e"}, {"nested", "deeper", "f"}};
 }
 
 using LeafFn = std::function<at::Tensor(const at::Tensor&, const td::NestedKey&)>;
 
 /// `result` has exactly the tensor leaves of `source`, and each one equals
 /// fn(the leaf of source) in shape, dtype and values.
-inline void expect_leafwise(const td::TensorDictBase& result,
-                            const td::TensorDictBase& source, const LeafFn& fn) {
+inline void expect_leafwise(const td::TensorDictBase& result, const td::TensorDictBase& source,
+                            const LeafFn& fn) {
   auto ks = source.keys(/*include_nested=*/true, /*leaves_only=*/true);
   auto kr = result.keys(true, true);
   EXPECT_EQ(std::set<td::NestedKey>(kr.begin(), kr.end()),
@@ -110,8 +108,10 @@ struct Frozen {
     f.keys = t.keys(true);
     f.batches.emplace_back(td::NestedKey(), batch_of(t));
     for (const auto& [k, v] : t.items(true)) {
-      if (v.is_tensor()) f.leaves.push_back({k, {v.tensor(), v.tensor().clone()}});
-      else if (v.is_tensordict()) f.batches.emplace_back(k, batch_of(v.tensordict()));
+      if (v.is_tensor())
+        f.leaves.push_back({k, {v.tensor(), v.tensor().clone()}});
+      else if (v.is_tensordict())
+        f.batches.emplace_back(k, batch_of(v.tensordict()));
     }
     f.non_tensors = t.non_tensor_items(true);
     return f;
@@ -135,8 +135,7 @@ struct Frozen {
   }
 };
 
-inline void expect_contains(const std::string& what,
-                            std::initializer_list<std::string> needles) {
+inline void expect_contains(const std::string& what, std::initializer_list<std::string> needles) {
   for (const auto& n : needles)
     EXPECT_NE(what.find(n), std::string::npos)
         << "error message lacks \"" << n << "\":\n  " << what;
@@ -146,15 +145,15 @@ inline void expect_contains(const std::string& what,
 
 /// EXPECT that `stmt` throws `type` (or a subclass) whose what() contains each
 /// of the following strings. Any other exception is a failure.
-#define OPS_EXPECT_THROW_MSG(stmt, type, ...)                                  \
-  do {                                                                         \
-    try {                                                                      \
-      stmt;                                                                    \
-      ADD_FAILURE() << "expected " #type " from: " #stmt;                      \
-    } catch (const type& ops_error_) {                                         \
-      ::ops_test::expect_contains(ops_error_.what(), {__VA_ARGS__});           \
-    } catch (const std::exception& ops_other_) {                               \
-      ADD_FAILURE() << "expected " #type " from: " #stmt                       \
-                    << "\n  got another exception: " << ops_other_.what();    \
-    }                                                                          \
+#define OPS_EXPECT_THROW_MSG(stmt, type, ...)                              \
+  do {                                                                     \
+    try {                                                                  \
+      stmt;                                                                \
+      ADD_FAILURE() << "expected " #type " from: " #stmt;                  \
+    } catch (const type& ops_error_) {                                     \
+      ::ops_test::expect_contains(ops_error_.what(), {__VA_ARGS__});       \
+    } catch (const std::exception& ops_other_) {                           \
+      ADD_FAILURE() << "expected " #type " from: " #stmt                   \
+                    << "\n  got another exception: " << ops_other_.what(); \
+    }                                                                      \
   } while (0)

@@ -20,16 +20,14 @@ td::TensorDict make_td() {
   td::TensorDict next({{"reward", torch::arange(4.0).reshape({4, 1})},
                        {"done", torch::zeros({4, 1}, torch::kBool)}},
                       {4});
-  return td::TensorDict(
-      {{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}}, {4});
+  return td::TensorDict({{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}}, {4});
 }
 
 }  // namespace
 
 // get_via_base_header.cpp: get() compiled with tensor_dict_base.h only.
 at::Tensor get_via_base_header(const td::TensorDictBase& t, std::string_view key);
-at::Tensor get_via_base_header(const td::TensorDictBase& t, std::string_view a,
-                               std::string_view b);
+at::Tensor get_via_base_header(const td::TensorDictBase& t, std::string_view a, std::string_view b);
 
 // ---- get ----------------------------------------------------------------------
 
@@ -48,8 +46,7 @@ TEST(TensorDictGet, NestedKey) {
 
 TEST(TensorDictGet, MissingKeyIsKeyErrorListingTheKeysPresent) {
   auto t = make_td();
-  TD_EXPECT_THROW_MSG(t.get("missing"), td::KeyError, "'missing'",
-                      "['obs', 'next', 'label']");
+  TD_EXPECT_THROW_MSG(t.get("missing"), td::KeyError, "'missing'", "['obs', 'next', 'label']");
 }
 
 TEST(TensorDictGet, MissingNestedKeyNamesThePathAndTheLevelKeys) {
@@ -66,8 +63,7 @@ TEST(TensorDictGet, MissingIntermediateIsKeyError) {
 
 TEST(TensorDictGet, WalkingThroughATensorIsTypeError) {
   auto t = make_td();
-  TD_EXPECT_THROW_MSG(t.get({"obs", "x"}), td::TypeError, "('obs', 'x')",
-                      "'obs'", "Tensor");
+  TD_EXPECT_THROW_MSG(t.get({"obs", "x"}), td::TypeError, "('obs', 'x')", "'obs'", "Tensor");
 }
 
 TEST(TensorDictGet, NestedTensorDictEntryIsTypeError) {
@@ -152,8 +148,7 @@ TEST(TensorDictKeyIndex, EveryKeyFindsItsOwnEntry) {
   ASSERT_EQ(t.num_keys(), keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(t.get(keys[i]).item<double>(), static_cast<double>(i)) << keys[i];
-    EXPECT_EQ(t.get({std::string_view(keys[i])}).item<double>(), static_cast<double>(i))
-        << keys[i];
+    EXPECT_EQ(t.get({std::string_view(keys[i])}).item<double>(), static_cast<double>(i)) << keys[i];
   }
   // Near misses: one byte more, one byte less, the last byte changed.
   for (const auto& k : keys) {
@@ -236,8 +231,7 @@ TEST(TensorDictAt, ReturnsEveryKind) {
 
 TEST(TensorDictAt, MissingIsKeyError) {
   auto t = make_td();
-  TD_EXPECT_THROW_MSG(t.at({"next", "obs"}), td::KeyError, "('next', 'obs')",
-                      "['reward', 'done']");
+  TD_EXPECT_THROW_MSG(t.at({"next", "obs"}), td::KeyError, "('next', 'obs')", "['reward', 'done']");
   TD_EXPECT_THROW_MSG(t.at("x"), td::KeyError, "'x'");
 }
 
@@ -264,8 +258,7 @@ TEST(TensorDictGetTensorDict, ErrorsNameTheKey) {
   auto t = make_td();
   TD_EXPECT_THROW_MSG(t.get_tensordict("obs"), td::TypeError, "'obs'", "Tensor");
   TD_EXPECT_THROW_MSG(t.get_tensordict("label"), td::TypeError, "'label'");
-  TD_EXPECT_THROW_MSG(t.get_tensordict({"next", "sub"}), td::KeyError,
-                      "('next', 'sub')");
+  TD_EXPECT_THROW_MSG(t.get_tensordict({"next", "sub"}), td::KeyError, "('next', 'sub')");
 }
 
 TEST(TensorDictGetNonTensor, ReturnsTheJsonValue) {
@@ -280,16 +273,13 @@ TEST(TensorDictGetNonTensor, DefaultOnlyWhenMissing) {
   EXPECT_EQ(t.get_non_tensor("missing", nlohmann::json("dog")), "dog");
   EXPECT_EQ(t.get_non_tensor({"next", "missing"}, nlohmann::json(1)), 1);
   EXPECT_EQ(t.get_non_tensor("label", nlohmann::json("dog")), "cat");
-  TD_EXPECT_THROW_MSG(t.get_non_tensor("obs", nlohmann::json(0)), td::TypeError,
-                      "'obs'");
+  TD_EXPECT_THROW_MSG(t.get_non_tensor("obs", nlohmann::json(0)), td::TypeError, "'obs'");
 }
 
 TEST(TensorDictGetNonTensor, ErrorsNameTheKey) {
   auto t = make_td();
-  TD_EXPECT_THROW_MSG(t.get_non_tensor("obs"), td::TypeError, "'obs'",
-                      "NonTensorData");
-  TD_EXPECT_THROW_MSG(t.get_non_tensor({"next", "label"}), td::KeyError,
-                      "('next', 'label')");
+  TD_EXPECT_THROW_MSG(t.get_non_tensor("obs"), td::TypeError, "'obs'", "NonTensorData");
+  TD_EXPECT_THROW_MSG(t.get_non_tensor({"next", "label"}), td::KeyError, "('next', 'label')");
 }
 
 TEST(TensorDictIsNonTensor, OnlyForNonTensorEntries) {
@@ -336,8 +326,7 @@ TEST(TensorDictGetItemShape, ShapeOfEachKind) {
   EXPECT_EQ(t.get_item_shape({"next", "done"}), (Shape{4, 1}));
   EXPECT_EQ(t.get_item_shape("next"), Shape{4});
   EXPECT_EQ(t.get_item_shape("label"), Shape{4});
-  TD_EXPECT_THROW_MSG(t.get_item_shape({"next", "x"}), td::KeyError,
-                      "('next', 'x')");
+  TD_EXPECT_THROW_MSG(t.get_item_shape({"next", "x"}), td::KeyError, "('next', 'x')");
 }
 
 TEST(TensorDictNumKeys, CountsTopLevelEntries) {
@@ -395,10 +384,9 @@ TEST(TensorDictKeys, LeavesOnlyExcludesTensorDictsAndNonTensors) {
 TEST(TensorDictKeys, NonTensorLeavesOption) {
   auto t = make_td();
   t.set_non_tensor({"next", "info"}, "x");
-  td::KeysOptions opts{.include_nested = true, .leaves_only = true,
-                       .non_tensor_leaves = true};
-  EXPECT_EQ(t.keys(opts), (Keys{"obs", {"next", "reward"}, {"next", "done"},
-                                {"next", "info"}, "label"}));
+  td::KeysOptions opts{.include_nested = true, .leaves_only = true, .non_tensor_leaves = true};
+  EXPECT_EQ(t.keys(opts),
+            (Keys{"obs", {"next", "reward"}, {"next", "done"}, {"next", "info"}, "label"}));
   // Without leaves_only it changes nothing.
   EXPECT_EQ(t.keys(td::KeysOptions{.include_nested = true, .non_tensor_leaves = true}),
             t.keys(true));
@@ -418,8 +406,7 @@ TEST(TensorDictKeys, SortByJoinedName) {
   EXPECT_EQ(t.keys(td::KeysOptions{.include_nested = true, .sort = true}),
             (Keys{"label", "next", {"next", "done"}, {"next", "reward"}, "obs"}));
   EXPECT_EQ(t.keys(td::KeysOptions{.sort = true}), (Keys{"label", "next", "obs"}));
-  EXPECT_EQ(t.keys(td::KeysOptions{.include_nested = true, .leaves_only = true,
-                                   .sort = true}),
+  EXPECT_EQ(t.keys(td::KeysOptions{.include_nested = true, .leaves_only = true, .sort = true}),
             (Keys{{"next", "done"}, {"next", "reward"}, "obs"}));
 }
 
@@ -467,13 +454,11 @@ TEST(TensorDictItems, NonTensorItems) {
 
 TEST(TensorDictForEach, VisitsLikeItems) {
   auto t = make_td();
-  for (const auto& opts :
-       {td::KeysOptions{}, td::KeysOptions{.include_nested = true},
-        td::KeysOptions{.include_nested = true, .leaves_only = true},
-        td::KeysOptions{.include_nested = true, .sort = true}}) {
+  for (const auto& opts : {td::KeysOptions{}, td::KeysOptions{.include_nested = true},
+                           td::KeysOptions{.include_nested = true, .leaves_only = true},
+                           td::KeysOptions{.include_nested = true, .sort = true}}) {
     Keys seen;
-    t.for_each([&](const td::NestedKey& k, const td::Value&) { seen.push_back(k); },
-               opts);
+    t.for_each([&](const td::NestedKey& k, const td::Value&) { seen.push_back(k); }, opts);
     EXPECT_EQ(seen, t.keys(opts));
   }
 }

@@ -75,8 +75,10 @@ void leaves_of(const td::TensorDictBase& t, std::vector<at::Tensor>& out) {
     return;
   }
   for (const auto& [k, v] : t.items()) {
-    if (v.is_tensor()) out.push_back(v.tensor());
-    else if (v.is_tensordict()) leaves_of(v.tensordict(), out);
+    if (v.is_tensor())
+      out.push_back(v.tensor());
+    else if (v.is_tensordict())
+      leaves_of(v.tensordict(), out);
   }
 }
 
@@ -98,9 +100,9 @@ void expect_views_of(const td::TensorDictBase& t, const at::Tensor& storage) {
 // a non-contiguous source, a complex128 leaf at an offset that is 8 mod 16,
 // nesting and a non-tensor.
 td::TensorDict varied_source() {
-  td::TensorDict inner({{"z", torch::complex(torch::randn({3}, torch::kDouble),
-                                             torch::randn({3}, torch::kDouble))}},
-                       {3});
+  td::TensorDict inner(
+      {{"z", torch::complex(torch::randn({3}, torch::kDouble), torch::randn({3}, torch::kDouble))}},
+      {3});
   td::TensorDict sub({{"u8", torch::arange(3, torch::kByte)},  // 3 bytes: padded to 8
                       {"inner", inner},
                       {"b", torch::tensor({true, false, true})},
@@ -179,8 +181,9 @@ TEST(Consolidate, PaddingIsZeroAndEveryLeafIs8ByteAligned) {
   for (const auto& leaf : leaves)
     if (leaf.numel() > 0)
       EXPECT_EQ((static_cast<std::uint8_t*>(leaf.data_ptr()) -
-               static_cast<std::uint8_t*>(storage.data_ptr())) % 8,
-              0);
+                 static_cast<std::uint8_t*>(storage.data_ptr())) %
+                    8,
+                0);
   // The complex128 leaf after the 8 bytes of "u8" starts at 8 mod 16.
   EXPECT_EQ(md["batch"]["sub"]["inner"]["leaves"]["z"][2].get<int64_t>() % 16, 8);
 }
@@ -277,9 +280,9 @@ TEST(ConsolidatedFile, StorageAndMetadataOverloadTakesViews) {
   auto back = td::TensorDict::from_consolidated(storage, c.consolidated_metadata());
   EXPECT_TRUE(back.equal(spec_example()));
   EXPECT_TRUE(back.get("a").storage().is_alias_of(storage.storage()));
-  TD_EXPECT_THROW_MSG(td::TensorDict::from_consolidated(storage.to(torch::kInt),
-                                                        c.consolidated_metadata()),
-                      td::TypeError, "uint8");
+  TD_EXPECT_THROW_MSG(
+      td::TensorDict::from_consolidated(storage.to(torch::kInt), c.consolidated_metadata()),
+      td::TypeError, "uint8");
 }
 
 // ---- corrupt files -----------------------------------------------------------------------------
@@ -351,16 +354,15 @@ TEST_F(ConsolidatedFileErrors, LeafOutsideTheStorage) {
 }
 
 TEST_F(ConsolidatedFileErrors, WrongFieldsAndUnknownNames) {
-  expect_format_error(consolidated_file(spec_storage(),
-                                        spec_with("torch.int64", "torch.int65")),
+  expect_format_error(consolidated_file(spec_storage(), spec_with("torch.int64", "torch.int65")),
                       {"('b', 'c')", "unknown dtype"});
-  expect_format_error(consolidated_file(spec_storage(),
-                                        spec_with(R"({"cls":"TensorDict","non)",
+  expect_format_error(
+      consolidated_file(spec_storage(), spec_with(R"({"cls":"TensorDict","non)",
                                                   R"({"cls":"NonTensorStack","non)")),
-                      {"NonTensorStack", "not supported"});
-  expect_format_error(consolidated_file(spec_storage(), spec_with(R"("leaves":{"a")",
-                                                                  R"("leafs":{"a")")),
-                      {"missing \"leaves\""});
+      {"NonTensorStack", "not supported"});
+  expect_format_error(
+      consolidated_file(spec_storage(), spec_with(R"("leaves":{"a")", R"("leafs":{"a")")),
+      {"missing \"leaves\""});
   expect_format_error(consolidated_file(spec_storage(), "[1, 2]"), {"not a JSON object"});
 }
 

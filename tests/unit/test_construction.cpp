@@ -72,27 +72,24 @@ TEST(TensorDictConstruction, BatchSizeIsNeverInferred) {
 }
 
 TEST(TensorDictConstruction, LeafNotStartingWithBatchSizeIsShapeError) {
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"obs", torch::zeros({3, 2})}}, {4}),
-                      td::ShapeError, "'obs'", "[4]", "[3, 2]",
-                      "batch dimension mismatch");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"obs", torch::zeros({3, 2})}}, {4}), td::ShapeError, "'obs'",
+                      "[4]", "[3, 2]", "batch dimension mismatch");
 }
 
 TEST(TensorDictConstruction, NestedLeafShapeErrorNamesThePath) {
-  TD_EXPECT_THROW_MSG(
-      td::TensorDict({{td::NestedKey{"next", "obs"}, torch::zeros({5})}}, {4}),
-      td::ShapeError, "('next', 'obs')", "[4]", "[5]");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{td::NestedKey{"next", "obs"}, torch::zeros({5})}}, {4}),
+                      td::ShapeError, "('next', 'obs')", "[4]", "[5]");
 }
 
 TEST(TensorDictConstruction, ScalarLeafNeedsEmptyBatch) {
   EXPECT_NO_THROW(td::TensorDict({{"x", torch::tensor(1.0)}}));
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"x", torch::tensor(1.0)}}, {2}),
-                      td::ShapeError, "'x'", "[2]", "[]");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"x", torch::tensor(1.0)}}, {2}), td::ShapeError, "'x'",
+                      "[2]", "[]");
 }
 
 TEST(TensorDictConstruction, LeafWithMoreLeadingDimsThanBatchIsShapeError) {
   // [4] is not a prefix of [1, 4].
-  EXPECT_THROW(td::TensorDict({{"x", torch::zeros({1, 4})}}, {4}),
-               td::ShapeError);
+  EXPECT_THROW(td::TensorDict({{"x", torch::zeros({1, 4})}}, {4}), td::ShapeError);
 }
 
 TEST(TensorDictConstruction, NegativeBatchSizeIsShapeError) {
@@ -100,8 +97,7 @@ TEST(TensorDictConstruction, NegativeBatchSizeIsShapeError) {
 }
 
 TEST(TensorDictConstruction, UndefinedTensorIsValueError) {
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"x", at::Tensor()}}), td::ValueError,
-                      "'x'");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"x", at::Tensor()}}), td::ValueError, "'x'");
 }
 
 // ---- nested tensordict values ---------------------------------------------------
@@ -128,7 +124,7 @@ TEST(TensorDictConstructionNested, ChildWithOtherBatchIsAShallowCopyWithParentBa
   EXPECT_FALSE(stored.is_same(child));
   EXPECT_EQ(batch_of(stored), Shape{4});
   EXPECT_TRUE(stored.get("x").is_same(x));  // shallow: same tensor
-  EXPECT_EQ(batch_of(child), Shape{});     // the original is untouched
+  EXPECT_EQ(batch_of(child), Shape{});      // the original is untouched
   // The copy is its own container.
   stored.set("y", torch::zeros({4}));
   EXPECT_FALSE(child.contains("y"));
@@ -136,17 +132,15 @@ TEST(TensorDictConstructionNested, ChildWithOtherBatchIsAShallowCopyWithParentBa
 
 TEST(TensorDictConstructionNested, IncompatibleChildIsShapeError) {
   td::TensorDict child({{"x", torch::zeros({3, 2})}}, {3});
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"sub", child}}, {4}), td::ShapeError,
-                      "'sub'", "[3]", "[4]");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"sub", child}}, {4}), td::ShapeError, "'sub'", "[3]", "[4]");
   td::TensorDict unbatched({{"x", torch::zeros({3, 2})}});
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"sub", unbatched}}, {4}), td::ShapeError,
-                      "'sub'", "[4]", "[3, 2]");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"sub", unbatched}}, {4}), td::ShapeError, "'sub'", "[4]",
+                      "[3, 2]");
   EXPECT_EQ(batch_of(unbatched), Shape{});
 }
 
 TEST(TensorDictConstructionNested, NullChildIsValueError) {
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"sub", td::TensorDictBase()}}),
-                      td::ValueError, "'sub'");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"sub", td::TensorDictBase()}}), td::ValueError, "'sub'");
 }
 
 // ---- non-tensor values ----------------------------------------------------------
@@ -227,8 +221,8 @@ TEST(TensorDictConstructionDevice, WithDeviceTensorsAreMoved) {
 TEST(TensorDictConstructionDevice, UnmovableTensorIsDeviceErrorNamingTheKey) {
   // A meta tensor has no data to copy to the CPU.
   auto meta = torch::empty({2}, torch::TensorOptions().device(at::kMeta));
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"m", meta}}, {2}, at::Device(at::kCPU)),
-                      td::DeviceError, "'m'");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"m", meta}}, {2}, at::Device(at::kCPU)), td::DeviceError,
+                      "'m'");
 }
 
 TEST(TensorDictConstructionDevice, NestedChildGetsTheParentDevice) {
@@ -242,16 +236,14 @@ TEST(TensorDictConstructionDevice, NestedChildGetsTheParentDevice) {
 }
 
 TEST(TensorDictConstructionDevice, IntermediatesInheritTheDevice) {
-  td::TensorDict t({{td::NestedKey{"a", "b"}, torch::zeros({2})}}, {2},
-                   at::Device(at::kCPU));
+  td::TensorDict t({{td::NestedKey{"a", "b"}, torch::zeros({2})}}, {2}, at::Device(at::kCPU));
   EXPECT_EQ(t.get_tensordict("a").device(), at::Device(at::kCPU));
   td::TensorDict u({{td::NestedKey{"a", "b"}, torch::zeros({2})}}, {2});
   EXPECT_FALSE(u.get_tensordict("a").device().has_value());
 }
 
 TEST(TensorDictConstructionDevice, ClearDeviceIsRecursive) {
-  td::TensorDict t({{td::NestedKey{"a", "b"}, torch::zeros({2})}}, {2},
-                   at::Device(at::kCPU));
+  td::TensorDict t({{td::NestedKey{"a", "b"}, torch::zeros({2})}}, {2}, at::Device(at::kCPU));
   t.clear_device_();
   EXPECT_FALSE(t.device().has_value());
   EXPECT_FALSE(t.get_tensordict("a").device().has_value());
@@ -268,9 +260,9 @@ TEST(TensorDictMake, NamedOptions) {
 }
 
 TEST(TensorDictMake, LockOptionLocksRecursively) {
-  auto t = td::TensorDict::make(
-      {{"x", torch::zeros({3})}, {td::NestedKey{"n", "y"}, torch::zeros({3})}},
-      {.batch_size = {3}, .lock = true});
+  auto t =
+      td::TensorDict::make({{"x", torch::zeros({3})}, {td::NestedKey{"n", "y"}, torch::zeros({3})}},
+                           {.batch_size = {3}, .lock = true});
   EXPECT_TRUE(t.is_locked());
   EXPECT_TRUE(t.get_tensordict("n").is_locked());
   EXPECT_THROW(t.set("z", torch::zeros({3})), td::LockedError);
@@ -299,9 +291,7 @@ TEST(TensorDictBatchSize, ShrinkToEmpty) {
 }
 
 TEST(TensorDictBatchSize, NestedChildrenWithFewerDimsAreResized) {
-  td::TensorDict t({{td::NestedKey{"n", "x"}, torch::zeros({4, 3, 5})},
-                    {"label", "cat"}},
-                   {4});
+  td::TensorDict t({{td::NestedKey{"n", "x"}, torch::zeros({4, 3, 5})}, {"label", "cat"}}, {4});
   auto child = t.get_tensordict("n");
   t.set_batch_size({4, 3});
   EXPECT_EQ(batch_of(child), (Shape{4, 3}));
@@ -320,21 +310,18 @@ TEST(TensorDictBatchSize, NestedChildWithMoreDimsIsKept) {
 
 TEST(TensorDictBatchSize, IncompatibleLeafIsShapeErrorAndNothingChanges) {
   td::TensorDict t({{"a", torch::zeros({4, 3})}}, {4});
-  TD_EXPECT_THROW_MSG(t.set_batch_size({5}), td::ShapeError, "'a'", "[4, 3]",
-                      "[5]");
+  TD_EXPECT_THROW_MSG(t.set_batch_size({5}), td::ShapeError, "'a'", "[4, 3]", "[5]");
   EXPECT_EQ(batch_of(t), Shape{4});
-  TD_EXPECT_THROW_MSG(t.set_batch_size({4, 3, 1}), td::ShapeError, "'a'",
-                      "[4, 3, 1]");
+  TD_EXPECT_THROW_MSG(t.set_batch_size({4, 3, 1}), td::ShapeError, "'a'", "[4, 3, 1]");
   EXPECT_EQ(batch_of(t), Shape{4});
 }
 
 TEST(TensorDictBatchSize, IncompatibleNestedLeafLeavesEveryLevelUnchanged) {
-  td::TensorDict t({{"ok", torch::zeros({4, 3})},
-                    {td::NestedKey{"next", "obs"}, torch::zeros({4, 2})}},
-                   {4});
+  td::TensorDict t(
+      {{"ok", torch::zeros({4, 3})}, {td::NestedKey{"next", "obs"}, torch::zeros({4, 2})}}, {4});
   auto next = t.get_tensordict("next");
-  TD_EXPECT_THROW_MSG(t.set_batch_size({4, 3}), td::ShapeError,
-                      "('next', 'obs')", "[4, 2]", "[4, 3]");
+  TD_EXPECT_THROW_MSG(t.set_batch_size({4, 3}), td::ShapeError, "('next', 'obs')", "[4, 2]",
+                      "[4, 3]");
   EXPECT_EQ(batch_of(t), Shape{4});
   EXPECT_EQ(batch_of(next), Shape{4});  // not resized half-way
 }
@@ -342,8 +329,7 @@ TEST(TensorDictBatchSize, IncompatibleNestedLeafLeavesEveryLevelUnchanged) {
 TEST(TensorDictBatchSize, IncompatibleNestedBatchIsShapeError) {
   td::TensorDict child({{"x", torch::zeros({4, 3})}}, {4, 3});
   td::TensorDict t({{"n", child}}, {4});
-  TD_EXPECT_THROW_MSG(t.set_batch_size({4, 2}), td::ShapeError, "'n'",
-                      "[4, 3]", "[4, 2]");
+  TD_EXPECT_THROW_MSG(t.set_batch_size({4, 2}), td::ShapeError, "'n'", "[4, 3]", "[4, 2]");
   EXPECT_EQ(batch_of(t), Shape{4});
 }
 

@@ -20,12 +20,11 @@ using ops_test::Shape;
 using ops_test::sizes_of;
 
 // td[0] must pick the integer overload (0 is also a null pointer constant).
-static_assert(std::is_same_v<decltype(std::declval<const td::TensorDict&>()[0]),
-                             td::TensorDict>);
-static_assert(std::is_same_v<decltype(std::declval<const td::TensorDictBase&>()[0]),
-                             td::TensorDictBase>);
-static_assert(std::is_same_v<decltype(std::declval<const td::TensorDict&>().index({0})),
-                             td::TensorDict>);
+static_assert(std::is_same_v<decltype(std::declval<const td::TensorDict&>()[0]), td::TensorDict>);
+static_assert(
+    std::is_same_v<decltype(std::declval<const td::TensorDictBase&>()[0]), td::TensorDictBase>);
+static_assert(
+    std::is_same_v<decltype(std::declval<const td::TensorDict&>().index({0})), td::TensorDict>);
 
 namespace {
 
@@ -37,10 +36,8 @@ struct IndexCase {
 };
 
 std::vector<IndexCase> index_cases() {
-  auto mask2 = torch::tensor({{true, false, true},
-                              {false, false, false},
-                              {true, true, false},
-                              {false, true, true}});
+  auto mask2 = torch::tensor(
+      {{true, false, true}, {false, false, false}, {true, true, false}, {false, true, true}});
   auto mask1 = torch::tensor({true, false, true, true});
   auto mask_dim1 = torch::tensor({false, true, true});
   auto l1 = torch::tensor({2, 0, 2}, torch::kLong);
@@ -56,8 +53,10 @@ std::vector<IndexCase> index_cases() {
       {"int on dim 1", {Slice(), 2}, {Slice(), 2}, true},
       {"two ints", {3, -2}, {3, -2}, true},
       {"slice with step", {Slice(1, None, 2)}, {Slice(1, None, 2)}, true},
-      {"slices on both dims", {Slice(None, None, 3), Slice(None, None, 2)},
-       {Slice(None, None, 3), Slice(None, None, 2)}, true},
+      {"slices on both dims",
+       {Slice(None, None, 3), Slice(None, None, 2)},
+       {Slice(None, None, 3), Slice(None, None, 2)},
+       true},
       {"slice with negative start", {Slice(-2, None)}, {Slice(-2, None)}, true},
       {"empty slice", {Slice(3, 1)}, {Slice(3, 1)}, true},
       {"None", {None}, {None}, true},
@@ -115,9 +114,8 @@ TEST(TensorDictIndex, EveryIndexFormMatchesTorchLeafByLeaf) {
     EXPECT_FALSE(r.is_same(t));
     Shape expected_batch = sizes_of(torch::zeros({4, 3}).index(c.idx));
     expect_fixture_batches(r, expected_batch);
-    expect_leafwise(r, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-      return leaf.index(c.leaf_idx);
-    });
+    expect_leafwise(
+        r, t, [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.index(c.leaf_idx); });
     EXPECT_FALSE(r.is_locked());
   }
 }
@@ -132,8 +130,7 @@ TEST(TensorDictIndex, BasicIndicesGiveViewsAdvancedGiveCopies) {
       at::Tensor src = t.get(k);
       if (c.basic) {
         EXPECT_TRUE(got.is_alias_of(src)) << k << " should be a view";
-        if (got.numel() > 0)
-          EXPECT_EQ(got.data_ptr(), src.index(c.leaf_idx).data_ptr()) << k;
+        if (got.numel() > 0) EXPECT_EQ(got.data_ptr(), src.index(c.leaf_idx).data_ptr()) << k;
       } else {
         EXPECT_FALSE(got.is_alias_of(src)) << k << " should be a copy";
       }
@@ -195,8 +192,8 @@ TEST(TensorDictIndex, KeyChangesAfterIndexingStayOnTheirSide) {
   EXPECT_TRUE(t.contains({"nested", "deeper", "e"}));
   EXPECT_TRUE(torch::equal(t.get("c"), make_fixture().get("c")));
   EXPECT_TRUE(torch::equal(row.get("c"), t.get("c")[1]));
-  EXPECT_TRUE(torch::equal(row.get({"nested", "deeper", "f"}),
-                           t.get({"nested", "deeper", "f"})[1]));
+  EXPECT_TRUE(
+      torch::equal(row.get({"nested", "deeper", "f"}), t.get({"nested", "deeper", "f"})[1]));
   EXPECT_EQ(row.keys(), (std::vector<td::NestedKey>{"a", "c", "nested", "label", "z"}));
   // Adding and removing on the source, after indexing.
   t.set("w", torch::ones({4, 3}));
@@ -219,8 +216,7 @@ TEST(TensorDictIndex, KeyChangesAfterIndexingStayOnTheirSide) {
   // Many new keys on an indexed copy (the index grows past its first table).
   auto grown = make_fixture()[0];
   for (int i = 0; i < 40; ++i) grown.set("k" + std::to_string(i), torch::full({3}, i));
-  for (int i = 0; i < 40; ++i)
-    EXPECT_EQ(grown.get("k" + std::to_string(i))[0].item<int64_t>(), i);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(grown.get("k" + std::to_string(i))[0].item<int64_t>(), i);
   EXPECT_TRUE(torch::equal(grown.get({"nested", "d"}), make_fixture().get({"nested", "d"})[0]));
 }
 
@@ -228,8 +224,7 @@ TEST(TensorDictIndex, KeyChangesAfterIndexingStayOnTheirSide) {
 TEST(TensorDictIndex, LeafErrorsNameTheNestedKey) {
   td::TensorDict inner({{"x", torch::zeros({4, 2})}}, {4});
   td::TensorDict outer({{"nested", inner}}, {4});
-  OPS_EXPECT_THROW_MSG(outer.index({torch::tensor({9})}), td::IndexError,
-                       "('nested', 'x')");
+  OPS_EXPECT_THROW_MSG(outer.index({torch::tensor({9})}), td::IndexError, "('nested', 'x')");
 }
 
 TEST(TensorDictIndex, SubscriptSugarIsIndexOnTheFirstDim) {
@@ -238,9 +233,7 @@ TEST(TensorDictIndex, SubscriptSugarIsIndexOnTheFirstDim) {
     SCOPED_TRACE(i);
     td::TensorDict r = t[i];
     expect_fixture_batches(r, {3});
-    expect_leafwise(r, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-      return leaf[i];
-    });
+    expect_leafwise(r, t, [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf[i]; });
   }
   // Through the base handle too.
   const td::TensorDictBase& base = t;
@@ -294,8 +287,8 @@ TEST(TensorDictIndex, NestedDeeperKeepsItsExtraDims) {
   // Indexing the deeper tensordict itself uses its own (longer) batch.
   auto inner = t.get_tensordict({"nested", "deeper"}).index({Ellipsis, 0});
   EXPECT_EQ(batch_of(inner), (Shape{4, 3}));
-  EXPECT_TRUE(torch::equal(inner.get("f"),
-                           t.get({"nested", "deeper", "f"}).index({Slice(), Slice(), 0})));
+  EXPECT_TRUE(
+      torch::equal(inner.get("f"), t.get({"nested", "deeper", "f"}).index({Slice(), Slice(), 0})));
   // A mask over the root batch flattens the root dims only.
   auto masked = t.index({torch::ones({4, 3}, torch::kBool)});
   EXPECT_EQ(batch_of(masked.get_tensordict({"nested", "deeper"})), (Shape{12, 2}));
@@ -351,36 +344,32 @@ TEST(TensorDictIndex, OutOfRangeIndicesAreIndexErrorsAndChangeNothing) {
   Frozen before = Frozen::of(t);
   OPS_EXPECT_THROW_MSG(t.index({4}), td::IndexError, "4");
   OPS_EXPECT_THROW_MSG(t.index({Slice(), 3}), td::IndexError, "3");
-  OPS_EXPECT_THROW_MSG(t.index({torch::tensor({0, 4}, torch::kLong)}), td::IndexError,
-                       "4", "size 4");
+  OPS_EXPECT_THROW_MSG(t.index({torch::tensor({0, 4}, torch::kLong)}), td::IndexError, "4",
+                       "size 4");
   OPS_EXPECT_THROW_MSG(t.index({torch::tensor({-5, 1}, torch::kLong)}), td::IndexError, "-5");
-  OPS_EXPECT_THROW_MSG(t.index({torch::tensor({{0, 1}, {2, 9}}, torch::kLong)}),
-                       td::IndexError, "9");
+  OPS_EXPECT_THROW_MSG(t.index({torch::tensor({{0, 1}, {2, 9}}, torch::kLong)}), td::IndexError,
+                       "9");
   OPS_EXPECT_THROW_MSG(t.index({Slice(), torch::tensor({0, 3}, torch::kLong)}), td::IndexError);
   before.expect_unchanged(t);
 }
 
 TEST(TensorDictIndex, MaskOfTheWrongShapeIsAnIndexError) {
   auto t = make_fixture();
-  OPS_EXPECT_THROW_MSG(t.index({torch::ones({4, 2}, torch::kBool)}), td::IndexError,
-                       "[4, 2]", "[4, 3]");
-  OPS_EXPECT_THROW_MSG(t.index({torch::ones({3}, torch::kBool)}), td::IndexError, "[3]",
-                       "[4]");
-  OPS_EXPECT_THROW_MSG(t.index({Slice(), torch::ones({4}, torch::kBool)}), td::IndexError,
-                       "[4]", "[3]");
+  OPS_EXPECT_THROW_MSG(t.index({torch::ones({4, 2}, torch::kBool)}), td::IndexError, "[4, 2]",
+                       "[4, 3]");
+  OPS_EXPECT_THROW_MSG(t.index({torch::ones({3}, torch::kBool)}), td::IndexError, "[3]", "[4]");
+  OPS_EXPECT_THROW_MSG(t.index({Slice(), torch::ones({4}, torch::kBool)}), td::IndexError, "[4]",
+                       "[3]");
 }
 
 TEST(TensorDictIndex, MaskedSelectIsMaskIndexing) {
   auto t = make_fixture();
-  auto mask = torch::tensor({{true, false, true},
-                             {false, false, false},
-                             {true, true, false},
-                             {false, true, true}});
+  auto mask = torch::tensor(
+      {{true, false, true}, {false, false, false}, {true, true, false}, {false, true, true}});
   td::TensorDict r = t.masked_select(mask);
   expect_fixture_batches(r, {6});
-  expect_leafwise(r, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-    return leaf.index({mask});
-  });
+  expect_leafwise(r, t,
+                  [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.index({mask}); });
   auto rows = torch::tensor({false, true, true, false});
   td::TensorDict r1 = t.masked_select(rows);
   expect_fixture_batches(r1, {2, 3});

@@ -35,10 +35,8 @@ struct PutCase {
 };
 
 std::vector<PutCase> put_cases() {
-  auto mask2 = torch::tensor({{true, false, true},
-                              {false, false, false},
-                              {true, true, false},
-                              {false, true, true}});
+  auto mask2 = torch::tensor(
+      {{true, false, true}, {false, false, false}, {true, true, false}, {false, true, true}});
   auto mask1 = torch::tensor({false, true, false, true});
   auto rows = torch::tensor({3, 0}, torch::kLong);
   auto rows2 = torch::tensor({{3, 0}, {1, 2}}, torch::kLong);
@@ -48,8 +46,7 @@ std::vector<PutCase> put_cases() {
       {"negative int", {-2}, {-2}},
       {"two ints", {2, 1}, {2, 1}},
       {"slice", {Slice(1, 3)}, {Slice(1, 3)}},
-      {"strided slice on dim 1", {Slice(), Slice(None, None, 2)},
-       {Slice(), Slice(None, None, 2)}},
+      {"strided slice on dim 1", {Slice(), Slice(None, None, 2)}, {Slice(), Slice(None, None, 2)}},
       {"Ellipsis", {Ellipsis, 2}, {Slice(), 2}},
       {"None", {None, 1}, {None, 1}},
       {"long 1-D", {rows}, {rows}},
@@ -84,8 +81,7 @@ TEST(TensorDictIndexPut, TensorDictValueAtEveryIndexFormIsWrittenInPlace) {
       return put_by_hand(leaf, c.leaf_idx, value.get(k));
     });
     // In place: the same tensor objects are still stored.
-    for (const auto& [k, pair] : identity.leaves)
-      EXPECT_TRUE(t.get(k).is_same(pair.first)) << k;
+    for (const auto& [k, pair] : identity.leaves) EXPECT_TRUE(t.get(k).is_same(pair.first)) << k;
     EXPECT_EQ(t.keys(true), identity.keys);
     EXPECT_EQ(batch_of(t.get_tensordict({"nested", "deeper"})), (Shape{4, 3, 2}));
   }
@@ -94,9 +90,9 @@ TEST(TensorDictIndexPut, TensorDictValueAtEveryIndexFormIsWrittenInPlace) {
 TEST(TensorDictIndexPut, ValuesAreCastToTheDestinationDtype) {
   auto t = make_fixture();
   auto before = t.clone();
-  td::TensorDict value({{"b", torch::full({3}, 2.7)},                      // float -> int64
-                        {"c", torch::tensor({0, 5, 0}).reshape({3, 1})},   // int -> bool
-                        {"a", torch::full({3, 2}, 7, torch::kLong)}},      // int -> float
+  td::TensorDict value({{"b", torch::full({3}, 2.7)},                     // float -> int64
+                        {"c", torch::tensor({0, 5, 0}).reshape({3, 1})},  // int -> bool
+                        {"a", torch::full({3, 2}, 7, torch::kLong)}},     // int -> float
                        {3});
   t.index_put_({2}, value);
   EXPECT_EQ(t.get("b").scalar_type(), torch::kLong);
@@ -120,7 +116,8 @@ TEST(TensorDictIndexPut, ValueWhoseBatchIsASuffixIsBroadcast) {
   t.index_put_({Slice(1, 3)}, row);
   expect_leafwise(t, before, [&](const at::Tensor& leaf, const td::NestedKey& k) {
     at::Tensor out = leaf.clone();
-    out.index_put_({Slice(1, 3)}, row.get(k).to(leaf.scalar_type()).expand_as(out.index({Slice(1, 3)})));
+    out.index_put_({Slice(1, 3)},
+                   row.get(k).to(leaf.scalar_type()).expand_as(out.index({Slice(1, 3)})));
     return out;
   });
   // Broadcast over a mask: every selected row gets the same value.
@@ -128,13 +125,14 @@ TEST(TensorDictIndexPut, ValueWhoseBatchIsASuffixIsBroadcast) {
   auto mask = torch::tensor({true, false, true, true});
   t2.index_put_({mask}, row);
   for (int64_t r : {0, 2, 3})
-    EXPECT_TRUE(torch::equal(t2.get({"nested", "deeper", "f"})[r], row.get({"nested", "deeper", "f"})));
-  EXPECT_TRUE(torch::equal(t2.get({"nested", "deeper", "f"})[1], before.get({"nested", "deeper", "f"})[1]));
+    EXPECT_TRUE(
+        torch::equal(t2.get({"nested", "deeper", "f"})[r], row.get({"nested", "deeper", "f"})));
+  EXPECT_TRUE(
+      torch::equal(t2.get({"nested", "deeper", "f"})[1], before.get({"nested", "deeper", "f"})[1]));
   // A value of batch [3] broadcast over the whole batch [4, 3] (Ellipsis).
   auto t3 = make_fixture();
   t3.index_put_({Ellipsis}, row);
-  for (int64_t r = 0; r < 4; ++r)
-    EXPECT_TRUE(torch::equal(t3.get("a")[r], row.get("a"))) << r;
+  for (int64_t r = 0; r < 4; ++r) EXPECT_TRUE(torch::equal(t3.get("a")[r], row.get("a"))) << r;
 }
 
 TEST(TensorDictIndexPut, EmptyValueBatchIsResetWhenTheLeavesFit) {
@@ -152,8 +150,8 @@ TEST(TensorDictIndexPut, EmptyValueBatchIsResetWhenTheLeavesFit) {
   EXPECT_TRUE(torch::equal(t.get("a")[0], torch::full({3, 2}, 5.0)));
   EXPECT_TRUE(torch::equal(t.get("b")[0], torch::tensor({1, 2, 3}, torch::kLong)));
   EXPECT_TRUE(torch::equal(t.get({"nested", "d"})[0], torch::full({3, 5}, 8.0)));
-  EXPECT_TRUE(torch::equal(t.get({"nested", "deeper", "e"})[0],
-                           torch::full({3, 2}, 9.0, torch::kDouble)));
+  EXPECT_TRUE(
+      torch::equal(t.get({"nested", "deeper", "e"})[0], torch::full({3, 2}, 9.0, torch::kDouble)));
   EXPECT_TRUE(torch::equal(t.get("a")[1], before.get("a")[1]));
   EXPECT_TRUE(torch::equal(t.get("c"), before.get("c")));
   EXPECT_EQ(batch_of(value), (Shape{}));  // the value itself is not modified
@@ -165,8 +163,8 @@ TEST(TensorDictIndexPut, IncompatibleValueBatchIsAShapeErrorAndWritesNothing) {
   // batch [2] is neither the indexed batch [3] nor a suffix of it, and its
   // leaves do not start with [3].
   td::TensorDict value({{"a", torch::zeros({2, 2})}}, {2});
-  OPS_EXPECT_THROW_MSG(t.index_put_({0}, value), td::ShapeError,
-                       "indexed destination", "differs", "[3]", "[2]");
+  OPS_EXPECT_THROW_MSG(t.index_put_({0}, value), td::ShapeError, "indexed destination", "differs",
+                       "[3]", "[2]");
   // Whole batch into one row.
   OPS_EXPECT_THROW_MSG(t.index_put_({Slice(), Slice(0, 2)}, make_fixture()), td::ShapeError,
                        "indexed destination", "[4, 2]", "[4, 3]");
@@ -209,9 +207,9 @@ TEST(TensorDictIndexPut, LazyPreallocationCreatesZerosWithTheValueDtype) {
   EXPECT_EQ(batch_of(buf), (Shape{10}));
 
   // A second write keeps the first dtype (double -> float) and row 3.
-  td::TensorDict row2({{"obs", torch::full({5}, 0.5, torch::kDouble)},
-                       {"step", torch::tensor(9, torch::kLong)}},
-                      {});
+  td::TensorDict row2(
+      {{"obs", torch::full({5}, 0.5, torch::kDouble)}, {"step", torch::tensor(9, torch::kLong)}},
+      {});
   buf.index_put_({7}, row2);
   EXPECT_EQ(buf.get("obs").scalar_type(), torch::kFloat);
   EXPECT_TRUE(torch::equal(buf.get("obs")[7], torch::full({5}, 0.5)));
@@ -266,7 +264,8 @@ TEST(TensorDictIndexPut, PreallocationOfNestedTensorDictsKeepsTheirExtraDims) {
   EXPECT_TRUE(torch::equal(buffer.get({"agent.obs", "image"})[0], td0.get({"agent.obs", "image"})));
   EXPECT_TRUE(torch::equal(buffer.get({"agent.obs", "image"})[1], td1.get({"agent.obs", "image"})));
   EXPECT_TRUE(torch::equal(buffer.get("env.time")[1], td1.get("env.time")));
-  EXPECT_EQ(buffer.get({"agent.obs", "image"}).index({Slice(2, None)}).abs().sum().item<float>(), 0.f);
+  EXPECT_EQ(buffer.get({"agent.obs", "image"}).index({Slice(2, None)}).abs().sum().item<float>(),
+            0.f);
   // Indexing the buffer gives back the values.
   EXPECT_TRUE(buffer[1].get_tensordict("agent.obs").batch_size().equals({N, T}));
   EXPECT_TRUE(buffer[0].equal(td0));
@@ -311,9 +310,9 @@ TEST(TensorDictIndexPut, KeysAbsentFromTheValueAreUntouched) {
   EXPECT_TRUE(torch::equal(t.get({"nested", "d"}).index({Slice(0, 2)}), torch::zeros({2, 3, 5})));
   EXPECT_TRUE(torch::equal(t.get({"nested", "d"}).index({Slice(2, None)}),
                            before.get({"nested", "d"}).index({Slice(2, None)})));
-  for (const td::NestedKey& k : {td::NestedKey("a"), td::NestedKey("b"), td::NestedKey("c"),
-                                 td::NestedKey{"nested", "deeper", "e"},
-                                 td::NestedKey{"nested", "deeper", "f"}})
+  for (const td::NestedKey& k :
+       {td::NestedKey("a"), td::NestedKey("b"), td::NestedKey("c"),
+        td::NestedKey{"nested", "deeper", "e"}, td::NestedKey{"nested", "deeper", "f"}})
     EXPECT_TRUE(torch::equal(t.get(k), before.get(k))) << k;
   EXPECT_EQ(t.keys(true), before.keys(true));
 }
@@ -337,7 +336,8 @@ TEST(TensorDictIndexPut, LockedTensorDictAcceptsExistingKeysOnly) {
   t.lock_();
   auto value = distinct(t[1]);
   t.index_put_({1}, value);  // existing keys: allowed
-  EXPECT_TRUE(torch::equal(t.get({"nested", "deeper", "f"})[1], value.get({"nested", "deeper", "f"})));
+  EXPECT_TRUE(
+      torch::equal(t.get({"nested", "deeper", "f"})[1], value.get({"nested", "deeper", "f"})));
   EXPECT_TRUE(t.is_locked());
 
   Frozen before = Frozen::of(t);
@@ -348,13 +348,14 @@ TEST(TensorDictIndexPut, LockedTensorDictAcceptsExistingKeysOnly) {
 
   td::TensorDict nested_new(
       {{"a", torch::full({3, 2}, 123.0)},
-       {"nested", td::TensorDict({{"d", torch::zeros({3, 5})}, {"fresh", torch::zeros({3})}}, {3})}},
+       {"nested",
+        td::TensorDict({{"d", torch::zeros({3, 5})}, {"fresh", torch::zeros({3})}}, {3})}},
       {3});
   OPS_EXPECT_THROW_MSG(t.index_put_({2}, nested_new), td::LockedError, "fresh");
   before.expect_unchanged(t);
 
-  OPS_EXPECT_THROW_MSG(t.index_put_({2}, td::TensorDict({{"label2", "y"}}, {3})),
-                       td::LockedError, "label2");
+  OPS_EXPECT_THROW_MSG(t.index_put_({2}, td::TensorDict({{"label2", "y"}}, {3})), td::LockedError,
+                       "label2");
   before.expect_unchanged(t);
 }
 
@@ -411,8 +412,8 @@ TEST(TensorDictIndexPut, TensorValueIsWrittenIntoEveryLeaf) {
   EXPECT_EQ(t.get_non_tensor("label"), nlohmann::json("x"));
 
   // A mask and a 0-dim tensor.
-  auto mask = torch::tensor({{true, false, false}, {false, false, true},
-                             {false, false, false}, {true, true, true}});
+  auto mask = torch::tensor(
+      {{true, false, false}, {false, false, true}, {false, false, false}, {true, true, true}});
   auto before2 = t.clone();
   auto zero = torch::tensor(0, torch::kLong);
   t.index_put_({mask}, zero);
@@ -447,8 +448,8 @@ TEST(TensorDictIndexPut, ScalarValueIsWrittenIntoEveryLeaf) {
   // Locked tensordicts accept scalar writes.
   t.lock_();
   t.index_put_({3}, -1);
-  EXPECT_TRUE(torch::equal(t.get({"nested", "deeper", "f"})[3],
-                           torch::full({3, 2, 3}, -1, torch::kInt)));
+  EXPECT_TRUE(
+      torch::equal(t.get({"nested", "deeper", "f"})[3], torch::full({3, 2, 3}, -1, torch::kInt)));
 }
 
 // ---- set_at_ / get_at / update_at_ ---------------------------------------------
@@ -507,8 +508,8 @@ TEST(TensorDictIndexPut, UpdateAtWritesExistingKeysOnly) {
   EXPECT_TRUE(torch::equal(t.get("b"), before.get("b")));
 
   // keys_to_update restricts the write.
-  td::TensorDict other2({{"a", torch::full({3, 2}, 2.5)}, {"b", torch::full({3}, 42, torch::kLong)}},
-                        {3});
+  td::TensorDict other2(
+      {{"a", torch::full({3, 2}, 2.5)}, {"b", torch::full({3}, 42, torch::kLong)}}, {3});
   t.update_at_(other2, {0}, {"b"});
   EXPECT_TRUE(torch::equal(t.get("b")[0], torch::full({3}, 42, torch::kLong)));
   EXPECT_TRUE(torch::equal(t.get("a")[0], before.get("a")[0]));
@@ -522,10 +523,9 @@ TEST(TensorDictIndexPut, UpdateAtWritesExistingKeysOnly) {
   Frozen frozen = Frozen::of(t);
   td::TensorDict missing({{"a", torch::full({3, 2}, 77.0)}, {"zzz", torch::ones({3})}}, {3});
   OPS_EXPECT_THROW_MSG(t.update_at_(missing, {1}), td::KeyError, "zzz");
-  td::TensorDict nested_missing(
-      {{"a", torch::full({3, 2}, 77.0)},
-       {"nested", td::TensorDict({{"zzz", torch::ones({3})}}, {3})}},
-      {3});
+  td::TensorDict nested_missing({{"a", torch::full({3, 2}, 77.0)},
+                                 {"nested", td::TensorDict({{"zzz", torch::ones({3})}}, {3})}},
+                                {3});
   OPS_EXPECT_THROW_MSG(t.update_at_(nested_missing, {1}), td::KeyError, "zzz");
   t.unlock_();
   OPS_EXPECT_THROW_MSG(t.update_at_(missing, {1}), td::KeyError, "zzz");
@@ -541,7 +541,8 @@ TEST(TensorDictIndexPut, RowAndBlockWritesOfContiguousLeavesMatchTorch) {
                       {"one", torch::zeros({6, 1, 1})}},  // size-1 dims: any stride is contiguous
                      {6});
   at::Tensor img = torch::arange(6, torch::kUInt8).view({1, 2, 3});
-  td::TensorDict row({{"img", img[0]}, {"r", torch::tensor(2.5f)}, {"one", torch::ones({1, 1})}}, {});
+  td::TensorDict row({{"img", img[0]}, {"r", torch::tensor(2.5f)}, {"one", torch::ones({1, 1})}},
+                     {});
   const auto version = dst.get("img")._version();
   dst.index_put_({-2}, row);  // negative: resolved to row 4
   EXPECT_TRUE(torch::equal(dst.get("img")[4], img[0]));

@@ -79,21 +79,21 @@ TEST(LazyStack, ConstructionErrors) {
   TD_EXPECT_THROW_MSG(td::lazy_stack({member(0), two_dims}), td::ShapeError,
                       "same number of batch dims", "[3, 2]");
   td::TensorDict four({{"a", torch::zeros({4, 2})}}, {4});
-  TD_EXPECT_THROW_MSG(td::lazy_stack({member(0), four}, 0, /*strict_shape=*/true),
-                      td::ShapeError, "batch sizes in tensordicts differs");
+  TD_EXPECT_THROW_MSG(td::lazy_stack({member(0), four}, 0, /*strict_shape=*/true), td::ShapeError,
+                      "batch sizes in tensordicts differs");
   td::TensorDict on_cpu({{"a", torch::zeros({3, 2})}}, {3}, at::Device(at::kCPU));
-  TD_EXPECT_THROW_MSG(td::lazy_stack({member(0), on_cpu}), td::DeviceError,
-                      "devices differ");
+  TD_EXPECT_THROW_MSG(td::lazy_stack({member(0), on_cpu}), td::DeviceError, "devices differ");
   TD_EXPECT_THROW_MSG(td::lazy_stack(members(2), 3), td::IndexError, "lazy_stack");
 }
 
 // ---- heterogeneous members -----------------------------------------------------
 
 TEST(LazyStack, KeysAreTheSortedIntersectionAndDifferingDimsAreMinusOne) {
-  td::TensorDict a({{"z", torch::zeros({3})}, {"obs", torch::zeros({3, 4})},
-                    {"only_a", torch::zeros({3})}}, {3});
-  td::TensorDict b({{"obs", torch::ones({5, 7})}, {"z", torch::ones({5})},
-                    {"only_b", torch::ones({5})}}, {5});
+  td::TensorDict a(
+      {{"z", torch::zeros({3})}, {"obs", torch::zeros({3, 4})}, {"only_a", torch::zeros({3})}},
+      {3});
+  td::TensorDict b(
+      {{"obs", torch::ones({5, 7})}, {"z", torch::ones({5})}, {"only_b", torch::ones({5})}}, {5});
   auto s = td::lazy_stack({a, b});
   EXPECT_EQ(s.keys(), (std::vector<td::NestedKey>{"obs", "z"}));
   EXPECT_EQ(batch_of(s), (Shape{2, -1}));
@@ -104,8 +104,11 @@ TEST(LazyStack, KeysAreTheSortedIntersectionAndDifferingDimsAreMinusOne) {
   EXPECT_NE(r.find("LazyStackedTensorDict("), std::string::npos) << r;
   EXPECT_NE(r.find("shape=torch.Size([2, -1, -1])"), std::string::npos) << r;
   EXPECT_NE(r.find("exclusive_fields={"), std::string::npos) << r;
-  EXPECT_NE(r.find("    exclusive_fields={\n        0 ->\n            only_a: Tensor(shape=torch.Size([3])"),
-            std::string::npos) << r;
+  EXPECT_NE(
+      r.find(
+          "    exclusive_fields={\n        0 ->\n            only_a: Tensor(shape=torch.Size([3])"),
+      std::string::npos)
+      << r;
   EXPECT_NE(r.find("only_b: Tensor(shape=torch.Size([5])"), std::string::npos) << r;
   EXPECT_NE(r.find("batch_size=torch.Size([2, -1])"), std::string::npos) << r;
   EXPECT_NE(r.find("stack_dim=0)"), std::string::npos) << r;
@@ -116,8 +119,8 @@ TEST(LazyStack, RaggedLeavesAreRefusedByGetAndReadAsListOrPadded) {
   td::TensorDict b({{"obs", torch::full({2, 5}, 2.0)}}, {2});
   auto s = td::lazy_stack({a, b});
   EXPECT_EQ(batch_of(s), (Shape{2, 2}));
-  TD_EXPECT_THROW_MSG(s.get("obs"), td::ShapeError, "Failed to stack tensors",
-                      "'obs'", "[2, 3], [2, 5]", "get_as_list");
+  TD_EXPECT_THROW_MSG(s.get("obs"), td::ShapeError, "Failed to stack tensors", "'obs'",
+                      "[2, 3], [2, 5]", "get_as_list");
   auto list = s.get_as_list("obs");
   ASSERT_EQ(list.size(), 2u);
   EXPECT_TRUE(list[0].is_same(a.get("obs")));
@@ -157,10 +160,23 @@ TEST(LazyStack, IndexingMatchesTheDenseStack) {
     auto mask3 = torch::tensor({false, true, true});
     auto mask2d = dim == 0 ? torch::rand({4, 3}) > 0.5 : torch::rand({3, 4}) > 0.5;
     std::vector<std::vector<torch::indexing::TensorIndex>> cases = {
-        {1}, {-1}, {Slice(1, 3)}, {Slice(None, None, 2)}, {Slice(), 2}, {Slice(), -1},
-        {Slice(), Slice(0, 2)}, {2, 1}, {None, 1}, {Ellipsis, 1}, {1, None},
-        {Slice(), None, 1}, {long_idx}, {Slice(), torch::tensor({1, 1}, torch::kLong)},
-        {mask2d}, {Slice(), Slice(1, None)}, {torch::tensor(2, torch::kLong)}};
+        {1},
+        {-1},
+        {Slice(1, 3)},
+        {Slice(None, None, 2)},
+        {Slice(), 2},
+        {Slice(), -1},
+        {Slice(), Slice(0, 2)},
+        {2, 1},
+        {None, 1},
+        {Ellipsis, 1},
+        {1, None},
+        {Slice(), None, 1},
+        {long_idx},
+        {Slice(), torch::tensor({1, 1}, torch::kLong)},
+        {mask2d},
+        {Slice(), Slice(1, None)},
+        {torch::tensor(2, torch::kLong)}};
     cases.push_back(dim == 0 ? std::vector<torch::indexing::TensorIndex>{mask4}
                              : std::vector<torch::indexing::TensorIndex>{mask3});
     cases.push_back(dim == 0 ? std::vector<torch::indexing::TensorIndex>{Slice(), mask3}
@@ -226,7 +242,8 @@ TEST(LazyStack, IndexPutWritesThroughToTheMembers) {
       Shape a = batch, x = batch;
       a.push_back(2);
       x.push_back(1);
-      return td::TensorDict({{"a", torch::full(a, v)}, {"i", torch::full(batch, 7, torch::kLong)},
+      return td::TensorDict({{"a", torch::full(a, v)},
+                             {"i", torch::full(batch, 7, torch::kLong)},
                              {"nested", td::TensorDict({{"x", torch::full(x, v)}}, batch)}},
                             batch);
     };
@@ -336,9 +353,8 @@ TEST(LazyStack, MemberWiseOperationsWorkOnRaggedStacks) {
   EXPECT_TRUE(torch::equal(b.get("obs"), torch::zeros({2, 5})));
   auto as_double = s.to(torch::kDouble);
   EXPECT_EQ(as_double[1].get("obs").scalar_type(), torch::kDouble);
-  auto named = s.named_apply([](const td::NestedKey& k, const at::Tensor& t) {
-    return k.repr() == "'obs'" ? t + 1 : t;
-  });
+  auto named = s.named_apply(
+      [](const td::NestedKey& k, const at::Tensor& t) { return k.repr() == "'obs'" ? t + 1 : t; });
   EXPECT_TRUE(torch::equal(named[0].get("obs"), torch::ones({2, 3})));
   EXPECT_TRUE(s.select({"obs"}).is<td::LazyStackedTensorDict>());
   EXPECT_TRUE(s.exclude({"obs"}).keys().empty());
@@ -422,8 +438,8 @@ TEST(LazyStack, ALazyStackNestedInATensorDict) {
   auto row = root[1];
   EXPECT_TRUE(row.get_tensordict("agents").is<td::LazyStackedTensorDict>());
   EXPECT_EQ(batch_of(row.get_tensordict("agents")), (Shape{2}));
-  td::TensorDict value({{"agents", td::stack({member(-1)[0], member(-1)[0]})},
-                        {"t", torch::tensor(5)}}, {});
+  td::TensorDict value(
+      {{"agents", td::stack({member(-1)[0], member(-1)[0]})}, {"t", torch::tensor(5)}}, {});
   root.index_put_({2}, value);
   EXPECT_TRUE(torch::equal(ms[1].get("a")[2], member(-1).get("a")[0]));
   auto copy = root.clone();
@@ -464,8 +480,8 @@ TEST(LazyStack, NestedLazyStackRoundTripsThroughMemmap) {
   auto loaded = td::load_memmap(dir.path.string());
   auto agents = loaded.get_tensordict("agents");
   ASSERT_TRUE(agents.is<td::LazyStackedTensorDict>());
-  EXPECT_TRUE(torch::equal(loaded.get({"agents", "nested", "x"}),
-                           root.get({"agents", "nested", "x"})));
+  EXPECT_TRUE(
+      torch::equal(loaded.get({"agents", "nested", "x"}), root.get({"agents", "nested", "x"})));
   // memmap_ in place on a lazy stack maps every member.
   TempDir dir2;
   auto fresh = members(2);
@@ -534,8 +550,11 @@ TEST(LazyStack, WholeTreeUnaryOpsKeepANestedRaggedStackLazy) {
     EXPECT_TRUE(torch::allclose(list[1], torch::full({2, 5}, 3.0).to(list[1].dtype())));
     EXPECT_TRUE(torch::allclose(out.get("t"), torch::full({2}, 2.0).to(out.get("t").dtype())));
   }
-  EXPECT_EQ(root.to(torch::kDouble).get_tensordict("agents")
-                .as<td::LazyStackedTensorDict>().get_as_list("obs")[0].scalar_type(),
+  EXPECT_EQ(root.to(torch::kDouble)
+                .get_tensordict("agents")
+                .as<td::LazyStackedTensorDict>()
+                .get_as_list("obs")[0]
+                .scalar_type(),
             torch::kDouble);
   auto c = root.clone();
   EXPECT_TRUE(c.get_tensordict("agents").is<td::LazyStackedTensorDict>());

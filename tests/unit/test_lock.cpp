@@ -15,8 +15,7 @@ td::TensorDict make_locked() {
   td::TensorDict next({{"reward", torch::arange(4.0).reshape({4, 1})},
                        {"done", torch::zeros({4, 1}, torch::kBool)}},
                       {4});
-  td::TensorDict t({{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}},
-                   {4});
+  td::TensorDict t({{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}}, {4});
   t.lock_();
   return t;
 }
@@ -24,8 +23,8 @@ td::TensorDict make_locked() {
 }  // namespace
 
 // The message every refused operation shares (Python's text, verbatim).
-#define TD_LOCK_MSG                                                          \
-  "Cannot modify locked TensorDict. For in-place modification, consider "   \
+#define TD_LOCK_MSG                                                       \
+  "Cannot modify locked TensorDict. For in-place modification, consider " \
   "using the `set_()` method and make sure the key is present."
 
 // ---- lock_ / is_locked ------------------------------------------------------------
@@ -59,16 +58,14 @@ TEST(TensorDictLock, LockingTwiceIsHarmless) {
 TEST(TensorDictLock, SetNewKeyIsRefused) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set("action", torch::zeros({4})), td::LockedError,
-                      TD_LOCK_MSG, "'action'");
+  TD_EXPECT_THROW_MSG(t.set("action", torch::zeros({4})), td::LockedError, TD_LOCK_MSG, "'action'");
   snap.expect_unchanged(t);
 }
 
 TEST(TensorDictLock, SetExistingKeyIsRefused) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set("obs", torch::zeros({4, 3})), td::LockedError,
-                      "locked", "'obs'");
+  TD_EXPECT_THROW_MSG(t.set("obs", torch::zeros({4, 3})), td::LockedError, "locked", "'obs'");
   TD_EXPECT_THROW_MSG(t.set("label", "dog"), td::LockedError, "locked");
   snap.expect_unchanged(t);
 }
@@ -76,10 +73,10 @@ TEST(TensorDictLock, SetExistingKeyIsRefused) {
 TEST(TensorDictLock, NestedSetIsRefusedWithoutCreatingIntermediates) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set({"next", "obs"}, torch::zeros({4})), td::LockedError,
-                      "locked", "('next', 'obs')");
-  TD_EXPECT_THROW_MSG(t.set({"new", "obs"}, torch::zeros({4})), td::LockedError,
-                      "locked", "('new', 'obs')");
+  TD_EXPECT_THROW_MSG(t.set({"next", "obs"}, torch::zeros({4})), td::LockedError, "locked",
+                      "('next', 'obs')");
+  TD_EXPECT_THROW_MSG(t.set({"new", "obs"}, torch::zeros({4})), td::LockedError, "locked",
+                      "('new', 'obs')");
   EXPECT_FALSE(t.contains("new"));
   snap.expect_unchanged(t);
 }
@@ -87,8 +84,8 @@ TEST(TensorDictLock, NestedSetIsRefusedWithoutCreatingIntermediates) {
 TEST(TensorDictLock, SetInplaceOnMissingKeyIsRefused) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set("action", torch::zeros({4}), /*inplace=*/true),
-                      td::LockedError, "locked");
+  TD_EXPECT_THROW_MSG(t.set("action", torch::zeros({4}), /*inplace=*/true), td::LockedError,
+                      "locked");
   snap.expect_unchanged(t);
 }
 
@@ -96,8 +93,7 @@ TEST(TensorDictLock, DelIsRefused) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
   TD_EXPECT_THROW_MSG(t.del_("obs"), td::LockedError, "locked", "'obs'");
-  TD_EXPECT_THROW_MSG(t.del_({"next", "done"}), td::LockedError, "locked",
-                      "('next', 'done')");
+  TD_EXPECT_THROW_MSG(t.del_({"next", "done"}), td::LockedError, "locked", "('next', 'done')");
   snap.expect_unchanged(t);
 }
 
@@ -112,28 +108,23 @@ TEST(TensorDictLock, PopIsRefused) {
 TEST(TensorDictLock, RenameKeyIsRefused) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.rename_key_("obs", "observation"), td::LockedError,
-                      "locked", "'obs'");
-  TD_EXPECT_THROW_MSG(t.rename_key_({"next", "done"}, {"next", "d"}),
-                      td::LockedError, "locked");
+  TD_EXPECT_THROW_MSG(t.rename_key_("obs", "observation"), td::LockedError, "locked", "'obs'");
+  TD_EXPECT_THROW_MSG(t.rename_key_({"next", "done"}, {"next", "d"}), td::LockedError, "locked");
   snap.expect_unchanged(t);
 }
 
 TEST(TensorDictLock, SetNonTensorIsRefused) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set_non_tensor("label", "dog"), td::LockedError,
-                      "locked", "'label'");
-  TD_EXPECT_THROW_MSG(t.set_non_tensor({"next", "info"}, 1), td::LockedError,
-                      "locked");
+  TD_EXPECT_THROW_MSG(t.set_non_tensor("label", "dog"), td::LockedError, "locked", "'label'");
+  TD_EXPECT_THROW_MSG(t.set_non_tensor({"next", "info"}, 1), td::LockedError, "locked");
   snap.expect_unchanged(t);
 }
 
 TEST(TensorDictLock, CreateNestedIsRefused) {
   auto t = make_locked();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.create_nested("child"), td::LockedError, "locked",
-                      "'child'");
+  TD_EXPECT_THROW_MSG(t.create_nested("child"), td::LockedError, "locked", "'child'");
   TD_EXPECT_THROW_MSG(t.create_nested({"a", "b"}), td::LockedError, "locked");
   snap.expect_unchanged(t);
   // An existing child is only returned: nothing changes, so it is allowed.
@@ -159,8 +150,8 @@ TEST(TensorDictLock, UpdateInplaceWithANewKeyIsRefusedAndWritesNothing) {
                         {td::NestedKey{"next", "reward"}, torch::ones({4, 1})},
                         {td::NestedKey{"next", "new"}, torch::ones({4})}},
                        {4});
-  TD_EXPECT_THROW_MSG(t.update(other, {.inplace = true}), td::LockedError,
-                      TD_LOCK_MSG, "('next', 'new')");
+  TD_EXPECT_THROW_MSG(t.update(other, {.inplace = true}), td::LockedError, TD_LOCK_MSG,
+                      "('next', 'new')");
   snap.expect_unchanged(t);
 }
 
@@ -168,9 +159,9 @@ TEST(TensorDictLock, UpdateInplaceOnExistingKeysIsAllowed) {
   auto t = make_locked();
   auto obs = t.get("obs");
   auto reward = t.get({"next", "reward"});
-  td::TensorDict other({{"obs", torch::ones({4, 3})},
-                        {td::NestedKey{"next", "reward"}, torch::full({4, 1}, 2.0)}},
-                       {4});
+  td::TensorDict other(
+      {{"obs", torch::ones({4, 3})}, {td::NestedKey{"next", "reward"}, torch::full({4, 1}, 2.0)}},
+      {4});
   t.update(other, {.inplace = true});
   EXPECT_TRUE(t.get("obs").is_same(obs));
   EXPECT_TRUE(at::equal(obs, torch::ones({4, 3})));
@@ -245,9 +236,8 @@ TEST(TensorDictLock, SetInplaceOnExistingKeyIsAllowed) {
 TEST(TensorDictLock, UpdateUnderscoreIsAllowed) {
   auto t = make_locked();
   auto reward = t.get({"next", "reward"});
-  td::TensorDict other({{td::NestedKey{"next", "reward"}, torch::full({4, 1}, 7.0)},
-                        {"label", "dog"}},
-                       {4});
+  td::TensorDict other(
+      {{td::NestedKey{"next", "reward"}, torch::full({4, 1}, 7.0)}, {"label", "dog"}}, {4});
   t.update_(other);
   EXPECT_TRUE(t.get({"next", "reward"}).is_same(reward));
   EXPECT_TRUE(at::equal(reward, torch::full({4, 1}, 7.0)));

@@ -61,19 +61,19 @@ TEST(TensorDictMath, ApplyMapsEveryLeafAndKeepsNonTensors) {
 
 TEST(TensorDictMath, ApplyWithBatchSizeForShapeChangingFunctions) {
   auto t = make_fixture();
-  td::TensorDictBase r = t.apply([](const at::Tensor& x) { return x.sum(1); },
-                             std::vector<int64_t>{4});
+  td::TensorDictBase r =
+      t.apply([](const at::Tensor& x) { return x.sum(1); }, std::vector<int64_t>{4});
   // Python passes the new batch size to nested tensordicts as well.
   expect_fixture_batches(r, {4}, {});
   expect_leafwise(r, t, [](const at::Tensor& x, const td::NestedKey&) { return x.sum(1); });
 
-  td::TensorDictBase u = t.apply([](const at::Tensor& x) { return x.unsqueeze(kB); },
-                             std::vector<int64_t>{4, 3, 1});
+  td::TensorDictBase u =
+      t.apply([](const at::Tensor& x) { return x.unsqueeze(kB); }, std::vector<int64_t>{4, 3, 1});
   expect_fixture_batches(u, {4, 3, 1}, {});
   expect_leafwise(u, t, [](const at::Tensor& x, const td::NestedKey&) { return x.unsqueeze(kB); });
 
-  td::TensorDictBase flat = t.apply([](const at::Tensor& x) { return x.flatten(0, 1); },
-                                std::vector<int64_t>{12});
+  td::TensorDictBase flat =
+      t.apply([](const at::Tensor& x) { return x.flatten(0, 1); }, std::vector<int64_t>{12});
   EXPECT_EQ(batch_of(flat), (Shape{12}));
   EXPECT_EQ(sizes_of(flat.get({"nested", "deeper", "f"})), (Shape{12, 2, 3}));
 
@@ -84,8 +84,7 @@ TEST(TensorDictMath, ApplyWithBatchSizeForShapeChangingFunctions) {
 TEST(TensorDictMath, ApplyDropsLeavesForWhichFnReturnsUndefined) {
   auto t = make_fixture();
   td::TensorDictBase r = t.apply([](const at::Tensor& x) {
-    return x.scalar_type() == torch::kBool || x.scalar_type() == torch::kInt ? at::Tensor()
-                                                                              : x + 1;
+    return x.scalar_type() == torch::kBool || x.scalar_type() == torch::kInt ? at::Tensor() : x + 1;
   });
   EXPECT_FALSE(r.contains("c"));
   EXPECT_FALSE(r.contains({"nested", "deeper", "f"}));
@@ -104,9 +103,8 @@ TEST(TensorDictMath, ApplyWithAnotherTensorDict) {
   };
   td::TensorDictBase r = t.apply(fn, other);
   expect_fixture_batches(r, {4, 3});
-  expect_leafwise(r, t, [&](const at::Tensor& x, const td::NestedKey& k) {
-    return fn(x, other.get(k));
-  });
+  expect_leafwise(r, t,
+                  [&](const at::Tensor& x, const td::NestedKey& k) { return fn(x, other.get(k)); });
   // Extra keys in other are ignored; a missing one is a KeyError naming it.
   auto bigger = other.clone();
   bigger.set("extra", torch::zeros({4, 3}));
@@ -161,13 +159,16 @@ TEST(TensorDictMath, NamedApplyPassesTheLeafNameByDefault) {
 TEST(TensorDictMath, NamedApplyReceivesFullNestedKeysWhenAsked) {
   auto t = make_fixture();
   std::vector<td::NestedKey> seen;
-  td::TensorDictBase r = t.named_apply([&](const td::NestedKey& k, const at::Tensor& x) {
-    seen.push_back(k);
-    return k.is_nested() ? x : at::Tensor();
-  }, {.nested_keys = true});
+  td::TensorDictBase r = t.named_apply(
+      [&](const td::NestedKey& k, const at::Tensor& x) {
+        seen.push_back(k);
+        return k.is_nested() ? x : at::Tensor();
+      },
+      {.nested_keys = true});
   EXPECT_EQ(seen, ops_test::fixture_leaves());
-  EXPECT_EQ(r.keys(true, true),
-            (ops_test::Keys{{"nested", "d"}, {"nested", "deeper", "e"}, {"nested", "deeper", "f"}}));
+  EXPECT_EQ(
+      r.keys(true, true),
+      (ops_test::Keys{{"nested", "d"}, {"nested", "deeper", "e"}, {"nested", "deeper", "f"}}));
   EXPECT_TRUE(r.get({"nested", "deeper", "f"}).is_same(t.get({"nested", "deeper", "f"})));
 }
 
@@ -179,9 +180,8 @@ TEST(TensorDictMath, BinaryOpsWithATensorDict) {
   auto check = [&](const td::TensorDictBase& r, auto op, const char* name) {
     SCOPED_TRACE(name);
     expect_fixture_batches(r, {4, 3});
-    expect_leafwise(r, t, [&](const at::Tensor& x, const td::NestedKey& k) {
-      return op(x, o.get(k));
-    });
+    expect_leafwise(r, t,
+                    [&](const at::Tensor& x, const td::NestedKey& k) { return op(x, o.get(k)); });
   };
   auto add = [](const at::Tensor& x, const at::Tensor& y) { return x + y; };
   auto sub = [](const at::Tensor& x, const at::Tensor& y) { return x - y; };
@@ -211,14 +211,19 @@ TEST(TensorDictMath, BinaryOpsWithATensorDict) {
 TEST(TensorDictMath, BinaryOpsWithABatchShapedTensor) {
   auto t = numeric_fixture();
   auto w = torch::arange(1, 13, torch::kFloat).reshape({4, 3});
-  expect_leafwise(t + w, t, [&](const at::Tensor& x, const td::NestedKey&) { return x + batch_view(w, x); });
-  expect_leafwise(t.sub(w), t, [&](const at::Tensor& x, const td::NestedKey&) { return x - batch_view(w, x); });
-  expect_leafwise(t * w, t, [&](const at::Tensor& x, const td::NestedKey&) { return x * batch_view(w, x); });
-  expect_leafwise(t / w, t, [&](const at::Tensor& x, const td::NestedKey&) { return x / batch_view(w, x); });
+  expect_leafwise(t + w, t,
+                  [&](const at::Tensor& x, const td::NestedKey&) { return x + batch_view(w, x); });
+  expect_leafwise(t.sub(w), t,
+                  [&](const at::Tensor& x, const td::NestedKey&) { return x - batch_view(w, x); });
+  expect_leafwise(t * w, t,
+                  [&](const at::Tensor& x, const td::NestedKey&) { return x * batch_view(w, x); });
+  expect_leafwise(t / w, t,
+                  [&](const at::Tensor& x, const td::NestedKey&) { return x / batch_view(w, x); });
   // A tensor broadcast on the left to the batch shape first.
   auto row = torch::tensor({1.0, -1.0, 0.5});
   auto r = t * row;
-  expect_leafwise(r, t, [&](const at::Tensor& x, const td::NestedKey&) { return x * batch_view(row, x); });
+  expect_leafwise(
+      r, t, [&](const at::Tensor& x, const td::NestedKey&) { return x * batch_view(row, x); });
   EXPECT_TRUE(torch::equal(r.get({"nested", "deeper", "e"}).index({Slice(), 1}),
                            -t.get({"nested", "deeper", "e"}).index({Slice(), 1})));
   OPS_EXPECT_THROW_MSG(t + torch::ones({4, 3, 2}), td::ShapeError, "[4, 3, 2]", "[4, 3]");
@@ -246,19 +251,35 @@ TEST(TensorDictMath, InPlaceOperatorsKeepStorage) {
     op_td();
     expect_leafwise(t, prev, op_leaf);
   };
-  step([&] { t += o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x + o.get(k); }, "+= td");
-  step([&] { t -= 1.5; }, [&](const at::Tensor& x, const td::NestedKey&) { return x - 1.5; }, "-= scalar");
-  step([&] { t *= o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x * o.get(k); }, "*= td");
-  step([&] { t /= 2; }, [&](const at::Tensor& x, const td::NestedKey&) { return x / 2; }, "/= scalar");
-  step([&] { t += 1; }, [&](const at::Tensor& x, const td::NestedKey&) { return x + 1; }, "+= scalar");
-  step([&] { t -= o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x - o.get(k); }, "-= td");
-  step([&] { t *= 3; }, [&](const at::Tensor& x, const td::NestedKey&) { return x * 3; }, "*= scalar");
-  step([&] { t /= o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x / o.get(k); }, "/= td");
+  step([&] { t += o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x + o.get(k); },
+       "+= td");
+  step([&] { t -= 1.5; }, [&](const at::Tensor& x, const td::NestedKey&) { return x - 1.5; },
+       "-= scalar");
+  step([&] { t *= o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x * o.get(k); },
+       "*= td");
+  step([&] { t /= 2; }, [&](const at::Tensor& x, const td::NestedKey&) { return x / 2; },
+       "/= scalar");
+  step([&] { t += 1; }, [&](const at::Tensor& x, const td::NestedKey&) { return x + 1; },
+       "+= scalar");
+  step([&] { t -= o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x - o.get(k); },
+       "-= td");
+  step([&] { t *= 3; }, [&](const at::Tensor& x, const td::NestedKey&) { return x * 3; },
+       "*= scalar");
+  step([&] { t /= o; }, [&](const at::Tensor& x, const td::NestedKey& k) { return x / o.get(k); },
+       "/= td");
   auto w = torch::tensor({2.0, 4.0, 8.0});
-  step([&] { t.add_(w); }, [&](const at::Tensor& x, const td::NestedKey&) { return x + batch_view(w, x); }, "add_ tensor");
-  step([&] { t.sub_(w); }, [&](const at::Tensor& x, const td::NestedKey&) { return x - batch_view(w, x); }, "sub_ tensor");
-  step([&] { t.mul_(w); }, [&](const at::Tensor& x, const td::NestedKey&) { return x * batch_view(w, x); }, "mul_ tensor");
-  step([&] { t.div_(w); }, [&](const at::Tensor& x, const td::NestedKey&) { return x / batch_view(w, x); }, "div_ tensor");
+  step([&] { t.add_(w); },
+       [&](const at::Tensor& x, const td::NestedKey&) { return x + batch_view(w, x); },
+       "add_ tensor");
+  step([&] { t.sub_(w); },
+       [&](const at::Tensor& x, const td::NestedKey&) { return x - batch_view(w, x); },
+       "sub_ tensor");
+  step([&] { t.mul_(w); },
+       [&](const at::Tensor& x, const td::NestedKey&) { return x * batch_view(w, x); },
+       "mul_ tensor");
+  step([&] { t.div_(w); },
+       [&](const at::Tensor& x, const td::NestedKey&) { return x / batch_view(w, x); },
+       "div_ tensor");
   for (const auto& [k, pair] : identity.leaves) EXPECT_TRUE(t.get(k).is_same(pair.first)) << k;
   // Locked tensordicts accept in-place arithmetic.
   t.lock_();
@@ -281,18 +302,18 @@ TEST(TensorDictMath, UnaryOps) {
   expect_leafwise(t.neg(), t, [](const at::Tensor& x, const td::NestedKey&) { return x.neg(); });
   expect_leafwise(t.abs(), t, [](const at::Tensor& x, const td::NestedKey&) { return x.abs(); });
   expect_leafwise(t.exp(), t, [](const at::Tensor& x, const td::NestedKey&) { return x.exp(); });
-  expect_leafwise(pos.log(), pos, [](const at::Tensor& x, const td::NestedKey&) { return x.log(); });
-  expect_leafwise(pos.sqrt(), pos, [](const at::Tensor& x, const td::NestedKey&) { return x.sqrt(); });
-  expect_leafwise(t.sigmoid(), t, [](const at::Tensor& x, const td::NestedKey&) { return x.sigmoid(); });
-  expect_leafwise(t.clamp(-1, 2), t, [](const at::Tensor& x, const td::NestedKey&) {
-    return x.clamp(-1, 2);
-  });
-  expect_leafwise(t.clamp(std::nullopt, 0), t, [](const at::Tensor& x, const td::NestedKey&) {
-    return x.clamp_max(0);
-  });
-  expect_leafwise(t.clamp(3, std::nullopt), t, [](const at::Tensor& x, const td::NestedKey&) {
-    return x.clamp_min(3);
-  });
+  expect_leafwise(pos.log(), pos,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.log(); });
+  expect_leafwise(pos.sqrt(), pos,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.sqrt(); });
+  expect_leafwise(t.sigmoid(), t,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.sigmoid(); });
+  expect_leafwise(t.clamp(-1, 2), t,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.clamp(-1, 2); });
+  expect_leafwise(t.clamp(std::nullopt, 0), t,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.clamp_max(0); });
+  expect_leafwise(t.clamp(3, std::nullopt), t,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.clamp_min(3); });
   expect_fixture_batches(t.exp(), {4, 3});
   EXPECT_EQ(t.exp().get("b").scalar_type(), torch::kFloat);
   OPS_EXPECT_THROW_MSG(make_fixture().neg(), td::Error, "'c'");
@@ -322,9 +343,8 @@ TEST(TensorDictMath, FullReductionsGiveZeroDimTensorDicts) {
     EXPECT_EQ(batch_of(c.got.get_tensordict("nested")), Shape{});
     EXPECT_EQ(batch_of(c.got.get_tensordict({"nested", "deeper"})), Shape{});
     EXPECT_EQ(c.got.get_non_tensor("label"), nlohmann::json("x"));
-    expect_leafwise(c.got, c.src, [&](const at::Tensor& x, const td::NestedKey&) {
-      return c.by_hand(x);
-    });
+    expect_leafwise(c.got, c.src,
+                    [&](const at::Tensor& x, const td::NestedKey&) { return c.by_hand(x); });
   }
 }
 
@@ -335,14 +355,12 @@ TEST(TensorDictMath, ReductionsOverBatchDims) {
     SCOPED_TRACE(keepdim ? "keepdim" : "no keepdim");
     auto s1 = t.sum(std::vector<int64_t>{1}, keepdim);
     expect_fixture_batches(s1, keepdim ? Shape{4, 1} : Shape{4});
-    expect_leafwise(s1, t, [&](const at::Tensor& x, const td::NestedKey&) {
-      return x.sum(1, keepdim);
-    });
+    expect_leafwise(s1, t,
+                    [&](const at::Tensor& x, const td::NestedKey&) { return x.sum(1, keepdim); });
     auto s0 = t.sum(std::vector<int64_t>{-2}, keepdim);
     expect_fixture_batches(s0, keepdim ? Shape{1, 3} : Shape{3});
-    expect_leafwise(s0, t, [&](const at::Tensor& x, const td::NestedKey&) {
-      return x.sum(0, keepdim);
-    });
+    expect_leafwise(s0, t,
+                    [&](const at::Tensor& x, const td::NestedKey&) { return x.sum(0, keepdim); });
     auto both = t.sum(std::vector<int64_t>{0, 1}, keepdim);
     expect_fixture_batches(both, keepdim ? Shape{1, 1} : Shape{});
     expect_leafwise(both, t, [&](const at::Tensor& x, const td::NestedKey&) {
@@ -350,18 +368,15 @@ TEST(TensorDictMath, ReductionsOverBatchDims) {
     });
     auto m = f.mean(std::vector<int64_t>{0}, keepdim);
     EXPECT_EQ(batch_of(m), keepdim ? Shape({1, 3}) : Shape({3}));
-    expect_leafwise(m, f, [&](const at::Tensor& x, const td::NestedKey&) {
-      return x.mean(0, keepdim);
-    });
+    expect_leafwise(m, f,
+                    [&](const at::Tensor& x, const td::NestedKey&) { return x.mean(0, keepdim); });
     auto mx = t.amax(std::vector<int64_t>{1}, keepdim);
-    expect_leafwise(mx, t, [&](const at::Tensor& x, const td::NestedKey&) {
-      return x.amax(1, keepdim);
-    });
+    expect_leafwise(mx, t,
+                    [&](const at::Tensor& x, const td::NestedKey&) { return x.amax(1, keepdim); });
     auto mn = t.amin(std::vector<int64_t>{-1}, keepdim);
     expect_fixture_batches(mn, keepdim ? Shape{4, 1} : Shape{4});
-    expect_leafwise(mn, t, [&](const at::Tensor& x, const td::NestedKey&) {
-      return x.amin(1, keepdim);
-    });
+    expect_leafwise(mn, t,
+                    [&](const at::Tensor& x, const td::NestedKey&) { return x.amin(1, keepdim); });
   }
   OPS_EXPECT_THROW_MSG(t.sum(std::vector<int64_t>{2}), td::IndexError, "2");
   OPS_EXPECT_THROW_MSG(t.mean(std::vector<int64_t>{-3}), td::IndexError, "-3");
@@ -375,8 +390,10 @@ TEST(TensorDictMath, MaxAndMinAlongADimGiveValuesAndIndices) {
       SCOPED_TRACE(std::to_string(dim) + (keepdim ? " keepdim" : ""));
       int64_t d = dim < 0 ? dim + kB : dim;
       Shape target = {4, 3};
-      if (keepdim) target[d] = 1;
-      else target.erase(target.begin() + d);
+      if (keepdim)
+        target[d] = 1;
+      else
+        target.erase(target.begin() + d);
       auto mx = t.max(dim, keepdim);
       expect_leafwise(mx.values, t, [&](const at::Tensor& x, const td::NestedKey&) {
         return std::get<0>(x.max(d, keepdim));
@@ -453,18 +470,14 @@ TEST(TensorDictMath, EqualityGivesTensorDictsOfBools) {
   EXPECT_TRUE((t == same).all());
   EXPECT_FALSE((t != same).any());
 
-  expect_leafwise(t.eq(other), t, [&](const at::Tensor& x, const td::NestedKey& k) {
-    return x.eq(other.get(k));
-  });
-  expect_leafwise(t == other, t, [&](const at::Tensor& x, const td::NestedKey& k) {
-    return x == other.get(k);
-  });
-  expect_leafwise(t.ne(other), t, [&](const at::Tensor& x, const td::NestedKey& k) {
-    return x.ne(other.get(k));
-  });
-  expect_leafwise(t != other, t, [&](const at::Tensor& x, const td::NestedKey& k) {
-    return x != other.get(k);
-  });
+  expect_leafwise(t.eq(other), t,
+                  [&](const at::Tensor& x, const td::NestedKey& k) { return x.eq(other.get(k)); });
+  expect_leafwise(t == other, t,
+                  [&](const at::Tensor& x, const td::NestedKey& k) { return x == other.get(k); });
+  expect_leafwise(t.ne(other), t,
+                  [&](const at::Tensor& x, const td::NestedKey& k) { return x.ne(other.get(k)); });
+  expect_leafwise(t != other, t,
+                  [&](const at::Tensor& x, const td::NestedKey& k) { return x != other.get(k); });
   EXPECT_TRUE((t == other).any());
   EXPECT_FALSE((t == other).all());
 
@@ -497,7 +510,8 @@ TEST(TensorDictMath, OrderingComparisonsWithAScalar) {
   auto t = make_fixture();
   expect_leafwise(t.lt(0), t, [](const at::Tensor& x, const td::NestedKey&) { return x.lt(0); });
   expect_leafwise(t.le(0), t, [](const at::Tensor& x, const td::NestedKey&) { return x.le(0); });
-  expect_leafwise(t.gt(1.5), t, [](const at::Tensor& x, const td::NestedKey&) { return x.gt(1.5); });
+  expect_leafwise(t.gt(1.5), t,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.gt(1.5); });
   expect_leafwise(t.ge(-2), t, [](const at::Tensor& x, const td::NestedKey&) { return x.ge(-2); });
   expect_fixture_batches(t.lt(0), {4, 3});
 }
@@ -534,7 +548,8 @@ TEST(TensorDictMath, AllcloseAndEqual) {
   EXPECT_FALSE(t.equal(t.view({12})));
 }
 
-// ---- fills, dtypes, devices ----------------------------------------------------------------------
+// ---- fills, dtypes, devices
+// ----------------------------------------------------------------------
 
 TEST(TensorDictMath, ZeroAndFill) {
   auto t = make_fixture();
@@ -557,10 +572,10 @@ TEST(TensorDictMath, ZeroAndFill) {
   EXPECT_TRUE(t.get("c").all().item<bool>());
 
   t.fill_({"nested", "deeper", "e"}, -1);
-  EXPECT_TRUE(torch::equal(t.get({"nested", "deeper", "e"}),
-                           torch::full({4, 3, 2}, -1.0, torch::kDouble)));
-  EXPECT_TRUE(torch::equal(t.get({"nested", "deeper", "f"}),
-                           torch::full({4, 3, 2, 3}, 2, torch::kInt)));
+  EXPECT_TRUE(
+      torch::equal(t.get({"nested", "deeper", "e"}), torch::full({4, 3, 2}, -1.0, torch::kDouble)));
+  EXPECT_TRUE(
+      torch::equal(t.get({"nested", "deeper", "f"}), torch::full({4, 3, 2, 3}, 2, torch::kInt)));
   t.fill_("c", false);
   EXPECT_FALSE(t.get("c").any().item<bool>());
   EXPECT_TRUE(torch::equal(t.get("a"), torch::full({4, 3, 2}, 2.5)));
@@ -574,20 +589,22 @@ TEST(TensorDictMath, ToDtypeCastsEveryLeafIntegersIncluded) {
   auto t = make_fixture();
   td::TensorDictBase f = t.to(torch::kFloat);
   expect_fixture_batches(f, {4, 3});
-  expect_leafwise(f, t, [](const at::Tensor& x, const td::NestedKey&) { return x.to(torch::kFloat); });
+  expect_leafwise(f, t,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.to(torch::kFloat); });
   for (const auto& k : ops_test::fixture_leaves())
     EXPECT_EQ(f.get(k).scalar_type(), torch::kFloat) << k;
   td::TensorDictBase i = t.to(torch::kInt);
-  expect_leafwise(i, t, [](const at::Tensor& x, const td::NestedKey&) { return x.to(torch::kInt); });
+  expect_leafwise(i, t,
+                  [](const at::Tensor& x, const td::NestedKey&) { return x.to(torch::kInt); });
   EXPECT_FALSE(f.is_locked());
   t.lock_();
   EXPECT_TRUE(t.to(torch::kDouble).is_locked());
 }
 
 TEST(TensorDictMath, ToDeviceReturnsSelfWhenAlreadyThere) {
-  td::TensorDict on_cpu({{"x", torch::ones({2, 3})},
-                         {"n", td::TensorDict({{"y", torch::zeros({2})}}, {2})}},
-                        {2}, torch::Device(torch::kCPU));
+  td::TensorDict on_cpu(
+      {{"x", torch::ones({2, 3})}, {"n", td::TensorDict({{"y", torch::zeros({2})}}, {2})}}, {2},
+      torch::Device(torch::kCPU));
   EXPECT_TRUE(on_cpu.to(torch::Device(torch::kCPU)).is_same(on_cpu));
   EXPECT_TRUE(on_cpu.cpu().is_same(on_cpu));
 
@@ -600,8 +617,7 @@ TEST(TensorDictMath, ToDeviceReturnsSelfWhenAlreadyThere) {
   ASSERT_TRUE(moved.get_tensordict({"nested", "deeper"}).device().has_value());
   expect_fixture_batches(moved, {4, 3});
   // CPU tensors are not copied.
-  for (const auto& k : ops_test::fixture_leaves())
-    EXPECT_TRUE(moved.get(k).is_same(t.get(k))) << k;
+  for (const auto& k : ops_test::fixture_leaves()) EXPECT_TRUE(moved.get(k).is_same(t.get(k))) << k;
   EXPECT_TRUE(moved.to(torch::Device(torch::kCPU)).is_same(moved));
   t.lock_();
   EXPECT_TRUE(t.to(torch::Device(torch::kCPU)).is_locked());
@@ -622,8 +638,7 @@ TEST(TensorDictMath, ContiguousOfATransposedTensorDict) {
   }
   // Leaves already contiguous are shared.
   td::TensorDict same = t.contiguous();
-  for (const auto& k : ops_test::fixture_leaves())
-    EXPECT_TRUE(same.get(k).is_same(t.get(k))) << k;
+  for (const auto& k : ops_test::fixture_leaves()) EXPECT_TRUE(same.get(k).is_same(t.get(k))) << k;
 }
 
 TEST(TensorDictMath, RequiresGradOnlyOnFloatingLeavesAndDetach) {

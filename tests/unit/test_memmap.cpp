@@ -50,11 +50,15 @@ std::string bytes_of(const at::Tensor& t) {
 std::map<std::string, std::string> snapshot_dir(const fs::path& root) {
   std::map<std::string, std::string> out;
   if (!fs::exists(root)) return out;
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
+       ++it) {
     std::string rel = fs::relative(it->path(), root).generic_string();
-    if (it->is_symlink()) out[rel] = "-> " + fs::read_symlink(it->path()).string();
-    else if (it->is_directory()) out[rel] = "<dir>";
-    else out[rel] = read_text(it->path());
+    if (it->is_symlink())
+      out[rel] = "-> " + fs::read_symlink(it->path()).string();
+    else if (it->is_directory())
+      out[rel] = "<dir>";
+    else
+      out[rel] = read_text(it->path());
   }
   return out;
 }
@@ -66,9 +70,8 @@ class Memmap : public ::testing::Test {
   void SetUp() override {
     static int counter = 0;
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root = fs::temp_directory_path() /
-           ("td-memmap-" + std::to_string(::getpid()) + "-" + info->name() + "-" +
-            std::to_string(counter++));
+    root = fs::temp_directory_path() / ("td-memmap-" + std::to_string(::getpid()) + "-" +
+                                        info->name() + "-" + std::to_string(counter++));
     fs::remove_all(root);
     fs::create_directories(root);
     prefix = root / "p";
@@ -88,8 +91,8 @@ class Memmap : public ::testing::Test {
 };
 
 const std::vector<at::ScalarType> kAllDtypes = {
-    at::kBool,  at::kByte,     at::kChar,   at::kShort,  at::kInt,          at::kLong,
-    at::kHalf,  at::kBFloat16, at::kFloat,  at::kDouble, at::kComplexFloat, at::kComplexDouble};
+    at::kBool, at::kByte,     at::kChar,  at::kShort,  at::kInt,          at::kLong,
+    at::kHalf, at::kBFloat16, at::kFloat, at::kDouble, at::kComplexFloat, at::kComplexDouble};
 
 at::Tensor sample(at::ScalarType dtype, at::IntArrayRef shape) {
   int64_t n = 1;
@@ -134,7 +137,8 @@ TEST_F(Memmap, EveryDtypeRoundTripsWithExactBytes) {
 
 TEST_F(Memmap, ZeroDimLeavesHaveAOneElementFile) {
   td::TensorDict t;
-  for (auto dt : kAllDtypes) t.set(td::detail::dtype_to_string(dt).substr(6), sample(dt, {}).reshape({}));
+  for (auto dt : kAllDtypes)
+    t.set(td::detail::dtype_to_string(dt).substr(6), sample(dt, {}).reshape({}));
   t.memmap(P());
   auto meta = json::parse(read_text(prefix / "meta.json"));
   auto loaded = td::load_memmap(P());
@@ -149,7 +153,8 @@ TEST_F(Memmap, ZeroDimLeavesHaveAOneElementFile) {
 }
 
 TEST_F(Memmap, EmptyTensorsWriteNoFileAndLoadBackWithTheirShape) {
-  td::TensorDict t({{"e0", torch::zeros({0})}, {"e1", torch::zeros({2, 0, 3}, torch::kInt)},
+  td::TensorDict t({{"e0", torch::zeros({0})},
+                    {"e1", torch::zeros({2, 0, 3}, torch::kInt)},
                     {"full", torch::ones({2})}});
   auto m = t.memmap(P());
   EXPECT_FALSE(fs::exists(prefix / "e0.memmap"));
@@ -214,12 +219,13 @@ TEST_F(Memmap, NonTensorValuesRoundTrip) {
                   R"(,"_metadata":null,"_is_non_tensor":true})");
     // Beside meta.json only _tensordict/meta.json, which Python 0.3.2
     // requires (spec §1.8) and 0.14 reads when present.
-    EXPECT_EQ(snapshot_dir(prefix / k),
-              (std::map<std::string, std::string>{
-                  {"meta.json", read_text(prefix / k / "meta.json")},
-                  {"_tensordict", "<dir>"},
-                  {"_tensordict/meta.json",
-                   R"({"shape":[3],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})"}}));
+    EXPECT_EQ(
+        snapshot_dir(prefix / k),
+        (std::map<std::string, std::string>{
+            {"meta.json", read_text(prefix / k / "meta.json")},
+            {"_tensordict", "<dir>"},
+            {"_tensordict/meta.json",
+             R"({"shape":[3],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})"}}));
   }
   auto loaded = td::load_memmap(P());
   for (const auto* r : {&m, &loaded}) {
@@ -248,12 +254,12 @@ TEST_F(Memmap, StridedSourcesAreWrittenMaterialised) {
   at::Tensor base = torch::arange(12, torch::kFloat).reshape({3, 4});
   at::Tensor big = torch::arange(40, torch::kFloat);
   at::Tensor cplx = at::complex(torch::arange(4, torch::kFloat), torch::ones({4}));
-  td::TensorDict t({{"t", base.t()},                                        // transposed
-                    {"off", big.slice(0, 5, 17).view({4, 3})},              // storage offset
-                    {"step", big.slice(0, 0, 24, 2).view({4, 3})},          // strided
-                    {"exp", torch::tensor({7.0f}).expand({4, 3})},          // expanded
-                    {"conj", cplx.conj()},                                  // lazy conjugate
-                    {"neg", torch::arange(4, torch::kDouble)._neg_view()}}, // lazy negation
+  td::TensorDict t({{"t", base.t()},                                         // transposed
+                    {"off", big.slice(0, 5, 17).view({4, 3})},               // storage offset
+                    {"step", big.slice(0, 0, 24, 2).view({4, 3})},           // strided
+                    {"exp", torch::tensor({7.0f}).expand({4, 3})},           // expanded
+                    {"conj", cplx.conj()},                                   // lazy conjugate
+                    {"neg", torch::arange(4, torch::kDouble)._neg_view()}},  // lazy negation
                    {4});
   auto m = t.memmap(P());
   for (const char* k : {"t", "off", "step", "exp", "conj", "neg"}) {
@@ -290,9 +296,9 @@ TEST_F(Memmap, ThreadCountDoesNotChangeTheOutput) {
 // ---- exact meta.json bytes (HEAD, orjson style) -----------------------------------
 
 TEST_F(Memmap, MetaJsonBytesMatchHeadExample13) {
-  td::TensorDict t({{"a", torch::arange(6, torch::kInt).reshape({2, 3})},
-                    {"b", torch::tensor({1.5f, -2.0f})}},
-                   {2});
+  td::TensorDict t(
+      {{"a", torch::arange(6, torch::kInt).reshape({2, 3})}, {"b", torch::tensor({1.5f, -2.0f})}},
+      {2});
   t.memmap(P());
   EXPECT_EQ(read_text(prefix / "meta.json"),
             R"({"a":{"device":"cpu","shape":[2,3],"dtype":"torch.int32","is_nested":false},)"
@@ -334,19 +340,18 @@ TEST_F(Memmap, DirectoryMatchesHeadExample112) {
   // Plus label/_tensordict/meta.json, which HEAD does not write but reads
   // when present, and without which Python 0.3.2 cannot read the directory
   // (docs/storage.md).
-  EXPECT_EQ(names, (std::set<std::string>{"meta.json", "obs.memmap", "a%20b.memmap", "nested",
-                                          "nested/meta.json", "nested/m.memmap", "label",
-                                          "label/meta.json", "label/_tensordict",
-                                          "label/_tensordict/meta.json", "words",
-                                          "words/meta.json"}));
+  EXPECT_EQ(names, (std::set<std::string>{
+                       "meta.json", "obs.memmap", "a%20b.memmap", "nested", "nested/meta.json",
+                       "nested/m.memmap", "label", "label/meta.json", "label/_tensordict",
+                       "label/_tensordict/meta.json", "words", "words/meta.json"}));
   EXPECT_EQ(files["obs.memmap"].size(), 48u);
   EXPECT_EQ(files["a%20b.memmap"].size(), 32u);
   EXPECT_EQ(files["nested/m.memmap"].size(), 8u);
 }
 
 TEST_F(Memmap, MemmapLikeWritesTheSameMetaJsonAsMemmap) {
-  td::TensorDict t({{"x", torch::randn({5, 2})}, {"s", td::TensorDict({{"y", torch::ones({5})}}, {5})}},
-                   {5});
+  td::TensorDict t(
+      {{"x", torch::randn({5, 2})}, {"s", td::TensorDict({{"y", torch::ones({5})}}, {5})}}, {5});
   t.memmap(P());
   t.memmap_like((root / "like").string());
   EXPECT_EQ(read_text(root / "like/meta.json"), read_text(prefix / "meta.json"));
@@ -391,8 +396,8 @@ TEST(MemmapKeys, DecodeIsTheInverse) {
   EXPECT_EQ(decode_key_from_filesystem("%4"), "%4");
   EXPECT_EQ(decode_key_from_filesystem("%zz1"), "%zz1");
   EXPECT_EQ(decode_key_from_filesystem("a%"), "a%");
-  for (std::string k : {"", ".", "..", "a/b", "a b", "50%", "C:x", "\u00e9", "tab\t", "a.b",
-                        "%2E", "%", "%%", "x\x7f\x01y", "<>:\"|?*\\"})
+  for (std::string k : {"", ".", "..", "a/b", "a b", "50%", "C:x", "\u00e9", "tab\t", "a.b", "%2E",
+                        "%", "%%", "x\x7f\x01y", "<>:\"|?*\\"})
     EXPECT_EQ(decode_key_from_filesystem(encode_key_for_filesystem(k)), k) << k;
   std::string nul("a\0b", 3);
   EXPECT_EQ(decode_key_from_filesystem(encode_key_for_filesystem(nul)), nul);
@@ -402,9 +407,8 @@ namespace {
 // Keys of §10.3 except "" (the core refuses empty keys; see
 // Memmap.EmptyKeyIsEncodedButCannotBeLoaded) with their file names.
 const std::vector<std::pair<std::string, std::string>> kOddKeys = {
-    {"a/b", "a%2Fb"}, {"a b", "a%20b"},   {"50%", "50%25"}, {".", "%2E"},
-    {"..", "%2E%2E"}, {"C:x", "C%3Ax"},   {"\u00e9", "\u00e9"}, {"tab\t", "tab%09"},
-    {"a.b", "a.b"},
+    {"a/b", "a%2Fb"}, {"a b", "a%20b"},     {"50%", "50%25"},    {".", "%2E"},   {"..", "%2E%2E"},
+    {"C:x", "C%3Ax"}, {"\u00e9", "\u00e9"}, {"tab\t", "tab%09"}, {"a.b", "a.b"},
 };
 }  // namespace
 
@@ -526,8 +530,8 @@ TEST_F(Memmap, Layout032DirectoryNamesAreNeverDecoded) {
   write_text(prefix / "meta.json", v032_meta({}, 2));
   auto t = td::load_memmap(P());
   EXPECT_EQ(t.keys(true, true),
-            (std::vector<td::NestedKey>{{"C:x", "deeper", "w"}, {"a b", "v"}, {"a%20b", "v"},
-                                        {"x%41y", "v"}}));
+            (std::vector<td::NestedKey>{
+                {"C:x", "deeper", "w"}, {"a b", "v"}, {"a%20b", "v"}, {"x%41y", "v"}}));
   EXPECT_TRUE(at::equal(t.get({"a b", "v"}), torch::full({2}, 3.0f)));
   EXPECT_TRUE(at::equal(t.get({"a%20b", "v"}), torch::full({2}, 5.0f)));
   EXPECT_TRUE(at::equal(t.get({"x%41y", "v"}), torch::full({2}, 5.0f)));
@@ -574,8 +578,8 @@ TEST_F(Memmap, ReservedKeysAreRefusedAndNothingIsWritten) {
 // ---- the memmapped tensordict -------------------------------------------------------
 
 TEST_F(Memmap, MemmapResultIsLockedAndWritesThroughInPlace) {
-  td::TensorDict t({{"x", torch::zeros({4, 2})}, {"sub", td::TensorDict({{"y", torch::zeros({4})}}, {4})}},
-                   {4});
+  td::TensorDict t(
+      {{"x", torch::zeros({4, 2})}, {"sub", td::TensorDict({{"y", torch::zeros({4})}}, {4})}}, {4});
   auto m = t.memmap(P());
   EXPECT_TRUE(m.is_locked());
   EXPECT_TRUE(m.is_memmap());
@@ -598,7 +602,8 @@ TEST_F(Memmap, MemmapResultIsLockedAndWritesThroughInPlace) {
                                {"sub", td::TensorDict({{"y", torch::full({2}, 8.0)}}, {2})}},
                               {2}));
   auto re = td::load_memmap(P());
-  EXPECT_TRUE(at::equal(re.get("x"), torch::tensor({3.f, 3.f, 9.f, 9.f, 9.f, 9.f, 3.f, 3.f}).view({4, 2})));
+  EXPECT_TRUE(
+      at::equal(re.get("x"), torch::tensor({3.f, 3.f, 9.f, 9.f, 9.f, 9.f, 3.f, 3.f}).view({4, 2})));
   EXPECT_TRUE(at::equal(re.get({"sub", "y"}), torch::tensor({2.f, 8.f, 8.f, 2.f})));
   // The source was not touched.
   EXPECT_TRUE(at::equal(t.get("x"), torch::zeros({4, 2})));
@@ -612,8 +617,8 @@ TEST_F(Memmap, IndexingAMemmapKeepsWritingToTheFiles) {
 }
 
 TEST_F(Memmap, MemmapInPlace) {
-  td::TensorDict t({{"x", torch::arange(4.0)}, {"sub", td::TensorDict({{"y", torch::ones({4, 2})}}, {4})}},
-                   {4});
+  td::TensorDict t(
+      {{"x", torch::arange(4.0)}, {"sub", td::TensorDict({{"y", torch::ones({4, 2})}}, {4})}}, {4});
   td::TensorDictBase sub = t.get_tensordict("sub");  // a handle taken before
   t.memmap_(P());
   EXPECT_TRUE(t.is_locked());
@@ -642,8 +647,8 @@ TEST_F(Memmap, MemmapLikeOfAnExpandedSourceIsAFullSizeZeroFile) {
 }
 
 TEST_F(Memmap, SavedPath) {
-  td::TensorDict t({{"x", torch::zeros({2})}, {"sub", td::TensorDict({{"y", torch::zeros({2})}}, {2})}},
-                   {2});
+  td::TensorDict t(
+      {{"x", torch::zeros({2})}, {"sub", td::TensorDict({{"y", torch::zeros({2})}}, {2})}}, {2});
   EXPECT_FALSE(t.saved_path().has_value());
   auto m = t.memmap(P());
   EXPECT_EQ(m.saved_path(), fs::absolute(prefix).string());
@@ -683,7 +688,7 @@ TEST_F(Memmap, ReadOnlyLoadIsCopyOnWrite) {
   ro.get("x").fill_(9.0);
   ro.set_("x", torch::full({4}, 7.0));
   EXPECT_TRUE(at::equal(ro.get("x"), torch::full({4}, 7.0f)));  // this process sees it
-  EXPECT_EQ(read_text(prefix / "x.memmap"), before);           // the file does not
+  EXPECT_EQ(read_text(prefix / "x.memmap"), before);            // the file does not
   EXPECT_TRUE(at::equal(td::load_memmap(P()).get("x"), torch::arange(4.0f)));
 }
 
@@ -758,8 +763,9 @@ TEST_F(Memmap, MemoryMappedTensorFromFilename) {
   EXPECT_TRUE(at::equal(m, torch::arange(6, torch::kLong).view({2, 3})));  // copy-on-write
   TD_EXPECT_THROW_MSG(td::MemoryMappedTensor::from_filename(f.string(), at::kLong, {7}),
                       td::FormatError, f.string().c_str(), "truncated");
-  TD_EXPECT_THROW_MSG(td::MemoryMappedTensor::from_filename((root / "nope").string(), at::kLong, {1}),
-                      td::Error, "nope");
+  TD_EXPECT_THROW_MSG(
+      td::MemoryMappedTensor::from_filename((root / "nope").string(), at::kLong, {1}), td::Error,
+      "nope");
 }
 
 // ---- corrupt or foreign directories --------------------------------------------------
@@ -796,8 +802,8 @@ TEST_F(Memmap, UnknownDtypeIsAFormatError) {
   meta.replace(meta.find("torch.float32"), 13, "torch.float8_e4m3fn");
   write_text(prefix / "meta.json", meta);
   auto before = snapshot_dir(root);
-  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError, (prefix / "meta.json").string().c_str(),
-                      "'x'", "torch.float8_e4m3fn");
+  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError,
+                      (prefix / "meta.json").string().c_str(), "'x'", "torch.float8_e4m3fn");
   EXPECT_EQ(snapshot_dir(root), before);
 }
 
@@ -814,7 +820,8 @@ TEST_F(Memmap, MissingMetaJsonIsAFormatError) {
   write_sample(prefix);
   fs::remove(prefix / "meta.json");
   auto before = snapshot_dir(root);
-  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError, (prefix / "meta.json").string().c_str());
+  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError,
+                      (prefix / "meta.json").string().c_str());
   EXPECT_EQ(snapshot_dir(root), before);
   TD_EXPECT_THROW_MSG(td::load_memmap((root / "nowhere").string()), td::FormatError, "nowhere");
 }
@@ -823,8 +830,8 @@ TEST_F(Memmap, MetaJsonArrayIsAFormatError) {
   write_sample(prefix);
   write_text(prefix / "meta.json", "[1, 2, 3]");
   auto before = snapshot_dir(root);
-  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError, (prefix / "meta.json").string().c_str(),
-                      "not a JSON object");
+  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError,
+                      (prefix / "meta.json").string().c_str(), "not a JSON object");
   EXPECT_EQ(snapshot_dir(root), before);
 }
 
@@ -844,8 +851,8 @@ TEST_F(Memmap, NegativeShapeIsAFormatError) {
   meta.replace(meta.find("[2,3]"), 5, "[2,-3]");
   write_text(prefix / "meta.json", meta);
   auto before = snapshot_dir(root);
-  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError, (prefix / "meta.json").string().c_str(),
-                      "'x'", "shape");
+  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError,
+                      (prefix / "meta.json").string().c_str(), "'x'", "shape");
   EXPECT_EQ(snapshot_dir(root), before);
 }
 
@@ -881,21 +888,23 @@ TEST_F(Memmap, LeafShapeNotStartingWithTheBatchSizeIsAFormatError) {
   std::string meta = read_text(prefix / "meta.json");
   meta.replace(meta.find("[2,3]"), 5, "[3,2]");
   write_text(prefix / "meta.json", meta);
-  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError, (prefix / "meta.json").string().c_str(),
-                      "'x'");
+  TD_EXPECT_THROW_MSG(td::load_memmap(P()), td::FormatError,
+                      (prefix / "meta.json").string().c_str(), "'x'");
 }
 
 TEST_F(Memmap, StdlibSpacedJsonLoads) {
   fs::create_directories(prefix / "s");
   // 0.3.2 spelling: json.dump with ", " / ": " and \u escapes.
-  write_text(prefix / "meta.json",
-             "{\"\\u00e9\": {\"device\": \"cpu\", \"shape\": [2, 1], \"dtype\": \"torch.int16\"}, "
-             "\"s\": {\"type\": \"NonTensorData\"}, "
-             "\"shape\": [2], \"device\": \"cpu\", \"_type\": \"<class 'tensordict._td.TensorDict'>\"}");
+  write_text(
+      prefix / "meta.json",
+      "{\"\\u00e9\": {\"device\": \"cpu\", \"shape\": [2, 1], \"dtype\": \"torch.int16\"}, "
+      "\"s\": {\"type\": \"NonTensorData\"}, "
+      "\"shape\": [2], \"device\": \"cpu\", \"_type\": \"<class 'tensordict._td.TensorDict'>\"}");
   write_text(prefix / "\u00e9.memmap", std::string("\x01\x00\xff\xff", 4));
-  write_text(prefix / "s/meta.json",
-             "{\"_type\": \"<class 'tensordict.tensorclass.NonTensorData'>\", \"data\": "
-             "{\"caf\\u00e9\": [1, 2.5e-05, null, true]}, \"_metadata\": null, \"_is_non_tensor\": true}");
+  write_text(
+      prefix / "s/meta.json",
+      "{\"_type\": \"<class 'tensordict.tensorclass.NonTensorData'>\", \"data\": "
+      "{\"caf\\u00e9\": [1, 2.5e-05, null, true]}, \"_metadata\": null, \"_is_non_tensor\": true}");
   auto t = td::load_memmap(P());
   EXPECT_TRUE(at::equal(t.get("\u00e9"), torch::tensor({1, -1}, torch::kShort).view({2, 1})));
   EXPECT_EQ(t.get_non_tensor("s"), json::parse("{\"caf\u00e9\": [1, 2.5e-05, null, true]}"));
@@ -1034,12 +1043,11 @@ TEST_F(Memmap, ResavingWithFewerKeysLeavesExactlyWhatWasSaved) {
   EXPECT_TRUE(at::equal(back.get("x"), torch::full({4}, 2.0f)));
   // Nothing of the earlier save remains for a reader that scans directories
   // (Python 0.3.2) either, and nothing is left beside the prefix.
-  EXPECT_EQ((std::set<std::string>{"meta.json", "x.memmap"}),
-            [&] {
-              std::set<std::string> names;
-              for (const auto& [rel, _] : snapshot_dir(prefix)) names.insert(rel);
-              return names;
-            }());
+  EXPECT_EQ((std::set<std::string>{"meta.json", "x.memmap"}), [&] {
+    std::set<std::string> names;
+    for (const auto& [rel, _] : snapshot_dir(prefix)) names.insert(rel);
+    return names;
+  }());
   EXPECT_EQ(snapshot_dir(root).size(), 3u);  // p, p/meta.json, p/x.memmap
 }
 
@@ -1099,8 +1107,8 @@ TEST_F(Memmap, MemmapInPlaceAgainAtTheSamePrefixKeepsTheData) {
 TEST_F(Memmap, SaveRefusesANonEmptyDirectoryThatIsNotASave) {
   fs::create_directories(prefix);
   write_text(prefix / "notes.txt", "precious");
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"x", torch::ones({2})}}, {2}).memmap(P()),
-                      td::StorageError, "refusing to replace", "meta.json");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"x", torch::ones({2})}}, {2}).memmap(P()), td::StorageError,
+                      "refusing to replace", "meta.json");
   EXPECT_EQ(read_text(prefix / "notes.txt"), "precious");
   // An empty directory is fine.
   fs::remove(prefix / "notes.txt");
@@ -1134,8 +1142,8 @@ TEST_F(Memmap, MemmapAndMemmapLikeKeepInsertionOrder) {
   t.set({"n", "b"}, torch::zeros({2}));
   t.set_non_tensor("s", "x");
   t.set("c", torch::zeros({2}));
-  const std::vector<td::NestedKey> order{"a", "n", {"n", "z"}, {"n", "inner"}, {"n", "inner", "q"},
-                                         {"n", "b"}, "s", "c"};
+  const std::vector<td::NestedKey> order{
+      "a", "n", {"n", "z"}, {"n", "inner"}, {"n", "inner", "q"}, {"n", "b"}, "s", "c"};
   ASSERT_EQ(t.keys(true), order);
   EXPECT_EQ(t.memmap(P()).keys(true), order);
   EXPECT_EQ(td::load_memmap(P()).keys(true), order);
@@ -1166,17 +1174,17 @@ TEST_F(Memmap, SymlinkedLeafTargetIsRefusedByMemoryMappedTensor) {
   fs::path outside = root / "outside.bin";
   write_text(outside, "precious");
   fs::create_symlink(outside, root / "x.memmap");
-  TD_EXPECT_THROW_MSG(td::MemoryMappedTensor::from_tensor(torch::ones({4}),
-                                                          (root / "x.memmap").string()),
-                      td::StorageError, "symbolic link");
+  TD_EXPECT_THROW_MSG(
+      td::MemoryMappedTensor::from_tensor(torch::ones({4}), (root / "x.memmap").string()),
+      td::StorageError, "symbolic link");
   EXPECT_EQ(read_text(outside), "precious");
 }
 
 // ---- shared memory ---------------------------------------------------------------------
 
 TEST_F(Memmap, ShareMemoryLocksAndLivesInDevShm) {
-  td::TensorDict t({{"x", torch::arange(4.0)}, {"sub", td::TensorDict({{"y", torch::ones({4})}}, {4})}},
-                   {4});
+  td::TensorDict t(
+      {{"x", torch::arange(4.0)}, {"sub", td::TensorDict({{"y", torch::ones({4})}}, {4})}}, {4});
   t.share_memory_();
   EXPECT_TRUE(t.is_shared());
   EXPECT_FALSE(t.is_memmap());
@@ -1208,8 +1216,8 @@ TEST_F(Memmap, SharedMemoryAcrossFork) {
     ~RestoreThreads() { torch::set_num_threads(n); }
   } restore_threads;
   torch::set_num_threads(1);
-  td::TensorDict t({{"x", torch::zeros({4, 3})}, {"sub", td::TensorDict({{"y", torch::zeros({4})}}, {4})}},
-                   {4});
+  td::TensorDict t(
+      {{"x", torch::zeros({4, 3})}, {"sub", td::TensorDict({{"y", torch::zeros({4})}}, {4})}}, {4});
   t.share_memory_();
   const std::string name = t.shared_name();
   shared_names.push_back(name);
@@ -1219,10 +1227,11 @@ TEST_F(Memmap, SharedMemoryAcrossFork) {
     int code = 0;
     try {
       auto child = td::attach_shared(name);
-      child.index_put_({Slice(1, 3)},
-                       td::TensorDict({{"x", torch::full({2, 3}, 7.0)},
-                                       {"sub", td::TensorDict({{"y", torch::full({2}, 5.0)}}, {2})}},
-                                      {2}));
+      child.index_put_(
+          {Slice(1, 3)},
+          td::TensorDict({{"x", torch::full({2, 3}, 7.0)},
+                          {"sub", td::TensorDict({{"y", torch::full({2}, 5.0)}}, {2})}},
+                         {2}));
     } catch (...) {
       code = 3;
     }
@@ -1232,7 +1241,9 @@ TEST_F(Memmap, SharedMemoryAcrossFork) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_TRUE(at::equal(t.get("x"), torch::tensor({0.f, 0.f, 0.f, 7.f, 7.f, 7.f, 7.f, 7.f, 7.f, 0.f, 0.f, 0.f}).view({4, 3})));
+  EXPECT_TRUE(at::equal(
+      t.get("x"),
+      torch::tensor({0.f, 0.f, 0.f, 7.f, 7.f, 7.f, 7.f, 7.f, 7.f, 0.f, 0.f, 0.f}).view({4, 3})));
   EXPECT_TRUE(at::equal(t.get({"sub", "y"}), torch::tensor({0.f, 5.f, 5.f, 0.f})));
   td::unlink_shared(name);
   EXPECT_FALSE(fs::exists(name));
@@ -1241,9 +1252,9 @@ TEST_F(Memmap, SharedMemoryAcrossFork) {
 TEST_F(Memmap, UnlinkSharedRefusesOtherNames) {
   fs::create_directories(prefix);
   for (const std::string& bad :
-       {P(), std::string("/dev/shm"), std::string("/dev/shm/other"), std::string("/tmp/tensordict-1"),
-        std::string("/dev/shm/tensordict-1/../../tmp"), std::string("/dev/shm/tensordict-1/sub"),
-        std::string("")}) {
+       {P(), std::string("/dev/shm"), std::string("/dev/shm/other"),
+        std::string("/tmp/tensordict-1"), std::string("/dev/shm/tensordict-1/../../tmp"),
+        std::string("/dev/shm/tensordict-1/sub"), std::string("")}) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(td::unlink_shared(bad), td::ValueError);
   }

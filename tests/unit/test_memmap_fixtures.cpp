@@ -48,8 +48,8 @@ td::NestedKey split_key(const std::string& dotted) {
 // Flattens a manifest value (nested lists, [re, im] pairs for complex
 // elements, or a bare scalar for 0-d) into row-major doubles, checking that the
 // nesting matches `shape`.
-void flatten_expected(const json& v, at::IntArrayRef shape, std::size_t depth,
-                      bool complex, std::vector<double>& out) {
+void flatten_expected(const json& v, at::IntArrayRef shape, std::size_t depth, bool complex,
+                      std::vector<double>& out) {
   if (depth == shape.size()) {
     if (complex) {
       ASSERT_TRUE(v.is_array() && v.size() == 2) << "complex element " << v.dump();
@@ -102,8 +102,8 @@ const std::map<std::string, std::set<std::string>> kExtraLeaves = {
 
 std::set<std::string> leaf_keys(const td::TensorDictBase& t) {
   std::set<std::string> out;
-  for (const auto& k : t.keys(td::KeysOptions{.include_nested = true, .leaves_only = true,
-                                              .non_tensor_leaves = true}))
+  for (const auto& k : t.keys(
+           td::KeysOptions{.include_nested = true, .leaves_only = true, .non_tensor_leaves = true}))
     out.insert(k.join("."));
   return out;
 }

@@ -36,13 +36,11 @@ struct NetImpl : torch::nn::Module {
     fc = register_module("fc", torch::nn::Linear(3, 4));
     bn = register_module("bn", torch::nn::BatchNorm1d(4));
     act = register_module("act", torch::nn::ReLU());
-    layers = register_module("layers", torch::nn::Sequential(torch::nn::Linear(4, 4),
-                                                             torch::nn::ReLU(),
-                                                             torch::nn::Linear(4, 2)));
+    layers = register_module(
+        "layers",
+        torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::ReLU(), torch::nn::Linear(4, 2)));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    return layers->forward(act(bn(fc(x)))) * scale;
-  }
+  torch::Tensor forward(torch::Tensor x) { return layers->forward(act(bn(fc(x)))) * scale; }
   torch::Tensor scale, steps;
   torch::nn::Linear fc{nullptr};
   torch::nn::BatchNorm1d bn{nullptr};
@@ -107,8 +105,8 @@ TEST_F(Module, KeyLayoutNestsBySubmodule) {
   EXPECT_EQ(dotted_leaves(params),
             (std::vector<std::string>{"scale", "steps", "fc.weight", "fc.bias", "bn.weight",
                                       "bn.bias", "bn.running_mean", "bn.running_var",
-                                      "bn.num_batches_tracked", "layers.0.weight",
-                                      "layers.0.bias", "layers.2.weight", "layers.2.bias"}));
+                                      "bn.num_batches_tracked", "layers.0.weight", "layers.0.bias",
+                                      "layers.2.weight", "layers.2.bias"}));
   // The same tensors as LibTorch's own recursive listing, by dotted name.
   std::set<std::string> torch_names;
   for (const auto& p : net->named_parameters()) torch_names.insert(p.key());
@@ -268,8 +266,7 @@ TEST_F(Module, LoadOneSubmoduleAtATime) {
   EXPECT_TRUE(torch::equal(dst->fc->weight, before.at("fc.weight")));
   // The rest, one child at a time, then the root's own tensors.
   for (const auto& child : dst->named_children())
-    if (all.contains(child.key()))
-      td::to_module(all.get_tensordict(child.key()), *child.value());
+    if (all.contains(child.key())) td::to_module(all.get_tensordict(child.key()), *child.value());
   td::to_module(all.select({"scale", "steps"}), *dst);
   expect_same_values(*dst, expected);
 
@@ -278,7 +275,8 @@ TEST_F(Module, LoadOneSubmoduleAtATime) {
     td::submodule(*dst, {"layers", "7"});
     FAIL() << "expected KeyError";
   } catch (const td::KeyError& e) {
-    expect_message_contains(e.what(), {"('layers', '7')", "'layers' has submodules ['0', '1', '2']"});
+    expect_message_contains(e.what(),
+                            {"('layers', '7')", "'layers' has submodules ['0', '1', '2']"});
   }
 }
 

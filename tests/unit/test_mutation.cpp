@@ -15,8 +15,7 @@ td::TensorDict make_td() {
   td::TensorDict next({{"reward", torch::arange(4.0).reshape({4, 1})},
                        {"done", torch::zeros({4, 1}, torch::kBool)}},
                       {4});
-  return td::TensorDict(
-      {{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}}, {4});
+  return td::TensorDict({{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}}, {4});
 }
 
 }  // namespace
@@ -69,8 +68,8 @@ TEST(TensorDictSet, NestedSetIntoExistingChildKeepsTheChild) {
 TEST(TensorDictSet, NestedSetIntoAChildWithALongerBatch) {
   td::TensorDict child({{"x", torch::zeros({4, 3})}}, {4, 3});
   td::TensorDict t({{"c", child}}, {4});
-  TD_EXPECT_THROW_MSG(t.set({"c", "y"}, torch::zeros({4})), td::ShapeError,
-                      "('c', 'y')", "[4, 3]", "[4]");
+  TD_EXPECT_THROW_MSG(t.set({"c", "y"}, torch::zeros({4})), td::ShapeError, "('c', 'y')", "[4, 3]",
+                      "[4]");
   t.set({"c", "y"}, torch::zeros({4, 3, 2}));
   EXPECT_TRUE(child.contains("y"));
 }
@@ -78,30 +77,29 @@ TEST(TensorDictSet, NestedSetIntoAChildWithALongerBatch) {
 TEST(TensorDictSet, ThroughATensorIsTypeErrorAndChangesNothing) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set({"obs", "x"}, torch::zeros({4})), td::TypeError,
-                      "('obs', 'x')", "'obs'", "Tensor");
-  TD_EXPECT_THROW_MSG(t.set({"label", "x", "y"}, torch::zeros({4})),
-                      td::TypeError, "('label', 'x', 'y')", "'label'");
+  TD_EXPECT_THROW_MSG(t.set({"obs", "x"}, torch::zeros({4})), td::TypeError, "('obs', 'x')",
+                      "'obs'", "Tensor");
+  TD_EXPECT_THROW_MSG(t.set({"label", "x", "y"}, torch::zeros({4})), td::TypeError,
+                      "('label', 'x', 'y')", "'label'");
   snap.expect_unchanged(t);
 }
 
 TEST(TensorDictSet, WrongBatchIsShapeErrorAndKeepsTheOldValue) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set("obs", torch::zeros({3, 3})), td::ShapeError,
-                      "'obs'", "[4]", "[3, 3]");
-  TD_EXPECT_THROW_MSG(t.set({"next", "reward"}, torch::zeros({2})),
-                      td::ShapeError, "('next', 'reward')", "[4]", "[2]");
+  TD_EXPECT_THROW_MSG(t.set("obs", torch::zeros({3, 3})), td::ShapeError, "'obs'", "[4]", "[3, 3]");
+  TD_EXPECT_THROW_MSG(t.set({"next", "reward"}, torch::zeros({2})), td::ShapeError,
+                      "('next', 'reward')", "[4]", "[2]");
   snap.expect_unchanged(t);
 }
 
 TEST(TensorDictSet, RefusedNestedSetCreatesNoIntermediateLevel) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set({"new", "deeper", "x"}, torch::zeros({3})),
-                      td::ShapeError, "('new', 'deeper', 'x')", "[4]", "[3]");
-  TD_EXPECT_THROW_MSG(t.set({"next", "new", "x"}, torch::zeros({3})),
-                      td::ShapeError, "('next', 'new', 'x')");
+  TD_EXPECT_THROW_MSG(t.set({"new", "deeper", "x"}, torch::zeros({3})), td::ShapeError,
+                      "('new', 'deeper', 'x')", "[4]", "[3]");
+  TD_EXPECT_THROW_MSG(t.set({"next", "new", "x"}, torch::zeros({3})), td::ShapeError,
+                      "('next', 'new', 'x')");
   EXPECT_FALSE(t.contains("new"));
   EXPECT_FALSE(t.contains({"next", "new"}));
   snap.expect_unchanged(t);
@@ -110,8 +108,7 @@ TEST(TensorDictSet, RefusedNestedSetCreatesNoIntermediateLevel) {
 TEST(TensorDictSet, EmptyKeyOrEmptyPartIsKeyError) {
   auto t = make_td();
   EXPECT_THROW(t.set(td::NestedKey(), torch::zeros({4})), td::KeyError);
-  TD_EXPECT_THROW_MSG(t.set({"next", ""}, torch::zeros({4})), td::KeyError,
-                      "('next', '')");
+  TD_EXPECT_THROW_MSG(t.set({"next", ""}, torch::zeros({4})), td::KeyError, "('next', '')");
   EXPECT_THROW(t.set("", torch::zeros({4})), td::KeyError);
 }
 
@@ -133,8 +130,7 @@ TEST(TensorDictSet, ChildOfOtherBatchIsStoredAsAResizedShallowCopy) {
   EXPECT_EQ(batch_of(stored), Shape{4});
   EXPECT_TRUE(stored.get("x").is_same(x));
   td::TensorDict bad({{"x", torch::zeros({3})}}, {3});
-  TD_EXPECT_THROW_MSG(t.set({"n", "bad"}, bad), td::ShapeError, "('n', 'bad')",
-                      "[3]", "[4]");
+  TD_EXPECT_THROW_MSG(t.set({"n", "bad"}, bad), td::ShapeError, "('n', 'bad')", "[3]", "[4]");
 }
 
 // ---- set(key, value, inplace) ------------------------------------------------------
@@ -166,8 +162,8 @@ TEST(TensorDictSetInplace, FalseReplacesTheStorage) {
 TEST(TensorDictSetInplace, WrongShapeIsShapeError) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set("obs", torch::ones({4, 2}), true), td::ShapeError,
-                      "'obs'", "[4, 2]", "[4, 3]");
+  TD_EXPECT_THROW_MSG(t.set("obs", torch::ones({4, 2}), true), td::ShapeError, "'obs'", "[4, 2]",
+                      "[4, 3]");
   snap.expect_unchanged(t);
 }
 
@@ -186,8 +182,7 @@ TEST(TensorDictSetUnderscore, CopiesIntoTheSameStorage) {
 }
 
 TEST(TensorDictSetUnderscore, CastsToTheDestinationDtype) {
-  td::TensorDict t({{"f", torch::zeros({3})}, {"b", torch::zeros({3}, torch::kBool)}},
-                   {3});
+  td::TensorDict t({{"f", torch::zeros({3})}, {"b", torch::zeros({3}, torch::kBool)}}, {3});
   t.set_("f", torch::tensor({1, 2, 3}, torch::kInt64));
   EXPECT_EQ(t.get("f").scalar_type(), at::kFloat);
   EXPECT_TRUE(at::equal(t.get("f"), torch::tensor({1.0f, 2.0f, 3.0f})));
@@ -209,24 +204,21 @@ TEST(TensorDictSetUnderscore, Broadcasts) {
 TEST(TensorDictSetUnderscore, MissingKeyIsKeyError) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set_("action", torch::zeros({4})), td::KeyError,
-                      "'action'", "set_()");
-  TD_EXPECT_THROW_MSG(t.set_({"next", "obs"}, torch::zeros({4})), td::KeyError,
-                      "('next', 'obs')", "['reward', 'done']");
-  TD_EXPECT_THROW_MSG(t.set_({"prev", "obs"}, torch::zeros({4})), td::KeyError,
-                      "('prev', 'obs')");
+  TD_EXPECT_THROW_MSG(t.set_("action", torch::zeros({4})), td::KeyError, "'action'", "set_()");
+  TD_EXPECT_THROW_MSG(t.set_({"next", "obs"}, torch::zeros({4})), td::KeyError, "('next', 'obs')",
+                      "['reward', 'done']");
+  TD_EXPECT_THROW_MSG(t.set_({"prev", "obs"}, torch::zeros({4})), td::KeyError, "('prev', 'obs')");
   snap.expect_unchanged(t);
 }
 
 TEST(TensorDictSetUnderscore, WrongShapeIsShapeErrorAndWritesNothing) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.set_("obs", torch::ones({4, 2})), td::ShapeError,
-                      "'obs'", "[4, 2]", "[4, 3]");
-  TD_EXPECT_THROW_MSG(t.set_("obs", torch::ones({2, 4, 3})), td::ShapeError,
-                      "'obs'", "[2, 4, 3]");
-  TD_EXPECT_THROW_MSG(t.set_({"next", "reward"}, torch::ones({3, 1})),
-                      td::ShapeError, "('next', 'reward')", "[3, 1]", "[4, 1]");
+  TD_EXPECT_THROW_MSG(t.set_("obs", torch::ones({4, 2})), td::ShapeError, "'obs'", "[4, 2]",
+                      "[4, 3]");
+  TD_EXPECT_THROW_MSG(t.set_("obs", torch::ones({2, 4, 3})), td::ShapeError, "'obs'", "[2, 4, 3]");
+  TD_EXPECT_THROW_MSG(t.set_({"next", "reward"}, torch::ones({3, 1})), td::ShapeError,
+                      "('next', 'reward')", "[3, 1]", "[4, 1]");
   snap.expect_unchanged(t);
 }
 
@@ -258,8 +250,7 @@ TEST(TensorDictSetNonTensor, ReplacesAnyEntry) {
 
 TEST(TensorDictSetNonTensor, ThroughATensorIsTypeError) {
   auto t = make_td();
-  TD_EXPECT_THROW_MSG(t.set_non_tensor({"obs", "x"}, 1), td::TypeError,
-                      "('obs', 'x')");
+  TD_EXPECT_THROW_MSG(t.set_non_tensor({"obs", "x"}, 1), td::TypeError, "('obs', 'x')");
 }
 
 // ---- create_nested --------------------------------------------------------------------
@@ -314,9 +305,9 @@ TEST(TensorDictUpdate, MergesRecursivelyIntoExistingChildren) {
   auto next = t.get_tensordict("next");
   auto reward = next.get("reward");
   auto done = torch::ones({4, 1}, torch::kBool);
-  td::TensorDict other({{td::NestedKey{"next", "done"}, done},
-                        {td::NestedKey{"next", "obs"}, torch::zeros({4, 3})}},
-                       {4});
+  td::TensorDict other(
+      {{td::NestedKey{"next", "done"}, done}, {td::NestedKey{"next", "obs"}, torch::zeros({4, 3})}},
+      {4});
   t.update(other);
   EXPECT_TRUE(t.get_tensordict("next").is_same(next));  // merged, not replaced
   EXPECT_TRUE(next.get("reward").is_same(reward));      // untouched
@@ -349,8 +340,7 @@ TEST(TensorDictUpdate, InplaceOptionCopiesIntoExistingAndAddsNew) {
   auto t = make_td();
   auto obs = t.get("obs");
   auto ptr = obs.data_ptr();
-  td::TensorDict other({{"obs", torch::ones({4, 3})}, {"action", torch::ones({4})}},
-                       {4});
+  td::TensorDict other({{"obs", torch::ones({4, 3})}, {"action", torch::ones({4})}}, {4});
   t.update(other, {.inplace = true});
   EXPECT_TRUE(t.get("obs").is_same(obs));
   EXPECT_EQ(t.get("obs").data_ptr(), ptr);
@@ -360,8 +350,7 @@ TEST(TensorDictUpdate, InplaceOptionCopiesIntoExistingAndAddsNew) {
 
 TEST(TensorDictUpdate, KeysToUpdateRestrictsTopLevel) {
   auto t = make_td();
-  td::TensorDict other({{"obs", torch::ones({4, 3})}, {"action", torch::ones({4})}},
-                       {4});
+  td::TensorDict other({{"obs", torch::ones({4, 3})}, {"action", torch::ones({4})}}, {4});
   t.update(other, {.keys_to_update = {"action"}});
   EXPECT_TRUE(t.contains("action"));
   EXPECT_FALSE(t.get("obs").is_same(other.get("obs")));
@@ -395,12 +384,11 @@ TEST(TensorDictUpdate, NestedErrorsNameTheFullPath) {
   other.set({"next", "x"}, torch::zeros({4}));
   other.get_tensordict("next").set_batch_size({});
   other.get_tensordict("next").set("bad", torch::zeros({3}));
-  TD_EXPECT_THROW_MSG(t.update(other), td::ShapeError, "('next', 'bad')", "[4]",
-                      "[3]");
+  TD_EXPECT_THROW_MSG(t.update(other), td::ShapeError, "('next', 'bad')", "[4]", "[3]");
   td::TensorDict inplace(std::vector<int64_t>{4});
   inplace.set({"next", "reward"}, torch::zeros({4, 2}));
-  TD_EXPECT_THROW_MSG(t.update(inplace, {.inplace = true}), td::ShapeError,
-                      "('next', 'reward')", "[4, 2]", "[4, 1]");
+  TD_EXPECT_THROW_MSG(t.update(inplace, {.inplace = true}), td::ShapeError, "('next', 'reward')",
+                      "[4, 2]", "[4, 1]");
 }
 
 TEST(TensorDictUpdate, WithItselfIsANoOp) {
@@ -438,9 +426,8 @@ TEST(TensorDictUpdateUnderscore, CopiesIntoExistingStorage) {
 TEST(TensorDictUpdateUnderscore, MissingKeyIsKeyErrorWithNothingWritten) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  td::TensorDict other({{"obs", torch::ones({4, 3})},
-                        {td::NestedKey{"next", "missing"}, torch::ones({4})}},
-                       {4});
+  td::TensorDict other(
+      {{"obs", torch::ones({4, 3})}, {td::NestedKey{"next", "missing"}, torch::ones({4})}}, {4});
   TD_EXPECT_THROW_MSG(t.update_(other), td::KeyError, "('next', 'missing')");
   snap.expect_unchanged(t);
 }
@@ -480,10 +467,8 @@ TEST(TensorDictDel, RemovesTopLevelAndNestedEntries) {
 TEST(TensorDictDel, MissingKeyIsKeyError) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.del_("missing"), td::KeyError, "'missing'",
-                      "['obs', 'next', 'label']");
-  TD_EXPECT_THROW_MSG(t.del_({"next", "missing"}), td::KeyError,
-                      "('next', 'missing')");
+  TD_EXPECT_THROW_MSG(t.del_("missing"), td::KeyError, "'missing'", "['obs', 'next', 'label']");
+  TD_EXPECT_THROW_MSG(t.del_({"next", "missing"}), td::KeyError, "('next', 'missing')");
   TD_EXPECT_THROW_MSG(t.del_({"obs", "x"}), td::TypeError, "('obs', 'x')");
   snap.expect_unchanged(t);
 }
@@ -503,8 +488,7 @@ TEST(TensorDictPop, ReturnsAndRemoves) {
 TEST(TensorDictPop, MissingKeyIsKeyError) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.pop({"next", "missing"}), td::KeyError,
-                      "('next', 'missing')");
+  TD_EXPECT_THROW_MSG(t.pop({"next", "missing"}), td::KeyError, "('next', 'missing')");
   snap.expect_unchanged(t);
 }
 
@@ -543,8 +527,7 @@ TEST(TensorDictRenameKey, NestedKeys) {
 TEST(TensorDictRenameKey, SafeRefusesAnExistingTargetAndChangesNothing) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
-  TD_EXPECT_THROW_MSG(t.rename_key_("obs", "label", /*safe=*/true), td::KeyError,
-                      "'label'");
+  TD_EXPECT_THROW_MSG(t.rename_key_("obs", "label", /*safe=*/true), td::KeyError, "'label'");
   snap.expect_unchanged(t);
 }
 
@@ -558,8 +541,7 @@ TEST(TensorDictRenameKey, UnsafeOverwritesTheTarget) {
 
 TEST(TensorDictRenameKey, MissingSourceIsKeyError) {
   auto t = make_td();
-  TD_EXPECT_THROW_MSG(t.rename_key_({"next", "x"}, "y"), td::KeyError,
-                      "('next', 'x')");
+  TD_EXPECT_THROW_MSG(t.rename_key_({"next", "x"}, "y"), td::KeyError, "('next', 'x')");
   EXPECT_FALSE(t.contains("y"));
 }
 
@@ -606,8 +588,7 @@ TEST(TensorDictSelect, WholeChildIsShared) {
 TEST(TensorDictSelect, StrictMissingKeyIsKeyError) {
   auto t = make_td();
   TD_EXPECT_THROW_MSG(t.select({"obs", "missing"}), td::KeyError, "'missing'");
-  TD_EXPECT_THROW_MSG(t.select({{"next", "missing"}}), td::KeyError,
-                      "('next', 'missing')");
+  TD_EXPECT_THROW_MSG(t.select({{"next", "missing"}}), td::KeyError, "('next', 'missing')");
   TD_EXPECT_THROW_MSG(t.select({{"obs", "x"}}), td::TypeError, "('obs', 'x')");
 }
 
@@ -652,8 +633,8 @@ TEST(TensorDictSelectInPlace, ExcludeUnderscoreRemovesKeys) {
 // ---- empty ------------------------------------------------------------------------------
 
 TEST(TensorDictEmpty, KeepsBatchAndDeviceWithoutKeys) {
-  td::TensorDict t({{"x", torch::zeros({4, 2})}, {td::NestedKey{"n", "y"}, torch::zeros({4})}},
-                   {4}, at::Device(at::kCPU));
+  td::TensorDict t({{"x", torch::zeros({4, 2})}, {td::NestedKey{"n", "y"}, torch::zeros({4})}}, {4},
+                   at::Device(at::kCPU));
   auto e = t.empty();
   EXPECT_EQ(batch_of(e), Shape{4});
   EXPECT_EQ(e.device(), at::Device(at::kCPU));
@@ -727,8 +708,7 @@ TEST(TensorDictUnflattenKeys, RoundTrip) {
   auto t = make_td();
   auto back = t.flatten_keys().unflatten_keys();
   EXPECT_EQ(back.keys(true), t.keys(true));
-  for (const auto& k : t.keys(true, true))
-    EXPECT_TRUE(back.get(k).is_same(t.get(k))) << k;
+  for (const auto& k : t.keys(true, true)) EXPECT_TRUE(back.get(k).is_same(t.get(k))) << k;
 }
 
 TEST(TensorDictUnflattenKeys, CollisionIsKeyError) {

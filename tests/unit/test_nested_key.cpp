@@ -89,14 +89,11 @@ TEST(NestedKey, IteratesOverParts) {
 
 // ---- repr -----------------------------------------------------------------------
 
-TEST(NestedKeyRepr, OneLevelIsQuotedString) {
-  EXPECT_EQ(td::NestedKey("a").repr(), "'a'");
-}
+TEST(NestedKeyRepr, OneLevelIsQuotedString) { EXPECT_EQ(td::NestedKey("a").repr(), "'a'"); }
 
 TEST(NestedKeyRepr, PathIsPythonTuple) {
   EXPECT_EQ((td::NestedKey{"a", "b"}).repr(), "('a', 'b')");
-  EXPECT_EQ((td::NestedKey{"next", "obs", "pixels"}).repr(),
-            "('next', 'obs', 'pixels')");
+  EXPECT_EQ((td::NestedKey{"next", "obs", "pixels"}).repr(), "('next', 'obs', 'pixels')");
 }
 
 TEST(NestedKeyRepr, StreamOperatorPrintsRepr) {
@@ -120,9 +117,7 @@ TEST(NestedKeyJoin, CustomSeparator) {
   EXPECT_EQ(k.join(""), "abc");
 }
 
-TEST(NestedKeyJoin, OneLevelHasNoSeparator) {
-  EXPECT_EQ(td::NestedKey("obs").join("/"), "obs");
-}
+TEST(NestedKeyJoin, OneLevelHasNoSeparator) { EXPECT_EQ(td::NestedKey("obs").join("/"), "obs"); }
 
 // ---- parent / child / concatenation --------------------------------------------
 
@@ -175,8 +170,7 @@ TEST(NestedKeyCompare, OrderingIsLexicographicOverParts) {
 }
 
 TEST(NestedKeyCompare, SortsAsExpected) {
-  std::vector<td::NestedKey> keys = {
-      {"next", "reward"}, "obs", "next", {"next", "done"}, "action"};
+  std::vector<td::NestedKey> keys = {{"next", "reward"}, "obs", "next", {"next", "done"}, "action"};
   std::sort(keys.begin(), keys.end());
   std::vector<td::NestedKey> expected = {
       "action", "next", {"next", "done"}, {"next", "reward"}, "obs"};

@@ -9,9 +9,9 @@
 #include "support/data_path.h"
 
 #include <tensordict/lazy_stack.h>
+#include <tensordict/stack.h>
 #include <tensordict/storage/memmap.h>
 #include <tensordict/storage/shared.h>
-#include <tensordict/stack.h>
 
 #include <filesystem>
 #include <fstream>
@@ -134,16 +134,15 @@ TEST(NonTensorStack, ConstructionAndTolist) {
 }
 
 TEST(NonTensorStack, ConstructionErrorsSayWhere) {
-  TD_EXPECT_THROW_MSG(td::NonTensorStack(json::parse(R"([[0,1],[2]])"), {2, 2}),
-                      td::ValueError, "list of 2 items at [1]", "got 1");
+  TD_EXPECT_THROW_MSG(td::NonTensorStack(json::parse(R"([[0,1],[2]])"), {2, 2}), td::ValueError,
+                      "list of 2 items at [1]", "got 1");
   TD_EXPECT_THROW_MSG(td::NonTensorStack(json("abc"), {3}), td::ValueError,
                       "list of 3 items at the top level", "got a string");
   TD_EXPECT_THROW_MSG(td::NonTensorStack(json::parse("[1,2]"), {}), td::ValueError,
                       "at least one dim");
-  TD_EXPECT_THROW_MSG(td::NonTensorStack::from_flat({1, 2, 3}, {2, 2}), td::ValueError,
-                      "3 values", "[2, 2]");
-  TD_EXPECT_THROW_MSG(td::NonTensorStack::from_list(json(3)), td::ValueError,
-                      "expected a list");
+  TD_EXPECT_THROW_MSG(td::NonTensorStack::from_flat({1, 2, 3}, {2, 2}), td::ValueError, "3 values",
+                      "[2, 2]");
+  TD_EXPECT_THROW_MSG(td::NonTensorStack::from_list(json(3)), td::ValueError, "expected a list");
   TD_EXPECT_THROW_MSG(td::NonTensorStack::from_non_tensor(td::NonTensorData(json("a"))),
                       td::ValueError, "batch size []");
 }
@@ -180,8 +179,7 @@ TEST(NonTensorStack, StandaloneIndexingAndShapeOps) {
   EXPECT_EQ(s.index({Slice(), torch::tensor({2, 0})}).non_tensor_stack(),
             named(ids.index({Slice(), torch::tensor({2, 0})})));
   // A 0-dim bool index adds a dim (Python's test_nontensorstack_scalar_bool_index).
-  EXPECT_EQ(s.index({torch::tensor(true)}).non_tensor_stack().batch_size().vec(),
-            (Shape{1, 2, 3}));
+  EXPECT_EQ(s.index({torch::tensor(true)}).non_tensor_stack().batch_size().vec(), (Shape{1, 2, 3}));
   EXPECT_EQ(s.index({torch::tensor(false)}).non_tensor_stack().batch_size().vec(),
             (Shape{0, 2, 3}));
   auto empty = s.index({torch::zeros({2}, torch::kBool)});
@@ -260,8 +258,12 @@ TEST(NonTensorStackStack, CatAndErrorsNameTheKey) {
   EXPECT_EQ(cz.at("s").non_tensor().batch_size().vec(), Shape{3});
 
   // Stacks with different extra dims cannot be stacked.
-  td::TensorDict e1({{"n", td::TensorDict({{"s", td::NonTensorStack(json::parse("[[1,2]]"), {1, 2})}}, {1})}}, {1});
-  td::TensorDict e2({{"n", td::TensorDict({{"s", td::NonTensorStack(json::parse("[[1,2,3]]"), {1, 3})}}, {1})}}, {1});
+  td::TensorDict e1(
+      {{"n", td::TensorDict({{"s", td::NonTensorStack(json::parse("[[1,2]]"), {1, 2})}}, {1})}},
+      {1});
+  td::TensorDict e2(
+      {{"n", td::TensorDict({{"s", td::NonTensorStack(json::parse("[[1,2,3]]"), {1, 3})}}, {1})}},
+      {1});
   TD_EXPECT_THROW_MSG(td::stack({e1, e2}), td::ShapeError, "('n', 's')", "[1, 2]", "[1, 3]");
   TD_EXPECT_THROW_MSG(td::cat({e1, e2}), td::ShapeError, "('n', 's')");
   // A non-tensor against a tensor is still a kind mismatch.
@@ -289,10 +291,11 @@ TEST(NonTensorStackIndex, EveryIndexFormMovesTheValuesWithTheElements) {
       {"long on dim 1", {Slice(), torch::tensor({2, 0})}},
       {"long on both dims", {torch::tensor({0, 3}), torch::tensor({2, 1})}},
       {"mask 1-D", {torch::tensor({true, false, true, true})}},
-      {"mask 2-D", {torch::tensor({{true, false, false},
-                                   {false, true, true},
-                                   {false, false, false},
-                                   {true, false, true}})}},
+      {"mask 2-D",
+       {torch::tensor({{true, false, false},
+                       {false, true, true},
+                       {false, false, false},
+                       {true, false, true}})}},
       {"empty mask", {torch::zeros({4}, torch::kBool)}},
       {"True", {true}},
       {"False", {false}},
@@ -317,9 +320,8 @@ TEST(NonTensorStackIndex, UnbindSplitNarrowAndLazyMembers) {
   }
   expect_fixture_follows(t.narrow(1, 1, 2));
   // A stack with more dims than its tensordict: the extra dim is kept.
-  td::TensorDict wide({{"x", torch::arange(6).view({2, 3})},
-                       {"s", named(torch::arange(6).view({2, 3}))}},
-                      {2});
+  td::TensorDict wide(
+      {{"x", torch::arange(6).view({2, 3})}, {"s", named(torch::arange(6).view({2, 3}))}}, {2});
   auto r = wide[1];
   EXPECT_TRUE(r.batch_size().empty());
   expect_follows(r);
@@ -343,8 +345,9 @@ TEST(NonTensorStackIndexPut, ADifferentValueTurnsANonTensorDataIntoAStack) {
 
   td::TensorDict d2({}, {1, 10});
   d2.index_put_({0, 0}, td::TensorDict({{"a", torch::tensor(0)}, {"b", "a string!"}}, {}));
-  d2.index_put_({0, Slice(None, None, 2)},
-                td::TensorDict({{"a", torch::zeros({5}, torch::kLong)}, {"b", "another string!"}}, {5}));
+  d2.index_put_(
+      {0, Slice(None, None, 2)},
+      td::TensorDict({{"a", torch::zeros({5}, torch::kLong)}, {"b", "another string!"}}, {5}));
   auto row = d2.get_non_tensor("b")[0];
   for (int i = 0; i < 10; ++i) EXPECT_EQ(row[i], i % 2 == 0 ? "another string!" : "a string!") << i;
 
@@ -352,7 +355,8 @@ TEST(NonTensorStackIndexPut, ADifferentValueTurnsANonTensorDataIntoAStack) {
   td::TensorDict d3({{"b", "same"}}, {3});
   d3.index_put_({1}, td::TensorDict({{"b", "same"}}, {}));
   EXPECT_EQ(d3.entry_kind("b"), td::EntryKind::NonTensor);
-  d3.index_put_({Slice()}, td::TensorDict({{"b", td::NonTensorStack({"same", "same", "same"})}}, {3}));
+  d3.index_put_({Slice()},
+                td::TensorDict({{"b", td::NonTensorStack({"same", "same", "same"})}}, {3}));
   EXPECT_EQ(d3.entry_kind("b"), td::EntryKind::NonTensor);
   // Python's test_ignore_lock: the conversion is allowed on a locked tensordict.
   td::TensorDict locked({{"a", td::TensorDict({{"b", "1"}}, {10})}}, {10});
@@ -397,8 +401,7 @@ TEST(NonTensorStackIndexPut, StacksAreWrittenElementByElement) {
 TEST(NonTensorStackIndexPut, MaskAssignmentOfNestedStacks) {
   // Python's test_nontensorstack_boolean_mask_2d.
   json instr = json::array();
-  for (int i = 0; i < 3; ++i)
-    instr.push_back({std::to_string(i) + "0", std::to_string(i) + "1"});
+  for (int i = 0; i < 3; ++i) instr.push_back({std::to_string(i) + "0", std::to_string(i) + "1"});
   td::TensorDict t({{"x", torch::arange(6).view({3, 2})}}, {3, 2});
   t.set_non_tensor_stack("instr", instr);
   auto mask = torch::tensor({true, false, true});
@@ -433,7 +436,8 @@ TEST(NonTensorStackIndexPut, ErrorsWriteNothingAndNameTheKey) {
                       "[2, 3]");
   EXPECT_TRUE(torch::equal(t.get("x"), before_x));
   EXPECT_EQ(t.get_non_tensor_stack("s"), before);
-  td::TensorDict tensor_there({{"x", torch::zeros({3}, torch::kLong)}, {"s", torch::zeros({3})}}, {3});
+  td::TensorDict tensor_there({{"x", torch::zeros({3}, torch::kLong)}, {"s", torch::zeros({3})}},
+                              {3});
   TD_EXPECT_THROW_MSG(t.index_put_({0}, tensor_there), td::TypeError, "'s'", "NonTensorStack",
                       "Tensor");
   EXPECT_TRUE(torch::equal(t.get("x"), before_x));
@@ -515,8 +519,8 @@ TEST(NonTensorStackShapeOps, ValuesMoveWithTheirElements) {
 }
 
 TEST(NonTensorStackShapeOps, ValueOpsKeepStacksAndReductionsRefuseThem) {
-  td::TensorDict t({{"x", torch::arange(3, torch::kFloat)}, {"s", td::NonTensorStack({"a", "b", "c"})}},
-                   {3});
+  td::TensorDict t(
+      {{"x", torch::arange(3, torch::kFloat)}, {"s", td::NonTensorStack({"a", "b", "c"})}}, {3});
   auto plus = t + 1.0;
   EXPECT_EQ(plus.get_non_tensor_stack("s"), t.get_non_tensor_stack("s"));
   auto ap = t.apply([](const at::Tensor& x) { return x * 2; });
@@ -528,8 +532,8 @@ TEST(NonTensorStackShapeOps, ValueOpsKeepStacksAndReductionsRefuseThem) {
   TD_EXPECT_THROW_MSG(t.mean(std::vector<int64_t>{0}), td::ShapeError, "'s'");
   EXPECT_EQ(t.exclude({"s"}).sum().get("x").item<float>(), 3.0f);
   // Equal values collapse to one value of the reduced batch.
-  td::TensorDict u({{"x", torch::arange(3, torch::kFloat)}, {"s", td::NonTensorStack({"a", "a", "a"})}},
-                   {3});
+  td::TensorDict u(
+      {{"x", torch::arange(3, torch::kFloat)}, {"s", td::NonTensorStack({"a", "a", "a"})}}, {3});
   auto red = u.sum(std::vector<int64_t>{0});
   EXPECT_EQ(red.entry_kind("s"), td::EntryKind::NonTensor);
   EXPECT_EQ(red.get_non_tensor("s"), "a");
@@ -556,14 +560,14 @@ TEST(NonTensorStackAccess, TheNonTensorFamilyOfAccessors) {
   EXPECT_EQ(u.get_non_tensor_stack("one").tolist(), json::parse(R"(["k","k"])"));
   TD_EXPECT_THROW_MSG(t.get_non_tensor_stack("x"), td::TypeError, "'x'", "Tensor");
   TD_EXPECT_THROW_MSG(t.get_non_tensor("x"), td::TypeError, "'x'", "not a non-tensor");
-  TD_EXPECT_THROW_MSG(td::TensorDict({{"one", "k"}}, {}).get_non_tensor_stack("one"),
-                      td::TypeError, "batch size []");
+  TD_EXPECT_THROW_MSG(td::TensorDict({{"one", "k"}}, {}).get_non_tensor_stack("one"), td::TypeError,
+                      "batch size []");
   TD_EXPECT_THROW_MSG(t.get("s"), td::TypeError, "NonTensorStack", "get_non_tensor");
   TD_EXPECT_THROW_MSG(t.at("s").non_tensor(), td::TypeError, "NonTensorStack");
   EXPECT_THROW(t.at("x").non_tensor_stack(), td::TypeError);
 
-  auto keys = t.keys(td::KeysOptions{.include_nested = true, .leaves_only = true,
-                                     .non_tensor_leaves = true});
+  auto keys = t.keys(
+      td::KeysOptions{.include_nested = true, .leaves_only = true, .non_tensor_leaves = true});
   EXPECT_NE(std::find(keys.begin(), keys.end(), td::NestedKey({"nested", "s"})), keys.end());
   auto tensor_keys = t.keys(true, true);
   EXPECT_EQ(std::find(tensor_keys.begin(), tensor_keys.end(), td::NestedKey("s")),
@@ -588,17 +592,17 @@ TEST(NonTensorStackAccess, StoringChecksTheNumberOfValues) {
   t.create_nested("sub");
   t.set_non_tensor_stack({"sub", "l"}, json::parse("[1,2,3]"));
   EXPECT_EQ(t[2].get_non_tensor({"sub", "l"}), 3);
-  TD_EXPECT_THROW_MSG(t.set_non_tensor_stack("labels", json::parse(R"(["p","q"])")),
-                      td::ValueError, "'labels'", "list of 3 items", "got 2");
+  TD_EXPECT_THROW_MSG(t.set_non_tensor_stack("labels", json::parse(R"(["p","q"])")), td::ValueError,
+                      "'labels'", "list of 3 items", "got 2");
   TD_EXPECT_THROW_MSG(t.set_non_tensor_stack({"sub", "l"}, json("text")), td::ValueError,
                       "('sub', 'l')", "got a string");
-  TD_EXPECT_THROW_MSG(td::TensorDict().set_non_tensor_stack("a", json::array()),
-                      td::ValueError, "'a'", "batch size []");
+  TD_EXPECT_THROW_MSG(td::TensorDict().set_non_tensor_stack("a", json::array()), td::ValueError,
+                      "'a'", "batch size []");
 
   // The batch size setter checks stacks like tensors.
   td::TensorDict only({{"ok", td::NonTensorStack({"a", "b", "c"})}}, {3});
-  TD_EXPECT_THROW_MSG(only.set_batch_size({3, 3}), td::ShapeError, "NonTensorStack 'ok'",
-                      "[3]", "[3, 3]");
+  TD_EXPECT_THROW_MSG(only.set_batch_size({3, 3}), td::ShapeError, "NonTensorStack 'ok'", "[3]",
+                      "[3, 3]");
   EXPECT_EQ(only.batch_size().vec(), Shape{3});
   auto wide = t.exclude({"ok", "labels", "sub"});
   wide.set_batch_size({3, 2});
@@ -615,9 +619,9 @@ TEST(NonTensorStackAccess, StoringChecksTheNumberOfValues) {
 TEST(NonTensorStackRepr, PythonsLayout) {
   EXPECT_EQ(td::NonTensorStack({"a", "b"}).repr(),
             "NonTensorStack(\n    ['a', 'b'],\n    batch_size=torch.Size([2]),\n    device=None)");
-  td::NonTensorStack mixed({json("it's"), json(true), json(nullptr), json(1.5), json(3),
-                            json::parse(R"({"k":[1,2]})")},
-                           at::Device(at::kCPU));
+  td::NonTensorStack mixed(
+      {json("it's"), json(true), json(nullptr), json(1.5), json(3), json::parse(R"({"k":[1,2]})")},
+      at::Device(at::kCPU));
   EXPECT_EQ(mixed.repr(),
             "NonTensorStack(\n    [\"it's\", True, None, 1.5, 3, {'k': [1, 2]}],\n"
             "    batch_size=torch.Size([6]),\n    device=cpu)");
@@ -676,12 +680,13 @@ TEST_F(NonTensorStackMemmap, RoundTripWritesPythonsLayout) {
 }
 
 TEST_F(NonTensorStackMemmap, InPlaceWritesReachTheFiles) {
-  td::TensorDict t({{"x", torch::arange(4)}, {"s", td::NonTensorStack({"a", "b", "c", "d"})},
-                    {"n", td::TensorDict({{"s", td::NonTensorStack({"p", "q", "r", "t"})},
-                                          {"one", "same"}},
-                                         {4})},
-                    {"one", "same"}},
-                   {4});
+  td::TensorDict t(
+      {{"x", torch::arange(4)},
+       {"s", td::NonTensorStack({"a", "b", "c", "d"})},
+       {"n",
+        td::TensorDict({{"s", td::NonTensorStack({"p", "q", "r", "t"})}, {"one", "same"}}, {4})},
+       {"one", "same"}},
+      {4});
   auto m = t.memmap(P());
   m.index_put_({1}, td::TensorDict({{"x", torch::tensor(9)}, {"s", "B"}}, {}));
   EXPECT_EQ(m.get_non_tensor("s"), json::parse(R"(["a","B","c","d"])"));
@@ -703,14 +708,16 @@ TEST_F(NonTensorStackMemmap, InPlaceWritesReachTheFiles) {
       td::LockedError, "('n', 'one')");
   EXPECT_EQ(m.get("x")[0].item<int64_t>(), 0);
   EXPECT_EQ(m.entry_kind("one"), td::EntryKind::NonTensor);
-  TD_EXPECT_THROW_MSG(m.update_(td::TensorDict({{"one", td::NonTensorStack({"a", "b", "c", "d"})}}, {4})),
-                      td::LockedError, "'one'");
+  TD_EXPECT_THROW_MSG(
+      m.update_(td::TensorDict({{"one", td::NonTensorStack({"a", "b", "c", "d"})}}, {4})),
+      td::LockedError, "'one'");
 }
 
 TEST_F(NonTensorStackMemmap, PythonFixtureAndOtherLayouts) {
   // Python 0.3.2: data plus artefact member directories 0/, 1/, 2/.
   auto t = td::load_memmap(td_test::data_path("python-0.3.2/memmap/nontensorstack").string());
-  EXPECT_EQ(t.get_non_tensor_stack("ns"), td::NonTensorStack({"x", "y", "z"}, at::Device(at::kCPU)));
+  EXPECT_EQ(t.get_non_tensor_stack("ns"),
+            td::NonTensorStack({"x", "y", "z"}, at::Device(at::kCPU)));
 
   // Saved member by member ("data": null): the members are stacked.
   write_text(prefix / "meta.json",
@@ -721,10 +728,12 @@ TEST_F(NonTensorStackMemmap, PythonFixtureAndOtherLayouts) {
   write_text(prefix / "m/meta.json",
              R"({"_type":"<class 'tensordict.tensorclass.NonTensorStack'>","stack_dim":0,)"
              R"("device":null,"data":null})");
-  write_text(prefix / "m/0/meta.json",
-             R"({"_type":"<class 'tensordict.tensorclass.NonTensorData'>","data":"first","_metadata":null})");
-  write_text(prefix / "m/1/meta.json",
-             R"({"_type":"<class 'tensordict.tensorclass.NonTensorData'>","data":"second","_metadata":null})");
+  write_text(
+      prefix / "m/0/meta.json",
+      R"({"_type":"<class 'tensordict.tensorclass.NonTensorData'>","data":"first","_metadata":null})");
+  write_text(
+      prefix / "m/1/meta.json",
+      R"({"_type":"<class 'tensordict.tensorclass.NonTensorData'>","data":"second","_metadata":null})");
   auto members = td::load_memmap(P());
   EXPECT_EQ(members.get_non_tensor("m"), json::parse(R"(["first","second"])"));
 

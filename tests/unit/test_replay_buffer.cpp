@@ -40,9 +40,7 @@ std::vector<float> rewards(const ReplayBuffer& rb) {
   return {r.data_ptr<float>(), r.data_ptr<float>() + r.numel()};
 }
 
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream(p) << text;
-}
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 }  // namespace
 
@@ -121,8 +119,7 @@ TEST(ReplayBuffer, BadArgumentsAreValueAndShapeErrors) {
 
 TEST(ReplayBuffer, MissingOrCorruptStateIsAFormatError) {
   TempDir dir("td_replay");
-  TD_EXPECT_THROW_MSG(ReplayBuffer::open(dir.path), td::FormatError, "state.json",
-                      "is missing");
+  TD_EXPECT_THROW_MSG(ReplayBuffer::open(dir.path), td::FormatError, "state.json", "is missing");
   ReplayBuffer::create(4, "memmap", dir.path).extend(batch_of_ids(0, 2));
   const fs::path state = dir.path / "state.json";
   write_text(state, "{\"capacity\": 4, \"cursor\": ");
@@ -163,7 +160,7 @@ TEST(PrioritizedSampler, DrawsInProportionToPriorityAndWeighsByImportance) {
   std::mt19937_64 rng(7);
   auto batch = ps.sample(4000, 4, rng);
   at::Tensor counts = at::bincount(batch.indices, {}, 4);
-  EXPECT_EQ(counts[3].item<int64_t>(), 0);  // priority 0: never drawn
+  EXPECT_EQ(counts[3].item<int64_t>(), 0);                  // priority 0: never drawn
   EXPECT_NEAR(counts[2].item<double>() / 4000, 0.5, 0.01);  // stratified: close to exact
   EXPECT_NEAR(counts[0].item<double>() / 4000, 0.25, 0.01);
   // (N * P(i))^-beta normalised by the largest: rows 0/1 weigh 1, row 2 weighs 0.5.
@@ -187,9 +184,8 @@ TEST(PrioritizedSampler, BadUpdatesChangeNothing) {
   const double w0 = ps.weight(0), w1 = ps.weight(1);
   TD_EXPECT_THROW_MSG(ps.update_priorities(at::tensor({0, 1}, at::kLong), at::tensor({1.0})),
                       td::ShapeError, "2 indices but 1 priorities");
-  TD_EXPECT_THROW_MSG(
-      ps.update_priorities(at::tensor({0, 4}, at::kLong), at::tensor({5.0, 5.0})),
-      td::IndexError, "row 4", "4 rows");
+  TD_EXPECT_THROW_MSG(ps.update_priorities(at::tensor({0, 4}, at::kLong), at::tensor({5.0, 5.0})),
+                      td::IndexError, "row 4", "4 rows");
   TD_EXPECT_THROW_MSG(
       ps.update_priorities(at::tensor({0, 1}, at::kLong), at::tensor({5.0, std::nan("")})),
       td::ValueError, "row 1");

@@ -28,33 +28,33 @@ TEST(TensorDictRepr, EmptyWithBatchSizeAndDevice) {
 
 TEST(TensorDictRepr, NestedWithTensorAndNonTensorFieldsSortedAlphabetically) {
   // Inserted as obs, next, label; printed as label, next, obs.
-  td::TensorDict next({{"reward", torch::zeros({4, 1})},
-                       {"done", torch::zeros({4, 1}, torch::kBool)}},
-                      {4});
-  td::TensorDict t({{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}},
-                   {4});
-  EXPECT_EQ(
-      t.repr(),
-      "TensorDict(\n"
-      "    fields={\n"
-      "        label: NonTensorData(data=cat, batch_size=torch.Size([4]), device=None),\n"
-      "        next: TensorDict(\n"
-      "            fields={\n"
-      "                done: Tensor(shape=torch.Size([4, 1]), device=cpu, dtype=torch.bool, is_shared=False),\n"
-      "                reward: Tensor(shape=torch.Size([4, 1]), device=cpu, dtype=torch.float32, is_shared=False)},\n"
-      "            batch_size=torch.Size([4]),\n"
-      "            device=None,\n"
-      "            is_shared=False),\n"
-      "        obs: Tensor(shape=torch.Size([4, 3]), device=cpu, dtype=torch.float32, is_shared=False)},\n"
-      "    batch_size=torch.Size([4]),\n"
-      "    device=None,\n"
-      "    is_shared=False)");
+  td::TensorDict next(
+      {{"reward", torch::zeros({4, 1})}, {"done", torch::zeros({4, 1}, torch::kBool)}}, {4});
+  td::TensorDict t({{"obs", torch::randn({4, 3})}, {"next", next}, {"label", "cat"}}, {4});
+  EXPECT_EQ(t.repr(),
+            "TensorDict(\n"
+            "    fields={\n"
+            "        label: NonTensorData(data=cat, batch_size=torch.Size([4]), device=None),\n"
+            "        next: TensorDict(\n"
+            "            fields={\n"
+            "                done: Tensor(shape=torch.Size([4, 1]), device=cpu, dtype=torch.bool, "
+            "is_shared=False),\n"
+            "                reward: Tensor(shape=torch.Size([4, 1]), device=cpu, "
+            "dtype=torch.float32, is_shared=False)},\n"
+            "            batch_size=torch.Size([4]),\n"
+            "            device=None,\n"
+            "            is_shared=False),\n"
+            "        obs: Tensor(shape=torch.Size([4, 3]), device=cpu, dtype=torch.float32, "
+            "is_shared=False)},\n"
+            "    batch_size=torch.Size([4]),\n"
+            "    device=None,\n"
+            "    is_shared=False)");
 }
 
 TEST(TensorDictRepr, EmptyNestedTensorDictAndDtypes) {
-  td::TensorDict t({{"i", torch::zeros({2}, torch::kInt64)},
-                    {"h", torch::zeros({2}, torch::kFloat64)}},
-                   {2}, at::Device(at::kCPU));
+  td::TensorDict t(
+      {{"i", torch::zeros({2}, torch::kInt64)}, {"h", torch::zeros({2}, torch::kFloat64)}}, {2},
+      at::Device(at::kCPU));
   t.create_nested("e");
   EXPECT_EQ(
       t.repr(),
@@ -66,7 +66,8 @@ TEST(TensorDictRepr, EmptyNestedTensorDictAndDtypes) {
       "            batch_size=torch.Size([2]),\n"
       "            device=cpu,\n"
       "            is_shared=False),\n"
-      "        h: Tensor(shape=torch.Size([2]), device=cpu, dtype=torch.float64, is_shared=False),\n"
+      "        h: Tensor(shape=torch.Size([2]), device=cpu, dtype=torch.float64, "
+      "is_shared=False),\n"
       "        i: Tensor(shape=torch.Size([2]), device=cpu, dtype=torch.int64, is_shared=False)},\n"
       "    batch_size=torch.Size([2]),\n"
       "    device=cpu,\n"

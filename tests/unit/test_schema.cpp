@@ -58,8 +58,7 @@ TEST(Schema, BuildsInOrderWithNestedKeys) {
   EXPECT_EQ(s.at("action").shape, (Shape{4}));
   TD_EXPECT_THROW_MSG(s.at("missing"), td::KeyError, "missing");
   TD_EXPECT_THROW_MSG(s.add("obs", {{1}, torch::kFloat}), td::SchemaError, "'obs'", "twice");
-  TD_EXPECT_THROW_MSG(s.add({"obs", "x"}, {{1}, torch::kFloat}), td::SchemaError,
-                      "'obs'", "leaf");
+  TD_EXPECT_THROW_MSG(s.add({"obs", "x"}, {{1}, torch::kFloat}), td::SchemaError, "'obs'", "leaf");
   TD_EXPECT_THROW_MSG(s.add("bad", {{-1}, torch::kFloat}), td::SchemaError, "'bad'", "negative");
 }
 
@@ -77,8 +76,8 @@ TEST(Schema, JsonRoundTripAndBothSpellings) {
                       td::SchemaError, "float99", "'a'");
   TD_EXPECT_THROW_MSG(td::Schema::from_json(nlohmann::json::parse(R"({"a": {"shape": [2]}})")),
                       td::SchemaError, "'a'", "dtype");
-  TD_EXPECT_THROW_MSG(td::Schema::from_json(nlohmann::json::parse(R"({"a": 3})")),
-                      td::SchemaError, "'a'");
+  TD_EXPECT_THROW_MSG(td::Schema::from_json(nlohmann::json::parse(R"({"a": 3})")), td::SchemaError,
+                      "'a'");
 }
 
 TEST(FromSchema, InMemoryIsZeroFilled) {
@@ -113,8 +112,8 @@ TEST(FromSchema, MemmapAllocatesNothingInRamAndIsLocked) {
       td::from_schema(replay_schema(), {4},
                       td::storage::Memmap{.prefix = dir2.path.string(), .existsok = false}),
       td::StorageError, "already exists");
-  TD_EXPECT_THROW_MSG(td::from_schema(replay_schema(), {4}, td::storage::Memmap{}),
-                      td::SchemaError, "prefix");
+  TD_EXPECT_THROW_MSG(td::from_schema(replay_schema(), {4}, td::storage::Memmap{}), td::SchemaError,
+                      "prefix");
 }
 
 TEST(FromSchema, SharedMemory) {
@@ -151,12 +150,12 @@ TEST(FromSchema, ByNameWithOptions) {
 }
 
 TEST(FromSchema, StoragesRegisterByName) {
-  td::detail::register_storage(
-      "test-ones", [](const td::Schema& s, const std::vector<int64_t>& b, const td::StorageOptions&) {
-        auto t = td::from_schema(s, b);
-        t.fill_(1);
-        return t;
-      });
+  td::detail::register_storage("test-ones", [](const td::Schema& s, const std::vector<int64_t>& b,
+                                               const td::StorageOptions&) {
+    auto t = td::from_schema(s, b);
+    t.fill_(1);
+    return t;
+  });
   auto names = td::available_storages();
   EXPECT_NE(std::find(names.begin(), names.end(), "test-ones"), names.end());
   auto t = td::from_schema(replay_schema(), {2}, "test-ones");

@@ -25,8 +25,7 @@ namespace {
 constexpr int64_t kB = 2;  // batch dims of the fixture
 
 // `batch` followed by the feature dims of `leaf` (those after the root batch).
-std::vector<int64_t> with_features(const Shape& batch, const at::Tensor& leaf,
-                                   int64_t B = kB) {
+std::vector<int64_t> with_features(const Shape& batch, const at::Tensor& leaf, int64_t B = kB) {
   Shape out = batch;
   for (int64_t i = B; i < leaf.dim(); ++i) out.push_back(leaf.size(i));
   return out;
@@ -46,7 +45,7 @@ void expect_locked_everywhere(const td::TensorDictBase& t, bool locked) {
 TEST(TensorDictShape, ViewAndReshapeMatchTorchLeafByLeaf) {
   auto t = make_fixture();
   std::vector<std::pair<Shape, Shape>> cases = {
-      {{12}, {12}}, {{-1}, {12}}, {{2, 6}, {2, 6}}, {{3, -1}, {3, 4}},
+      {{12}, {12}},           {{-1}, {12}},       {{2, 6}, {2, 6}},       {{3, -1}, {3, 4}},
       {{2, 2, 3}, {2, 2, 3}}, {{1, 12}, {1, 12}}, {{-1, 1, 2}, {6, 1, 2}}};
   for (const auto& [shape, target] : cases) {
     SCOPED_TRACE(::testing::PrintToString(shape));
@@ -98,9 +97,8 @@ TEST(TensorDictShape, FlattenAndUnflatten) {
   auto t = make_fixture();
   auto f = t.flatten();
   expect_fixture_batches(f, {12});
-  expect_leafwise(f, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-    return leaf.flatten(0, 1);
-  });
+  expect_leafwise(f, t,
+                  [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.flatten(0, 1); });
   EXPECT_TRUE(t.flatten(0, 1).get("a").is_alias_of(t.get("a")));
   EXPECT_TRUE(t.flatten(1, 1).is_same(t));
   EXPECT_TRUE(t.flatten(-1, -1).is_same(t));
@@ -116,9 +114,8 @@ TEST(TensorDictShape, FlattenAndUnflatten) {
   // flatten of a middle range on a 3-D batch.
   auto mid = u3.flatten(1, 2);
   expect_fixture_batches(mid, {2, 6});
-  expect_leafwise(mid, u3, [&](const at::Tensor& leaf, const td::NestedKey&) {
-    return leaf.flatten(1, 2);
-  });
+  expect_leafwise(mid, u3,
+                  [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.flatten(1, 2); });
 
   auto u = t.unflatten(-1, {3, 1});
   expect_fixture_batches(u, {4, 3, 1});
@@ -145,9 +142,8 @@ TEST(TensorDictShape, UnsqueezeAtEveryPositionIncludingNegative) {
     target.insert(target.begin() + d, 1);
     auto u = t.unsqueeze(dim);
     expect_fixture_batches(u, target);
-    expect_leafwise(u, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-      return leaf.unsqueeze(d);
-    });
+    expect_leafwise(
+        u, t, [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.unsqueeze(d); });
     EXPECT_TRUE(u.get({"nested", "deeper", "e"}).is_alias_of(t.get({"nested", "deeper", "e"})));
   }
   OPS_EXPECT_THROW_MSG(t.unsqueeze(3), td::IndexError, "3");
@@ -160,9 +156,8 @@ TEST(TensorDictShape, SqueezeOneDimOrAll) {
   expect_fixture_batches(u, {1, 4, 1, 3});
   auto s2 = u.squeeze(2);
   expect_fixture_batches(s2, {1, 4, 3});
-  expect_leafwise(s2, u, [&](const at::Tensor& leaf, const td::NestedKey&) {
-    return leaf.squeeze(2);
-  });
+  expect_leafwise(s2, u,
+                  [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.squeeze(2); });
   auto sneg = u.squeeze(-2);
   expect_fixture_batches(sneg, {1, 4, 3});
   EXPECT_TRUE(sneg.equal(s2));
@@ -185,9 +180,8 @@ TEST(TensorDictShape, PermuteAndTranspose) {
   auto t = make_fixture();
   auto p = t.permute({1, 0});
   expect_fixture_batches(p, {3, 4});
-  expect_leafwise(p, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-    return leaf.transpose(0, 1);
-  });
+  expect_leafwise(
+      p, t, [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.transpose(0, 1); });
   EXPECT_TRUE(p.get("a").is_alias_of(t.get("a")));
   auto pn = t.permute({-1, 0});
   EXPECT_TRUE(pn.equal(p));
@@ -277,27 +271,64 @@ TEST(TensorDictShape, SplitBySizeAndBySizes) {
     std::vector<Shape> batches;
   };
   std::vector<Case> cases = {
-      {"split(2)", [&] { return t.split(2); },
-       [](const at::Tensor& x) { return x.split(2, 0); }, 0, {{2, 3}, {2, 3}}},
-      {"split(3)", [&] { return t.split(3); },
-       [](const at::Tensor& x) { return x.split(3, 0); }, 0, {{3, 3}, {1, 3}}},
-      {"split(2, 1)", [&] { return t.split(2, 1); },
-       [](const at::Tensor& x) { return x.split(2, 1); }, 1, {{4, 2}, {4, 1}}},
-      {"split(2, -1)", [&] { return t.split(2, -1); },
-       [](const at::Tensor& x) { return x.split(2, 1); }, 1, {{4, 2}, {4, 1}}},
-      {"split({1, 3})", [&] { return t.split(at::IntArrayRef{1, 3}); },
-       [](const at::Tensor& x) { return x.split_with_sizes({1, 3}, 0); }, 0, {{1, 3}, {3, 3}}},
-      {"split({1, 0, 2}, 1)", [&] { return t.split(at::IntArrayRef{1, 0, 2}, 1); },
-       [](const at::Tensor& x) { return x.split_with_sizes({1, 0, 2}, 1); }, 1,
+      {"split(2)",
+       [&] { return t.split(2); },
+       [](const at::Tensor& x) { return x.split(2, 0); },
+       0,
+       {{2, 3}, {2, 3}}},
+      {"split(3)",
+       [&] { return t.split(3); },
+       [](const at::Tensor& x) { return x.split(3, 0); },
+       0,
+       {{3, 3}, {1, 3}}},
+      {"split(2, 1)",
+       [&] { return t.split(2, 1); },
+       [](const at::Tensor& x) { return x.split(2, 1); },
+       1,
+       {{4, 2}, {4, 1}}},
+      {"split(2, -1)",
+       [&] { return t.split(2, -1); },
+       [](const at::Tensor& x) { return x.split(2, 1); },
+       1,
+       {{4, 2}, {4, 1}}},
+      {"split({1, 3})",
+       [&] {
+         return t.split(at::IntArrayRef{1, 3});
+       },
+       [](const at::Tensor& x) {
+         return x.split_with_sizes({1, 3}, 0);
+       },
+       0,
+       {{1, 3}, {3, 3}}},
+      {"split({1, 0, 2}, 1)",
+       [&] {
+         return t.split(at::IntArrayRef{1, 0, 2}, 1);
+       },
+       [](const at::Tensor& x) {
+         return x.split_with_sizes({1, 0, 2}, 1);
+       },
+       1,
        {{4, 1}, {4, 0}, {4, 2}}},
-      {"chunk(2)", [&] { return t.chunk(2); },
-       [](const at::Tensor& x) { return x.chunk(2, 0); }, 0, {{2, 3}, {2, 3}}},
-      {"chunk(3)", [&] { return t.chunk(3); },
-       [](const at::Tensor& x) { return x.chunk(3, 0); }, 0, {{2, 3}, {2, 3}}},
-      {"chunk(3, 1)", [&] { return t.chunk(3, 1); },
-       [](const at::Tensor& x) { return x.chunk(3, 1); }, 1, {{4, 1}, {4, 1}, {4, 1}}},
-      {"chunk(5, 1)", [&] { return t.chunk(5, 1); },
-       [](const at::Tensor& x) { return x.chunk(5, 1); }, 1, {{4, 1}, {4, 1}, {4, 1}}},
+      {"chunk(2)",
+       [&] { return t.chunk(2); },
+       [](const at::Tensor& x) { return x.chunk(2, 0); },
+       0,
+       {{2, 3}, {2, 3}}},
+      {"chunk(3)",
+       [&] { return t.chunk(3); },
+       [](const at::Tensor& x) { return x.chunk(3, 0); },
+       0,
+       {{2, 3}, {2, 3}}},
+      {"chunk(3, 1)",
+       [&] { return t.chunk(3, 1); },
+       [](const at::Tensor& x) { return x.chunk(3, 1); },
+       1,
+       {{4, 1}, {4, 1}, {4, 1}}},
+      {"chunk(5, 1)",
+       [&] { return t.chunk(5, 1); },
+       [](const at::Tensor& x) { return x.chunk(5, 1); },
+       1,
+       {{4, 1}, {4, 1}, {4, 1}}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -310,8 +341,7 @@ TEST(TensorDictShape, SplitBySizeAndBySizes) {
         auto pieces = c.by_hand(leaf);
         return pieces.at(i);
       });
-      if (parts[i].numel() > 0)
-        EXPECT_TRUE(parts[i].get("a").is_alias_of(t.get("a")));
+      if (parts[i].numel() > 0) EXPECT_TRUE(parts[i].get("a").is_alias_of(t.get("a")));
     }
   }
   OPS_EXPECT_THROW_MSG(t.split(at::IntArrayRef{1, 2}), td::ShapeError, "[1, 2]", "4");
@@ -325,17 +355,16 @@ TEST(TensorDictShape, NarrowIsAView) {
   auto t = make_fixture();
   auto n = t.narrow(1, 1, 2);
   expect_fixture_batches(n, {4, 2});
-  expect_leafwise(n, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-    return leaf.narrow(1, 1, 2);
-  });
+  expect_leafwise(
+      n, t, [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.narrow(1, 1, 2); });
   n.get({"nested", "deeper", "e"}).fill_(0.0);
-  EXPECT_EQ(t.get({"nested", "deeper", "e"}).index({Slice(), Slice(1, 3)}).abs().sum().item<double>(),
-            0.0);
+  EXPECT_EQ(
+      t.get({"nested", "deeper", "e"}).index({Slice(), Slice(1, 3)}).abs().sum().item<double>(),
+      0.0);
   auto n0 = t.narrow(0, -2, 2);
   expect_fixture_batches(n0, {2, 3});
-  expect_leafwise(n0, t, [&](const at::Tensor& leaf, const td::NestedKey&) {
-    return leaf.narrow(0, 2, 2);
-  });
+  expect_leafwise(
+      n0, t, [&](const at::Tensor& leaf, const td::NestedKey&) { return leaf.narrow(0, 2, 2); });
   OPS_EXPECT_THROW_MSG(t.narrow(0, 3, 2), td::IndexError, "[3, 5)", "size 4");
   OPS_EXPECT_THROW_MSG(t.narrow(2, 0, 1), td::IndexError, "2");
 }
@@ -356,8 +385,8 @@ TEST(TensorDictShape, GatherExpandsTheIndexToTheRight) {
   auto e = t.get({"nested", "deeper", "e"});
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 2; ++j)
-      EXPECT_TRUE(torch::equal(g.get({"nested", "deeper", "e"})[i][j],
-                               e[i][idx[i][j].item<int64_t>()]));
+      EXPECT_TRUE(
+          torch::equal(g.get({"nested", "deeper", "e"})[i][j], e[i][idx[i][j].item<int64_t>()]));
 
   auto idx0 = torch::tensor({{3, 0, 1}, {0, 0, 0}}, torch::kLong);  // [2, 3] along dim 0
   td::TensorDict g0 = t.gather(0, idx0);
@@ -372,10 +401,8 @@ TEST(TensorDictShape, GatherExpandsTheIndexToTheRight) {
 
 TEST(TensorDictShape, MaskedFillAndMaskedFillInPlace) {
   auto t = make_fixture();
-  auto mask = torch::tensor({{true, false, true},
-                             {false, false, false},
-                             {true, true, false},
-                             {false, true, true}});
+  auto mask = torch::tensor(
+      {{true, false, true}, {false, false, false}, {true, true, false}, {false, true, true}});
   auto expand_right = [](const at::Tensor& m, const at::Tensor& leaf) {
     Shape s = sizes_of(m);
     s.resize(leaf.dim(), 1);
@@ -419,10 +446,8 @@ TEST(TensorDictShape, WhereWithATensorDictOrAScalar) {
   auto other = t.apply([](const at::Tensor& x) {
     return x.scalar_type() == torch::kBool ? x.logical_not() : x * 100 + 1;
   });
-  auto cond = torch::tensor({{true, false, true},
-                             {false, false, false},
-                             {true, true, false},
-                             {false, true, true}});
+  auto cond = torch::tensor(
+      {{true, false, true}, {false, false, false}, {true, true, false}, {false, true, true}});
   auto expand_right = [](const at::Tensor& m, const at::Tensor& leaf) {
     Shape s = sizes_of(m);
     s.resize(leaf.dim(), 1);
@@ -442,8 +467,10 @@ TEST(TensorDictShape, WhereWithATensorDictOrAScalar) {
   // A row condition.
   auto rows = torch::tensor({true, false, false, true});
   td::TensorDict wr = t.where(rows, other);
-  EXPECT_TRUE(torch::equal(wr.get({"nested", "deeper", "f"})[1], other.get({"nested", "deeper", "f"})[1]));
-  EXPECT_TRUE(torch::equal(wr.get({"nested", "deeper", "f"})[0], t.get({"nested", "deeper", "f"})[0]));
+  EXPECT_TRUE(
+      torch::equal(wr.get({"nested", "deeper", "f"})[1], other.get({"nested", "deeper", "f"})[1]));
+  EXPECT_TRUE(
+      torch::equal(wr.get({"nested", "deeper", "f"})[0], t.get({"nested", "deeper", "f"})[0]));
 
   OPS_EXPECT_THROW_MSG(t.where(torch::ones({4, 2}, torch::kBool), other), td::ShapeError, "[4, 2]");
   OPS_EXPECT_THROW_MSG(t.where(cond, other.exclude({"b"})), td::KeyError, "'b'");
@@ -455,7 +482,8 @@ TEST(TensorDictShape, ViewsOfAMemmapOrSharedTensorDictKeepTheirStorageStatus) {
   // Python: shape ops of a memory-mapped (shared) tensordict are memory-mapped
   // (shared) and locked, as unbind and split results are.
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("td-shape-memmap-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("td-shape-memmap-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   td::TensorDict src({{"a", torch::arange(24, torch::kFloat).reshape({4, 3, 2})}}, {4, 3});
   src.set({"nested", "d"}, torch::zeros({4, 3}));

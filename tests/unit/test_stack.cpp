@@ -106,8 +106,8 @@ TEST(TensorDictStack, EmptyListIsAValueError) {
 TEST(TensorDictStack, DifferentBatchSizesAreShapeErrors) {
   auto t = make_fixture();
   auto shorter = t.index({Slice(0, 3)});
-  OPS_EXPECT_THROW_MSG(td::stack({t, shorter}), td::ShapeError, "congruent batch sizes",
-                       "[4, 3]", "[3, 3]");
+  OPS_EXPECT_THROW_MSG(td::stack({t, shorter}), td::ShapeError, "congruent batch sizes", "[4, 3]",
+                       "[3, 3]");
   OPS_EXPECT_THROW_MSG(td::stack({t, t, t.unsqueeze(0)}), td::ShapeError, "tensordict 2");
 }
 
@@ -190,8 +190,8 @@ TEST(TensorDictStack, CatAlongDim0And1MatchesTorchCat) {
 
 TEST(TensorDictStack, CatMismatchesAreErrors) {
   auto t = make_fixture();
-  OPS_EXPECT_THROW_MSG(td::cat({t, t.index({Slice(), Slice(0, 2)})}, 0), td::ShapeError,
-                       "[4, 3]", "[4, 2]");
+  OPS_EXPECT_THROW_MSG(td::cat({t, t.index({Slice(), Slice(0, 2)})}, 0), td::ShapeError, "[4, 3]",
+                       "[4, 2]");
   OPS_EXPECT_THROW_MSG(td::cat({t, t.unsqueeze(0)}, 0), td::ShapeError, "[1, 4, 3]");
   OPS_EXPECT_THROW_MSG(td::cat({t, t.exclude({"c"})}, 0), td::KeyError, "'c'");
   auto renamed = t.clone();

@@ -22,9 +22,8 @@ using Kind = td::StateDictItem::Kind;
 
 // The §5.1 example: TensorDict({"a": zeros(2), "sub": {"b": ones(2, 1)}}, [2]).
 td::TensorDict spec_example() {
-  return td::TensorDict({{"a", torch::zeros({2})},
-                         {"sub", td::TensorDict({{"b", torch::ones({2, 1})}}, {2})}},
-                        {2});
+  return td::TensorDict(
+      {{"a", torch::zeros({2})}, {"sub", td::TensorDict({{"b", torch::ones({2, 1})}}, {2})}}, {2});
 }
 
 std::vector<std::string> metadata_prefixes(const td::StateDict& sd) {
@@ -75,7 +74,7 @@ TEST(StateDictLayout, FlatIsTheSpecExample) {
   auto data = spec_example();
   auto sd = data.state_dict();
   EXPECT_EQ(sd.keys(), (std::vector<std::string>{"a", "sub.b"}));
-  EXPECT_FALSE(sd.tensor("a").is_same(data.get("a")));  // detached: a new handle
+  EXPECT_FALSE(sd.tensor("a").is_same(data.get("a")));             // detached: a new handle
   EXPECT_EQ(sd.tensor("a").data_ptr(), data.get("a").data_ptr());  // ... on the same memory
   EXPECT_EQ(sd.tensor("sub.b").data_ptr(), data.get({"sub", "b"}).data_ptr());
   EXPECT_TRUE(at::equal(sd.tensor("sub.b"), torch::ones({2, 1})));
@@ -161,9 +160,8 @@ TEST(StateDictLayout, NonTensorDataIsAMetadataNode) {
 }
 
 TEST(StateDictLayout, FlatteningCollisionIsAKeyError) {
-  td::TensorDict data({{"a.b", torch::zeros({1})},
-                       {"a", td::TensorDict({{"b", torch::ones({1})}}, {1})}},
-                      {1});
+  td::TensorDict data(
+      {{"a.b", torch::zeros({1})}, {"a", td::TensorDict({{"b", torch::ones({1})}}, {1})}}, {1});
   TD_EXPECT_THROW_MSG(data.state_dict(), td::KeyError, "('a', 'b')", "'a.b'", "flatten=false");
   EXPECT_EQ(data.state_dict({.flatten = false}).keys(), (std::vector<std::string>{"a.b", "a"}));
 }
@@ -214,15 +212,15 @@ TEST_P(StateDictRoundTrip, SetsBatchSizeAndDevice) {
   EXPECT_EQ(dst.device(), at::Device(at::kCPU));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, StateDictRoundTrip,
-    ::testing::Values(td::StateDictOptions{}, td::StateDictOptions{.flatten = false},
-                      td::StateDictOptions{.flatten = false, .legacy = true},
-                      td::StateDictOptions{.flatten = true, .legacy = true}),
-    [](const auto& info) {
-      return std::string(info.param.legacy ? "Legacy" : "Head") +
-             (info.param.flatten ? "Flat" : "Nested");
-    });
+INSTANTIATE_TEST_SUITE_P(Layouts, StateDictRoundTrip,
+                         ::testing::Values(td::StateDictOptions{},
+                                           td::StateDictOptions{.flatten = false},
+                                           td::StateDictOptions{.flatten = false, .legacy = true},
+                                           td::StateDictOptions{.flatten = true, .legacy = true}),
+                         [](const auto& info) {
+                           return std::string(info.param.legacy ? "Legacy" : "Head") +
+                                  (info.param.flatten ? "Flat" : "Nested");
+                         });
 
 TEST(StateDictLoad, IntoALazyStackWritesTheMembers) {
   td::TensorDict m0({{"x", torch::zeros({3})}}, {3});
@@ -287,17 +285,18 @@ TEST(StateDictLoad, ShapeAndDtypeMismatchesChangeNothing) {
   auto dst = spec_example();
   Snapshot before = Snapshot::of(dst);
   // "a" comes first and is fine; the error on ("sub", "b") must still leave it.
-  td::TensorDict bad_shape({{"a", torch::full({2}, 4.)},
-                            {"sub", td::TensorDict({{"b", torch::ones({2, 2})}}, {2})}},
-                           {2});
-  TD_EXPECT_THROW_MSG(dst.load_state_dict(bad_shape.state_dict()), td::ShapeError,
-                      "('sub', 'b')", "[2, 2]", "[2, 1]");
+  td::TensorDict bad_shape(
+      {{"a", torch::full({2}, 4.)}, {"sub", td::TensorDict({{"b", torch::ones({2, 2})}}, {2})}},
+      {2});
+  TD_EXPECT_THROW_MSG(dst.load_state_dict(bad_shape.state_dict()), td::ShapeError, "('sub', 'b')",
+                      "[2, 2]", "[2, 1]");
   before.expect_unchanged(dst);
-  td::TensorDict bad_dtype({{"a", torch::full({2}, 4.)},
-                            {"sub", td::TensorDict({{"b", torch::ones({2, 1}, torch::kLong)}}, {2})}},
-                           {2});
-  TD_EXPECT_THROW_MSG(dst.load_state_dict(bad_dtype.state_dict()), td::TypeError,
-                      "('sub', 'b')", "torch.int64", "torch.float32");
+  td::TensorDict bad_dtype(
+      {{"a", torch::full({2}, 4.)},
+       {"sub", td::TensorDict({{"b", torch::ones({2, 1}, torch::kLong)}}, {2})}},
+      {2});
+  TD_EXPECT_THROW_MSG(dst.load_state_dict(bad_dtype.state_dict()), td::TypeError, "('sub', 'b')",
+                      "torch.int64", "torch.float32");
   before.expect_unchanged(dst);
   // A batch size the leaves do not start with.
   auto sd = spec_example().state_dict();

@@ -3,8 +3,8 @@
 // storage, operations and stacks that keep the type, and the memmap layout
 // (written as Python writes a tensorclass; a Python 0.3.2 fixture read back).
 #include "support/core_test_helpers.h"
-#include "support/typed_test_helpers.h"
 #include "support/data_path.h"
+#include "support/typed_test_helpers.h"
 
 #include <tensordict/tensor_class.h>
 #include <tensordict/typed_tensor_dict.h>
@@ -101,22 +101,21 @@ TEST(TensorClassConstruction, BuildsAndChecks) {
 
   TD_EXPECT_THROW_MSG(Transition({{"obs", torch::zeros({4})}}, kB), td::SchemaError,
                       "Transition() missing required field(s): action");
+  TD_EXPECT_THROW_MSG(Transition({{"obs", torch::zeros({4})},
+                                  {"action", torch::zeros({4})},
+                                  {"b", "x"},
+                                  {"a", torch::zeros({4})}},
+                                 kB),
+                      td::SchemaError, "Transition() got unexpected field(s): a, b");
+  TD_EXPECT_THROW_MSG(Transition({{"obs", "text"}, {"action", torch::zeros({4})}}, kB),
+                      td::SchemaError, "field 'obs' is a tensor field but holds a NonTensorData");
   TD_EXPECT_THROW_MSG(
-      Transition({{"obs", torch::zeros({4})}, {"action", torch::zeros({4})}, {"b", "x"},
-                  {"a", torch::zeros({4})}},
-                 kB),
-      td::SchemaError, "Transition() got unexpected field(s): a, b");
-  TD_EXPECT_THROW_MSG(
-      Transition({{"obs", "text"}, {"action", torch::zeros({4})}}, kB), td::SchemaError,
-      "field 'obs' is a tensor field but holds a NonTensorData");
-  TD_EXPECT_THROW_MSG(
-      Transition({{"obs", torch::zeros({4})}, {"action", torch::zeros({4})},
-                  {"gamma", torch::zeros({4})}},
-                 kB),
+      Transition(
+          {{"obs", torch::zeros({4})}, {"action", torch::zeros({4})}, {"gamma", torch::zeros({4})}},
+          kB),
       td::SchemaError, "field 'gamma' is a non-tensor field (float) but holds a Tensor");
   TD_EXPECT_THROW_MSG(
-      Transition({{"obs", torch::zeros({4})}, {"action", torch::zeros({4})},
-                  {"gamma", "high"}},
+      Transition({{"obs", torch::zeros({4})}, {"action", torch::zeros({4})}, {"gamma", "high"}},
                  kB),
       td::SchemaError, "field 'gamma' expects float, got \"high\"");
 }
@@ -175,7 +174,8 @@ TEST(TensorClassWrap, InMemoryIsLive) {
 
 TEST(TensorClassWrap, NonTensorValuesBeside) {
   td::TensorDict t = obs_action();
-  Transition tc = Transition::from_tensordict(t, {{"gamma", 0.25}, {"env", "Pong"}, {"seed", nullptr}});
+  Transition tc =
+      Transition::from_tensordict(t, {{"gamma", 0.25}, {"env", "Pong"}, {"seed", nullptr}});
   EXPECT_EQ(tc.gamma(), 0.25f);
   EXPECT_EQ(tc.env(), "Pong");
   EXPECT_EQ(tc.seed(), std::nullopt);
@@ -198,16 +198,15 @@ TEST(TensorClassWrap, NonTensorValuesBeside) {
                       "field 'obs' is a tensor field");
   TD_EXPECT_THROW_MSG(Transition::from_tensordict(t, {{"gamma", 1.0}}), td::SchemaError,
                       "field 'gamma' is given twice");
-  TD_EXPECT_THROW_MSG(Transition::from_tensordict(obs_action(), {{"gamma", "x"}}),
-                      td::SchemaError, "field 'gamma' expects float");
+  TD_EXPECT_THROW_MSG(Transition::from_tensordict(obs_action(), {{"gamma", "x"}}), td::SchemaError,
+                      "field 'gamma' expects float");
   TD_EXPECT_THROW_MSG(Transition::from_tensordict(obs_action(), nlohmann::json::array()),
                       td::ValueError, "JSON object");
   td::TensorDict extra = obs_action();
   extra.set("reward", torch::zeros({4}));
   TD_EXPECT_THROW_MSG(Transition::from_tensordict(extra), td::SchemaError,
                       "got unexpected field(s): reward");
-  TD_EXPECT_THROW_MSG(Transition::from_tensordict(td::TensorDictBase()), td::ValueError,
-                      "null");
+  TD_EXPECT_THROW_MSG(Transition::from_tensordict(td::TensorDictBase()), td::ValueError, "null");
 }
 
 TEST(TensorClassWrap, Memmap) {
@@ -330,8 +329,9 @@ TEST(TensorClassMemmap, PythonLayoutAndRoundTrip) {
   Transition saved = t.memmap(dir.str());
   // meta.json: _type, then the non-tensor fields; tensors in _tensordict/.
   // mask is not set: null, as Python writes a field holding None.
-  EXPECT_EQ(read_text(dir.path / "meta.json"),
-            R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":3})");
+  EXPECT_EQ(
+      read_text(dir.path / "meta.json"),
+      R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":3})");
   EXPECT_TRUE(fs::exists(dir.path / "_tensordict" / "meta.json"));
   EXPECT_TRUE(fs::exists(dir.path / "_tensordict" / "obs.memmap"));
   EXPECT_FALSE(fs::exists(dir.path / "_tensordict" / "env"));
@@ -360,15 +360,17 @@ TEST(TensorClassMemmap, PythonLayoutAndRoundTrip) {
   TD_EXPECT_THROW_MSG(MyData::load_memmap(dir.str()), td::SchemaError, "unexpected field(s)");
   Named n({{"x", torch::zeros({2})}}, {2});
   n.memmap(dir.str("named"));
-  EXPECT_EQ(read_text(dir.path / "named" / "meta.json"), R"({"_type":"<class 'mypkg.data.Named'>"})");
+  EXPECT_EQ(read_text(dir.path / "named" / "meta.json"),
+            R"({"_type":"<class 'mypkg.data.Named'>"})");
 }
 
 TEST(TensorClassMemmap, UnsetOptionalFieldsAreWrittenAsNullAndReadBackUnset) {
   TempDir dir("td_tensorclass");
   Transition t = make_transition();  // no mask, no seed
   t.memmap(dir.str());
-  EXPECT_EQ(read_text(dir.path / "meta.json"),
-            R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":null})");
+  EXPECT_EQ(
+      read_text(dir.path / "meta.json"),
+      R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":null})");
   Transition back = Transition::load_memmap(dir.str());
   TD_EXPECT_THROW_MSG(back.mask(), td::SchemaError, "'mask' declared but not set");
   EXPECT_EQ(back.seed(), std::nullopt);
@@ -432,10 +434,10 @@ TEST(TensorClassNested, TypedLevelUnderATensorClass) {
   EXPECT_TRUE(at::equal(w.tensordict().get({"next", "action"}), torch::full({4}, 3.0f)));
   EXPECT_EQ(w[1].next().obs().sizes(), (at::IntArrayRef{3}));
   // A nested field must hold a tensordict, and is not a non-tensor value.
+  TD_EXPECT_THROW_MSG(WithNext({{"obs", torch::zeros({4, 3})}, {"next", torch::zeros({4})}}, kB),
+                      td::SchemaError,
+                      "'next' is a nested TypedObsAction field but holds a Tensor");
   TD_EXPECT_THROW_MSG(
-      WithNext({{"obs", torch::zeros({4, 3})}, {"next", torch::zeros({4})}}, kB),
-      td::SchemaError, "'next' is a nested TypedObsAction field but holds a Tensor");
-  TD_EXPECT_THROW_MSG(WithNext::from_tensordict(td::TensorDict({{"obs", torch::zeros({4, 3})}}, kB),
-                                                {{"next", 1}}),
-                      td::SchemaError, "'next' is a tensor field");
+      WithNext::from_tensordict(td::TensorDict({{"obs", torch::zeros({4, 3})}}, kB), {{"next", 1}}),
+      td::SchemaError, "'next' is a tensor field");
 }

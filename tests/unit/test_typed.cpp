@@ -108,9 +108,9 @@ TEST(TypedConstruction, BuildsAnInMemoryTensorDict) {
   EXPECT_EQ(batch_of(r), kB);
   EXPECT_EQ(r.keys().size(), 3u);
   EXPECT_TRUE(at::equal(r.reward(), torch::arange(4, torch::kFloat)));
-  Replay on_cpu({{"obs", torch::zeros({2})}, {"action", torch::zeros({2})},
-                 {"reward", torch::zeros({2})}},
-                {2}, at::Device(at::kCPU));
+  Replay on_cpu(
+      {{"obs", torch::zeros({2})}, {"action", torch::zeros({2})}, {"reward", torch::zeros({2})}},
+      {2}, at::Device(at::kCPU));
   EXPECT_EQ(on_cpu.device(), at::Device(at::kCPU));
   std::vector<td::TensorDict::Item> items = {
       {"obs", torch::zeros({2})}, {"action", torch::zeros({2})}, {"reward", torch::zeros({2})}};
@@ -280,12 +280,13 @@ TEST(TypedWrap, SharedMemory) {
 }
 
 TEST(TypedWrap, LazyStack) {
-  td::TensorDict a({{"obs", torch::zeros({3})}, {"action", torch::zeros({2})},
-                    {"reward", torch::zeros({})}, {"only_a", torch::zeros({})}},
+  td::TensorDict a({{"obs", torch::zeros({3})},
+                    {"action", torch::zeros({2})},
+                    {"reward", torch::zeros({})},
+                    {"only_a", torch::zeros({})}},
                    {});
-  td::TensorDict b({{"obs", torch::ones({3})}, {"action", torch::ones({2})},
-                    {"reward", torch::ones({})}},
-                   {});
+  td::TensorDict b(
+      {{"obs", torch::ones({3})}, {"action", torch::ones({2})}, {"reward", torch::ones({})}}, {});
   auto ls = td::lazy_stack({a, b});
   Replay r = Replay::from_tensordict(ls);
   EXPECT_TRUE(r.is<td::LazyStackedTensorDict>());
@@ -420,8 +421,8 @@ TEST(TypedSchema, FromSchemaInMemoryMemmapShared) {
   EXPECT_EQ(back.reward()[2].item<float>(), 3.0f);
   EXPECT_EQ(back.obs()[2][1].item<int64_t>(), 7);
 
-  Replay by_name = Replay::from_schema(replay_schema(), {2}, "memmap",
-                                       {{"prefix", dir.str("by_name")}});
+  Replay by_name =
+      Replay::from_schema(replay_schema(), {2}, "memmap", {{"prefix", dir.str("by_name")}});
   EXPECT_TRUE(by_name.is_memmap());
 
   Replay sh = Replay::from_schema(replay_schema(), {2}, td::storage::Shared{});
@@ -432,9 +433,9 @@ TEST(TypedSchema, FromSchemaInMemoryMemmapShared) {
 TEST(TypedSchema, SchemaMustHoldTheRequiredFields) {
   TempDir dir;
   td::Schema partial{{"obs", {{3}, torch::kFloat32}}};
-  TD_EXPECT_THROW_MSG(
-      Replay::from_schema(partial, {5}, td::storage::Memmap{.prefix = dir.str()}),
-      td::SchemaError, "Replay.from_schema() missing required field(s): action, reward");
+  TD_EXPECT_THROW_MSG(Replay::from_schema(partial, {5}, td::storage::Memmap{.prefix = dir.str()}),
+                      td::SchemaError,
+                      "Replay.from_schema() missing required field(s): action, reward");
   EXPECT_FALSE(fs::exists(dir.path));  // checked before anything is allocated
   // check=false accepts it; the missing fields fail when read.
   Replay r = Replay::from_schema(partial, {5}, td::storage::Memory{}, /*check=*/false);

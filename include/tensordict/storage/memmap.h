@@ -26,11 +26,9 @@ class MemoryMappedTensor {
                                   at::IntArrayRef shape, bool writable = true);
   /// Creates (or truncates) `filename` with room for `shape` elements, zero
   /// filled and sparse, and maps it.
-  static at::Tensor empty(const std::string& filename, at::IntArrayRef shape,
-                          at::ScalarType dtype);
+  static at::Tensor empty(const std::string& filename, at::IntArrayRef shape, at::ScalarType dtype);
   /// Same as empty(): new files read as zeros.
-  static at::Tensor zeros(const std::string& filename, at::IntArrayRef shape,
-                          at::ScalarType dtype);
+  static at::Tensor zeros(const std::string& filename, at::IntArrayRef shape, at::ScalarType dtype);
   /// Writes `tensor` (materialized: strides, offsets and expansion are not kept)
   /// into `filename` with write() and maps the file.
   static at::Tensor from_tensor(const at::Tensor& tensor, const std::string& filename);

@@ -39,8 +39,8 @@ class MemoryNode final : public Node {
   /// A node holding `entries`, whose keys are exactly those of `same_keys`,
   /// in the same order (the caller guarantees it): the key index of
   /// `same_keys` is shared instead of being built key by key.
-  MemoryNode(at::IntArrayRef batch_size, std::optional<at::Device> device,
-             Entries entries, const MemoryNode& same_keys);
+  MemoryNode(at::IntArrayRef batch_size, std::optional<at::Device> device, Entries entries,
+             const MemoryNode& same_keys);
   /// Non-virtual peek, for the core's hot paths.
   const Value* lookup(std::string_view key) const {
     auto pos = position(key);
@@ -48,9 +48,7 @@ class MemoryNode final : public Node {
   }
   std::string type_name() const override { return "TensorDict"; }
   at::IntArrayRef batch_size() const override { return batch_size_; }
-  void set_batch_size(std::vector<int64_t> b) override {
-    batch_size_.assign(b.begin(), b.end());
-  }
+  void set_batch_size(std::vector<int64_t> b) override { batch_size_.assign(b.begin(), b.end()); }
   std::optional<at::Device> device() const override { return device_; }
   void set_device(std::optional<at::Device> d) override { device_ = d; }
   std::vector<std::string> keys() const override;
@@ -143,8 +141,7 @@ class MemoryNode final : public Node {
       if (s < 0) return npos;
       const auto pos = static_cast<std::size_t>(s);
       const KeyTag& e = tags_[pos];
-      if (e.head == t.head && e.size == t.size &&
-          tail_equal(entries_[pos].first.data(), key))
+      if (e.head == t.head && e.size == t.size && tail_equal(entries_[pos].first.data(), key))
         return pos;
     }
   }
@@ -154,12 +151,12 @@ class MemoryNode final : public Node {
   // The key index, shared by the nodes whose keys are the same, in the same
   // order; never modified while shared.
   struct KeyIndex {
-    std::vector<KeyTag> tags;          // tags[i] belongs to entries_[i]
-    std::vector<std::int32_t> slots;   // power of two; -1 = empty
-    std::size_t slot_mask = 0;         // slots.size() - 1; 0 while slots is empty
-    unsigned slot_shift = 64;          // 64 - log2(slots.size())
+    std::vector<KeyTag> tags;         // tags[i] belongs to entries_[i]
+    std::vector<std::int32_t> slots;  // power of two; -1 = empty
+    std::size_t slot_mask = 0;        // slots.size() - 1; 0 while slots is empty
+    unsigned slot_shift = 64;         // 64 - log2(slots.size())
   };
-  KeyIndex& own_index();  // index_, unshared (copied or created if needed)
+  KeyIndex& own_index();        // index_, unshared (copied or created if needed)
   void cache_index() noexcept;  // copies index_'s fields below
   void rebuild_index();
   void insert_slot(std::size_t pos);  // the slots have room

@@ -35,8 +35,7 @@ std::vector<int64_t> with_dim(at::IntArrayRef shape, int64_t d, int64_t size) {
 
 // Sizes that agree across shapes, -1 where they differ. Shapes must have the
 // same number of dims (nullopt otherwise).
-std::optional<std::vector<int64_t>> common_shape(
-    const std::vector<std::vector<int64_t>>& shapes) {
+std::optional<std::vector<int64_t>> common_shape(const std::vector<std::vector<int64_t>>& shapes) {
   if (shapes.empty()) return std::vector<int64_t>{};
   std::vector<int64_t> out = shapes[0];
   for (const auto& s : shapes) {
@@ -56,21 +55,19 @@ std::string shapes_list(const std::vector<at::Tensor>& leaves) {
   return out;
 }
 
-void check_member_unlocked(const TensorDictBase& m, std::size_t i,
-                           std::string_view key, const char* op) {
+void check_member_unlocked(const TensorDictBase& m, std::size_t i, std::string_view key,
+                           const char* op) {
   if (m.is_locked())
     throw LockedError(std::string("Cannot modify locked TensorDict: ") + op + " of " +
-                      key_of(key).repr() + " would write into member " +
-                      std::to_string(i) + " of the lazy stack, which is locked");
+                      key_of(key).repr() + " would write into member " + std::to_string(i) +
+                      " of the lazy stack, which is locked");
 }
 
 }  // namespace
 
 LazyStackNode::LazyStackNode(std::vector<TensorDictBase> members, int64_t stack_dim,
                              std::vector<int64_t> member_batch)
-    : members_(std::move(members)),
-      stack_dim_(stack_dim),
-      member_batch_(std::move(member_batch)) {
+    : members_(std::move(members)), stack_dim_(stack_dim), member_batch_(std::move(member_batch)) {
   is_lazy_stack_ = true;
   refresh_batch();
 }
@@ -138,9 +135,8 @@ std::optional<EntryKind> LazyStackNode::kind(std::string_view key) const {
     auto k = members_[i].node().kind(key);
     if (!k) return std::nullopt;
     if (out && *k != *out && !(is_non_tensor_kind(*k) && is_non_tensor_kind(*out)))
-      throw TypeError("lazy stack: entry " + key_of(key).repr() + " is a " +
-                      to_string(*out) + " in member 0 and a " + to_string(*k) +
-                      " in member " + std::to_string(i));
+      throw TypeError("lazy stack: entry " + key_of(key).repr() + " is a " + to_string(*out) +
+                      " in member 0 and a " + to_string(*k) + " in member " + std::to_string(i));
     if (!out || *k == EntryKind::NonTensorStack) out = k;
   }
   // Non-tensors: one NonTensorData when every member holds the same value,
@@ -180,14 +176,13 @@ std::vector<at::Tensor> LazyStackNode::member_leaves(std::string_view key) const
     if (!v) {
       held = n.find(key);
       if (!held)
-        throw KeyError("key " + key_of(key).repr() + " not found in member " +
-                       std::to_string(i) + " of the lazy stack");
+        throw KeyError("key " + key_of(key).repr() + " not found in member " + std::to_string(i) +
+                       " of the lazy stack");
       v = &*held;
     }
     if (!v->is_tensor())
       throw TypeError("lazy stack: entry " + key_of(key).repr() + " of member " +
-                      std::to_string(i) + " is a " + to_string(v->kind()) +
-                      ", not a Tensor");
+                      std::to_string(i) + " is a " + to_string(v->kind()) + ", not a Tensor");
     leaves.push_back(v->tensor());
   }
   return leaves;
@@ -216,7 +211,7 @@ std::optional<Value> LazyStackNode::find(std::string_view key) const {
       const Node& n = members_[i].node();
       if (n.holds_values()) {
         const Value* v = n.peek(key);
-        if (!v) return std::nullopt;  // an exclusive key is not a key of the stack
+        if (!v) return std::nullopt;           // an exclusive key is not a key of the stack
         if (!v->is_tensor()) (void)kind(key);  // throws the kind mismatch
         leaves.push_back(std::get<0>(v->variant()));
       } else {
@@ -245,8 +240,8 @@ std::optional<Value> LazyStackNode::find(std::string_view key) const {
     case EntryKind::NonTensor:
       // The same value in every member (kind() checked): one NonTensorData
       // (its batch shows -1 where the members' batch sizes differ).
-      return Value(NonTensorData(members_[0].node().find(key)->non_tensor().data(), batch_,
-                                 device()));
+      return Value(
+          NonTensorData(members_[0].node().find(key)->non_tensor().data(), batch_, device()));
     case EntryKind::NonTensorStack: {
       // One value per element, stacked along the stack dim (Python's
       // NonTensorStack). ShapeError naming the key for ragged members.
@@ -279,8 +274,7 @@ void LazyStackNode::write(std::string_view key, Value value) {
     }
     case EntryKind::NonTensor:
       for (auto& m : members_)
-        m.set(k, NonTensorData(value.non_tensor().data(), m.batch_size().vec(),
-                               m.device()));
+        m.set(k, NonTensorData(value.non_tensor().data(), m.batch_size().vec(), m.device()));
       break;
     case EntryKind::NonTensorStack: {
       // Member i receives the values of its slice of the stack dim.
@@ -335,8 +329,8 @@ TensorDictBase LazyStackNode::create_nested(std::string_view key, at::IntArrayRe
     check_member_unlocked(members_[i], i, key, "create");
   std::vector<TensorDictBase> subs;
   for (auto& m : members_) subs.push_back(m.create_nested(key_of(key)));
-  return TensorDictBase(std::make_shared<LazyStackNode>(std::move(subs), stack_dim_,
-                                                        member_batch_));
+  return TensorDictBase(
+      std::make_shared<LazyStackNode>(std::move(subs), stack_dim_, member_batch_));
 }
 
 void LazyStackNode::remove(std::string_view key) {
@@ -353,39 +347,35 @@ void LazyStackNode::flush() {
 
 TensorDictBase make_lazy(std::vector<TensorDictBase> members, int64_t stack_dim,
                          std::vector<int64_t> member_batch_if_empty) {
-  return TensorDictBase(std::make_shared<LazyStackNode>(
-      std::move(members), stack_dim, std::move(member_batch_if_empty)));
+  return TensorDictBase(std::make_shared<LazyStackNode>(std::move(members), stack_dim,
+                                                        std::move(member_batch_if_empty)));
 }
 
-TensorDictBase map_members(const LazyStackNode& ls,
-                           const std::function<TensorDictBase(const TensorDictBase&,
-                                                              std::size_t)>& fn) {
+TensorDictBase map_members(
+    const LazyStackNode& ls,
+    const std::function<TensorDictBase(const TensorDictBase&, std::size_t)>& fn) {
   std::vector<TensorDictBase> out;
   out.reserve(ls.members().size());
-  for (std::size_t i = 0; i < ls.members().size(); ++i)
-    out.push_back(fn(ls.members()[i], i));
+  for (std::size_t i = 0; i < ls.members().size(); ++i) out.push_back(fn(ls.members()[i], i));
   return make_lazy(std::move(out), ls.stack_dim(), ls.member_batch());
 }
 
-std::vector<TensorDictBase> split_for_members(const LazyStackNode& ls,
-                                              const TensorDictBase& other,
+std::vector<TensorDictBase> split_for_members(const LazyStackNode& ls, const TensorDictBase& other,
                                               const char* op) {
   const std::size_t n = ls.members().size();
   if (const auto* o = as_lazy_stack(other);
       o && o->stack_dim() == ls.stack_dim() && o->members().size() == n)
     return o->members();
-  if (other.batch_dims() <= ls.stack_dim() || other.batch_size()[ls.stack_dim()] !=
-                                                  static_cast<int64_t>(n))
-    throw ShapeError(std::string(op) + ": a tensordict of batch size " +
-                     format_shape(other.batch_size()) +
-                     " does not match the lazy stack of batch size " +
-                     format_shape(ls.batch_size()) + " along its stack dim " +
-                     std::to_string(ls.stack_dim()));
+  if (other.batch_dims() <= ls.stack_dim() ||
+      other.batch_size()[ls.stack_dim()] != static_cast<int64_t>(n))
+    throw ShapeError(
+        std::string(op) + ": a tensordict of batch size " + format_shape(other.batch_size()) +
+        " does not match the lazy stack of batch size " + format_shape(ls.batch_size()) +
+        " along its stack dim " + std::to_string(ls.stack_dim()));
   return other.unbind(ls.stack_dim());
 }
 
-at::Tensor operand_for_member(const LazyStackNode& ls, const at::Tensor& t,
-                              std::size_t i) {
+at::Tensor operand_for_member(const LazyStackNode& ls, const at::Tensor& t, std::size_t i) {
   // Broadcast right-aligned to the batch (-1 keeps ragged dims as they are),
   // then take the member's slice of the stack dim.
   const auto b = ls.batch_size();
@@ -408,10 +398,10 @@ using at::indexing::TensorIndex;
 // An index laid out against the batch dims of a lazy stack.
 struct LazyPlan {
   enum Mode { Member, Members, Dense } mode = Dense;
-  std::size_t member = 0;             // Mode::Member
-  std::vector<int64_t> selected;      // Mode::Members: member ids, in order
-  int64_t out_dim = 0;                // Mode::Members: stack dim of the result
-  std::vector<TensorIndex> sub;       // the index each member gets
+  std::size_t member = 0;         // Mode::Member
+  std::vector<int64_t> selected;  // Mode::Members: member ids, in order
+  int64_t out_dim = 0;            // Mode::Members: stack dim of the result
+  std::vector<TensorIndex> sub;   // the index each member gets
 };
 
 int64_t dims_consumed(const TensorIndex& i) {
@@ -425,8 +415,10 @@ int64_t dims_consumed(const TensorIndex& i) {
 
 template <class T>
 int64_t as_int(const T& v) {
-  if constexpr (std::is_integral_v<T>) return v;
-  else return v.expect_int();  // c10::SymInt in LibTorch 2.x
+  if constexpr (std::is_integral_v<T>)
+    return v;
+  else
+    return v.expect_int();  // c10::SymInt in LibTorch 2.x
 }
 
 LazyPlan plan_index(const LazyStackNode& ls, IndexList index) {
@@ -522,9 +514,9 @@ LazyPlan plan_index(const LazyStackNode& ls, IndexList index) {
       plan.out_dim = basic_dims_before(at_s);
     } else if (tensors_adjacent) {
       // The advanced block keeps its place: count it when it comes first.
-      plan.out_dim = basic_dims_before(at_s) +
-                     (last_tensor >= 0 && static_cast<std::size_t>(last_tensor) < at_s
-                          ? adv_ndim : 0);
+      plan.out_dim =
+          basic_dims_before(at_s) +
+          (last_tensor >= 0 && static_cast<std::size_t>(last_tensor) < at_s ? adv_ndim : 0);
     } else {
       plan.out_dim = adv_ndim + basic_dims_before(at_s);
     }
@@ -534,9 +526,8 @@ LazyPlan plan_index(const LazyStackNode& ls, IndexList index) {
     at::Tensor t = it.tensor();
     if (t.scalar_type() == at::kBool && t.dim() == 1) {
       if (t.size(0) != N)
-        throw IndexError("a mask of " + std::to_string(t.size(0)) +
-                         " elements cannot index the " + std::to_string(N) +
-                         " members of the lazy stack");
+        throw IndexError("a mask of " + std::to_string(t.size(0)) + " elements cannot index the " +
+                         std::to_string(N) + " members of the lazy stack");
       t = t.nonzero().squeeze(1);
     }
     if (t.scalar_type() != at::kBool && t.dim() <= 1) {
@@ -586,8 +577,7 @@ std::vector<int64_t> member_batch_after(const LazyStackNode& ls,
 
 }  // namespace
 
-TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self,
-                          IndexList index) {
+TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, IndexList index) {
   // stack[i] with the stack dim first: the member, without planning.
   if (index.size() == 1 && index[0].is_integer() && ls.stack_dim() == 0) {
     const auto n = static_cast<int64_t>(ls.members().size());
@@ -617,15 +607,17 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self,
   return self.to_tensordict().index(index);
 }
 
-void lazy_index_put(const LazyStackNode& ls, IndexList index,
-                    const TensorDictBase& value_in, bool existing_only) {
+void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBase& value_in,
+                    bool existing_only) {
   LazyPlan plan = plan_index(ls, index);
   auto put = [&](const TensorDictBase& m, const TensorDictBase& v) {
     TensorDictBase target = m;
     static const std::vector<TensorIndex> all{at::indexing::Ellipsis};
     IndexList idx = plan.sub.empty() ? IndexList(all) : IndexList(plan.sub);
-    if (existing_only) target.update_at_(v, idx);
-    else target.index_put_(idx, v);
+    if (existing_only)
+      target.update_at_(v, idx);
+    else
+      target.index_put_(idx, v);
   };
   switch (plan.mode) {
     case LazyPlan::Member: {
@@ -643,8 +635,7 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index,
       auto vb = value.batch_size();
       bool ragged = std::any_of(ls.member_batch().begin(), ls.member_batch().end(),
                                 [](int64_t d) { return d < 0; });
-      if (!ragged && !vb.empty() && !vb.equals(out_batch) &&
-          at::is_expandable_to(vb, out_batch))
+      if (!ragged && !vb.empty() && !vb.equals(out_batch) && at::is_expandable_to(vb, out_batch))
         value = value.expand(out_batch);
       const int64_t vd = value.batch_dims();
       const int64_t p = plan.out_dim - (out_ndim - vd);  // the value's dim for the stack
@@ -658,9 +649,9 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index,
       } else if (n == 1 && value.batch_size()[p] == 1) {
         parts.assign(1, value.squeeze(p));
       } else {
-        throw ShapeError("index_put_: a value of batch size " +
-                         format_shape(value.batch_size()) + " cannot be written into " +
-                         std::to_string(n) + " members of the lazy stack");
+        throw ShapeError("index_put_: a value of batch size " + format_shape(value.batch_size()) +
+                         " cannot be written into " + std::to_string(n) +
+                         " members of the lazy stack");
       }
       // Check every member first, so a refused write changes nothing.
       for (auto k : plan.selected)
@@ -686,8 +677,10 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& 
   LazyPlan plan = plan_index(ls, index);
   if (plan.mode == LazyPlan::Member) {
     TensorDictBase m = ls.members()[plan.member];
-    if (plan.sub.empty()) m.index_put_({at::indexing::Ellipsis}, value);
-    else m.index_put_(plan.sub, value);
+    if (plan.sub.empty())
+      m.index_put_({at::indexing::Ellipsis}, value);
+    else
+      m.index_put_(plan.sub, value);
     return;
   }
   if (plan.mode == LazyPlan::Dense) throw_unsplittable();
@@ -695,30 +688,31 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& 
     // A scalar fits every leaf of every member, ragged or not.
     for (auto k : plan.selected) {
       TensorDictBase m = ls.members()[static_cast<std::size_t>(k)];
-      if (plan.sub.empty()) m.index_put_({at::indexing::Ellipsis}, value.reshape({}));
-      else m.index_put_(plan.sub, value.reshape({}));
+      if (plan.sub.empty())
+        m.index_put_({at::indexing::Ellipsis}, value.reshape({}));
+      else
+        m.index_put_(plan.sub, value.reshape({}));
     }
     return;
   }
   std::vector<int64_t> out_batch = member_batch_after(ls, plan.sub);
-  out_batch.insert(out_batch.begin() + plan.out_dim,
-                   static_cast<int64_t>(plan.selected.size()));
+  out_batch.insert(out_batch.begin() + plan.out_dim, static_cast<int64_t>(plan.selected.size()));
   for (auto d : out_batch)
     if (d < 0)
-      throw ShapeError("index_put_: a tensor value cannot be written across ragged "
-                       "batch dims of a lazy stack; write each member");
+      throw ShapeError(
+          "index_put_: a tensor value cannot be written across ragged "
+          "batch dims of a lazy stack; write each member");
   TensorDict v(out_batch);
-  for (const auto& k : TensorDictBase(std::const_pointer_cast<Node>(ls.shared_from_this()))
-                           .keys(true, true)) {
+  for (const auto& k :
+       TensorDictBase(std::const_pointer_cast<Node>(ls.shared_from_this())).keys(true, true)) {
     // Feature dims come from member 0 (leaves of other members may differ).
     at::Tensor leaf0 = ls.members()[0].get(k);
     auto feat = leaf0.sizes().slice(ls.members()[0].batch_size().size());
     std::vector<int64_t> shape = out_batch;
     shape.insert(shape.end(), feat.begin(), feat.end());
     if (!at::is_expandable_to(value.sizes(), shape))
-      throw ShapeError("index_put_: cannot write a tensor of shape " +
-                       format_shape(value.sizes()) + " into " + k.repr() +
-                       " at an index of shape " + format_shape(shape));
+      throw ShapeError("index_put_: cannot write a tensor of shape " + format_shape(value.sizes()) +
+                       " into " + k.repr() + " at an index of shape " + format_shape(shape));
     v.set(k, value.to(leaf0.scalar_type()).expand(shape));
   }
   lazy_index_put(ls, index, v, true);
@@ -732,21 +726,21 @@ namespace {
 
 std::shared_ptr<Node> make_stack_node(std::vector<TensorDictBase> tds, int64_t stack_dim,
                                       bool strict_shape) {
-  if (tds.empty())
-    throw ValueError("lazy_stack: expected at least one tensordict to stack");
+  if (tds.empty()) throw ValueError("lazy_stack: expected at least one tensordict to stack");
   const int64_t B = tds[0].batch_dims();
   for (std::size_t i = 0; i < tds.size(); ++i) {
-    if (!tds[i].defined()) throw ValueError("lazy_stack: tensordict " + std::to_string(i) +
-                                            " is a null handle");
+    if (!tds[i].defined())
+      throw ValueError("lazy_stack: tensordict " + std::to_string(i) + " is a null handle");
     if (tds[i].batch_dims() != B)
-      throw ShapeError("lazy_stack: the tensordicts must have the same number of batch "
-                       "dims: tensordict 0 has batch size " +
-                       format_shape(tds[0].batch_size()) + " and tensordict " +
-                       std::to_string(i) + " has " + format_shape(tds[i].batch_size()));
+      throw ShapeError(
+          "lazy_stack: the tensordicts must have the same number of batch "
+          "dims: tensordict 0 has batch size " +
+          format_shape(tds[0].batch_size()) + " and tensordict " + std::to_string(i) + " has " +
+          format_shape(tds[i].batch_size()));
     if (strict_shape && !tds[i].batch_size().equals(tds[0].batch_size()))
-      throw ShapeError("lazy_stack: batch sizes in tensordicts differs: " +
-                       format_shape(tds[0].batch_size()) + " and " +
-                       format_shape(tds[i].batch_size()) + " (strict_shape)");
+      throw ShapeError(
+          "lazy_stack: batch sizes in tensordicts differs: " + format_shape(tds[0].batch_size()) +
+          " and " + format_shape(tds[i].batch_size()) + " (strict_shape)");
     if (tds[i].device() != tds[0].device())
       throw DeviceError("lazy_stack: devices differ: tensordict 0 is on " +
                         (tds[0].device() ? tds[0].device()->str() : std::string("None")) +
@@ -769,8 +763,8 @@ detail::LazyStackNode& lazy_node(const TensorDictBase& td) {
 
 }  // namespace
 
-LazyStackedTensorDict::LazyStackedTensorDict(std::vector<TensorDictBase> tds,
-                                             int64_t stack_dim, bool strict_shape)
+LazyStackedTensorDict::LazyStackedTensorDict(std::vector<TensorDictBase> tds, int64_t stack_dim,
+                                             bool strict_shape)
     : TensorDictBase(make_stack_node(std::move(tds), stack_dim, strict_shape)) {}
 
 LazyStackedTensorDict::LazyStackedTensorDict(std::shared_ptr<Node> node)
@@ -785,8 +779,7 @@ const std::vector<TensorDictBase>& LazyStackedTensorDict::tensordicts() const {
 
 int64_t LazyStackedTensorDict::stack_dim() const { return lazy_node(*this).stack_dim(); }
 
-LazyStackedTensorDict& LazyStackedTensorDict::insert(int64_t index,
-                                                     const TensorDictBase& td) {
+LazyStackedTensorDict& LazyStackedTensorDict::insert(int64_t index, const TensorDictBase& td) {
   auto& n = lazy_node(*this);
   if (is_locked())
     throw LockedError("Cannot modify locked TensorDict: insert into a locked lazy stack");
@@ -797,8 +790,7 @@ LazyStackedTensorDict& LazyStackedTensorDict::insert(int64_t index,
   index = std::min(index, N);
   const auto& mb = n.member_batch();
   bool ok = td.defined() && td.batch_size().size() == mb.size();
-  for (std::size_t d = 0; ok && d < mb.size(); ++d)
-    ok = mb[d] < 0 || td.batch_size()[d] == mb[d];
+  for (std::size_t d = 0; ok && d < mb.size(); ++d) ok = mb[d] < 0 || td.batch_size()[d] == mb[d];
   if (!ok)
     throw ShapeError("insert: the tensordict of batch size " +
                      (td.defined() ? format_shape(td.batch_size()) : std::string("(null)")) +
@@ -859,8 +851,7 @@ at::Tensor LazyStackedTensorDict::get_padded(const NestedKey& key, double paddin
   return at::stack(padded, stack_dim());
 }
 
-LazyStackedTensorDict lazy_stack(std::vector<TensorDictBase> tds, int64_t dim,
-                                 bool strict_shape) {
+LazyStackedTensorDict lazy_stack(std::vector<TensorDictBase> tds, int64_t dim, bool strict_shape) {
   return LazyStackedTensorDict(std::move(tds), dim, strict_shape);
 }
 

@@ -9,12 +9,12 @@
 
 #include <ATen/ATen.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 namespace tensordict {
 namespace detail {
@@ -65,8 +65,7 @@ at::Tensor wrap_mapping(MappedFile file, at::ScalarType dtype, at::IntArrayRef s
   c10::Storage storage(c10::Storage::use_byte_size_t(), length, std::move(ptr),
                        /*allocator=*/nullptr, /*resizable=*/false);
   auto strides = row_major_strides(shape);
-  return at::empty({0}, at::TensorOptions().dtype(dtype))
-      .set_(storage, 0, shape, strides);
+  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, 0, shape, strides);
 }
 
 }  // namespace
@@ -77,11 +76,10 @@ int64_t numel_of(at::IntArrayRef shape) {
   return n;
 }
 
-at::Tensor map_file(const std::string& path, at::ScalarType dtype,
-                    at::IntArrayRef shape, bool writable, const std::string& what) {
+at::Tensor map_file(const std::string& path, at::ScalarType dtype, at::IntArrayRef shape,
+                    bool writable, const std::string& what) {
   const int64_t numel = numel_of(shape);
-  const std::size_t nbytes =
-      static_cast<std::size_t>(numel) * c10::elementSize(dtype);
+  const std::size_t nbytes = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
   if (nbytes == 0) return at::empty(shape, at::TensorOptions().dtype(dtype));
   Fd f;
   f.fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
@@ -91,28 +89,24 @@ at::Tensor map_file(const std::string& path, at::ScalarType dtype,
     f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     writable = false;
   }
-  if (f.fd < 0)
-    throw FormatError("cannot open " + path + what + ": " + errno_text());
+  if (f.fd < 0) throw FormatError("cannot open " + path + what + ": " + errno_text());
   struct stat st {};
   if (::fstat(f.fd, &st) != 0)
     throw StorageError("cannot stat " + path + what + ": " + errno_text());
   if (static_cast<std::size_t>(st.st_size) < nbytes)
-    throw FormatError("truncated file " + path + what + ": it has " +
-                      std::to_string(st.st_size) + " bytes, " +
-                      std::to_string(nbytes) + " are needed for shape " +
+    throw FormatError("truncated file " + path + what + ": it has " + std::to_string(st.st_size) +
+                      " bytes, " + std::to_string(nbytes) + " are needed for shape " +
                       format_shape(shape) + " of " + torch_dtype_repr(dtype));
   // Read-only opens are mapped copy-on-write so that an in-place op on the
   // tensor cannot crash the process (as Python's from_file(shared=False)).
-  void* addr = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE,
-                      writable ? MAP_SHARED : MAP_PRIVATE, f.fd, 0);
-  if (addr == MAP_FAILED)
-    throw StorageError("cannot map " + path + what + ": " + errno_text());
-  return wrap_mapping(MappedFile{addr, nbytes, path, writable, st.st_dev, st.st_ino}, dtype,
-                      shape);
+  void* addr =
+      ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, writable ? MAP_SHARED : MAP_PRIVATE, f.fd, 0);
+  if (addr == MAP_FAILED) throw StorageError("cannot map " + path + what + ": " + errno_text());
+  return wrap_mapping(MappedFile{addr, nbytes, path, writable, st.st_dev, st.st_ino}, dtype, shape);
 }
 
-void write_file(const std::string& path, const at::Tensor& tensor,
-                bool copy_data, const std::string& what) {
+void write_file(const std::string& path, const at::Tensor& tensor, bool copy_data,
+                const std::string& what) {
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
     throw StorageError("refusing to write through the symbolic link " + path + what);
@@ -126,8 +120,7 @@ void write_file(const std::string& path, const at::Tensor& tensor,
     throw StorageError("cannot replace " + path + what + ": " + errno_text());
   Fd f;
   f.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (f.fd < 0)
-    throw StorageError("cannot create " + path + what + ": " + errno_text());
+  if (f.fd < 0) throw StorageError("cannot create " + path + what + ": " + errno_text());
   const std::size_t nbytes = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
   if (!copy_data) {
     if (::ftruncate(f.fd, static_cast<off_t>(nbytes)) != 0)
@@ -144,8 +137,8 @@ void write_file(const std::string& path, const at::Tensor& tensor,
     ssize_t n = ::pwrite(f.fd, data + done, chunk, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw StorageError("cannot write " + path + what + " (" + std::to_string(done) +
-                         " of " + std::to_string(nbytes) + " bytes written): " + errno_text());
+      throw StorageError("cannot write " + path + what + " (" + std::to_string(done) + " of " +
+                         std::to_string(nbytes) + " bytes written): " + errno_text());
     }
     done += static_cast<std::size_t>(n);
   }
@@ -187,9 +180,9 @@ bool read_mapped_into(const at::Tensor& src, const at::Tensor& dst) {
     ssize_t n = ::pread(f.fd, out + done, chunk, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
-      throw StorageError("cannot read " + m->path + " (" + std::to_string(done) + " of " +
-                         std::to_string(nbytes) + " bytes read): " +
-                         (n < 0 ? errno_text() : std::string("unexpected end of file")));
+      throw StorageError(
+          "cannot read " + m->path + " (" + std::to_string(done) + " of " + std::to_string(nbytes) +
+          " bytes read): " + (n < 0 ? errno_text() : std::string("unexpected end of file")));
     done += static_cast<std::size_t>(n);
   }
   return true;
@@ -197,26 +190,24 @@ bool read_mapped_into(const at::Tensor& src, const at::Tensor& dst) {
 
 }  // namespace detail
 
-at::Tensor MemoryMappedTensor::from_filename(const std::string& filename,
-                                             at::ScalarType dtype,
+at::Tensor MemoryMappedTensor::from_filename(const std::string& filename, at::ScalarType dtype,
                                              at::IntArrayRef shape, bool writable) {
   return detail::map_file(filename, dtype, shape, writable, "");
 }
 
-at::Tensor MemoryMappedTensor::empty(const std::string& filename,
-                                     at::IntArrayRef shape, at::ScalarType dtype) {
+at::Tensor MemoryMappedTensor::empty(const std::string& filename, at::IntArrayRef shape,
+                                     at::ScalarType dtype) {
   at::Tensor meta = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
   detail::write_file(filename, meta, /*copy_data=*/false, "");
   return detail::map_file(filename, dtype, shape, true, "");
 }
 
-at::Tensor MemoryMappedTensor::zeros(const std::string& filename,
-                                     at::IntArrayRef shape, at::ScalarType dtype) {
+at::Tensor MemoryMappedTensor::zeros(const std::string& filename, at::IntArrayRef shape,
+                                     at::ScalarType dtype) {
   return empty(filename, shape, dtype);
 }
 
-at::Tensor MemoryMappedTensor::from_tensor(const at::Tensor& tensor,
-                                           const std::string& filename) {
+at::Tensor MemoryMappedTensor::from_tensor(const at::Tensor& tensor, const std::string& filename) {
   detail::write_file(filename, tensor, /*copy_data=*/true, "");
   return detail::map_file(filename, tensor.scalar_type(), tensor.sizes(), true, "");
 }

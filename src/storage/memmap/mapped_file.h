@@ -12,8 +12,8 @@ int64_t numel_of(at::IntArrayRef shape);
 
 /// Maps `path` as `shape` elements of `dtype` (numel 0: an empty tensor, no
 /// file needed). `what` is appended to error messages (" for key 'a'").
-at::Tensor map_file(const std::string& path, at::ScalarType dtype,
-                    at::IntArrayRef shape, bool writable, const std::string& what);
+at::Tensor map_file(const std::string& path, at::ScalarType dtype, at::IntArrayRef shape,
+                    bool writable, const std::string& what);
 
 /// Creates `path` holding `tensor`'s bytes (copy_data) or its size in zeros
 /// (sparse). Refuses symbolic links.

@@ -9,6 +9,9 @@
 
 #include <ATen/ATen.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -18,13 +21,10 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
-#include <random>
 #include <thread>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
@@ -42,9 +42,8 @@ std::string encode_key_for_filesystem(std::string_view key) {
   std::string out;
   out.reserve(key.size());
   for (unsigned char c : key) {
-    bool encode = c < 0x20 || c == 0x7F || c == ' ' || c == '/' || c == '<' ||
-                  c == '>' || c == ':' || c == '"' || c == '|' || c == '?' ||
-                  c == '*' || c == '\\' || c == '%';
+    bool encode = c < 0x20 || c == 0x7F || c == ' ' || c == '/' || c == '<' || c == '>' ||
+                  c == ':' || c == '"' || c == '|' || c == '?' || c == '*' || c == '\\' || c == '%';
     if (encode) {
       out += '%';
       out += hex[c >> 4];
@@ -76,7 +75,6 @@ std::string decode_key_from_filesystem(std::string_view name) {
   }
   return out;
 }
-
 
 namespace {
 // True when `file` is a regular file holding exactly `text`.
@@ -149,8 +147,10 @@ ojson non_tensor_meta(const Value& v) {
   const NonTensorStack& s = v.non_tensor_stack();
   nt["_type"] = kNonTensorStackType;
   nt["stack_dim"] = 0;
-  if (s.device()) nt["device"] = s.device()->str();
-  else nt["device"] = nullptr;
+  if (s.device())
+    nt["device"] = s.device()->str();
+  else
+    nt["device"] = nullptr;
   nt["data"] = ojson::parse(s.tolist().dump());
   return nt;
 }
@@ -172,8 +172,8 @@ ojson non_tensor_batch_meta(at::IntArrayRef batch) {
 struct LeafJob {
   std::string path;
   at::Tensor source;
-  TensorDict out;    // where the mapped tensor goes
-  std::string key;   // in `out`
+  TensorDict out;   // where the mapped tensor goes
+  std::string key;  // in `out`
   NestedKey full_key;
   bool reuse = false;  // already mapped at this path
 };
@@ -193,8 +193,7 @@ const char* kLazyStackType = "<class 'tensordict._lazy.LazyStackedTensorDict'>";
 
 TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool copy_data,
                          const MemmapOptions& opt, std::vector<LeafJob>& jobs,
-                         std::vector<std::pair<fs::path, ojson>>& metas,
-                         const NestedKey& path);
+                         std::vector<std::pair<fs::path, ojson>>& metas, const NestedKey& path);
 
 void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
               const MemmapOptions& opt, std::vector<LeafJob>& jobs,
@@ -246,8 +245,10 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
           metas.emplace_back(dir / fname / "_tensordict" / "meta.json",
                              non_tensor_batch_meta(v.non_tensor().batch_size()));
         Value d = v;
-        if (d.is_non_tensor()) d.non_tensor().set_device(at::Device(at::kCPU));
-        else d.non_tensor_stack().set_device(at::Device(at::kCPU));
+        if (d.is_non_tensor())
+          d.non_tensor().set_device(at::Device(at::kCPU));
+        else
+          d.non_tensor_stack().set_device(at::Device(at::kCPU));
         out.node().write(name, std::move(d));
         break;
       }
@@ -263,14 +264,13 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
 // mapped leaves will fill.
 TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool copy_data,
                          const MemmapOptions& opt, std::vector<LeafJob>& jobs,
-                         std::vector<std::pair<fs::path, ojson>>& metas,
-                         const NestedKey& path) {
+                         std::vector<std::pair<fs::path, ojson>>& metas, const NestedKey& path) {
   if (const auto* ls = as_lazy_stack(td)) {
     // Python's layout: meta.json with the stack dim, one directory per member.
     std::vector<TensorDictBase> members;
     for (std::size_t i = 0; i < ls->members().size(); ++i)
-      members.push_back(plan_node(ls->members()[i], dir / std::to_string(i), copy_data,
-                                  opt, jobs, metas, path));
+      members.push_back(
+          plan_node(ls->members()[i], dir / std::to_string(i), copy_data, opt, jobs, metas, path));
     ojson meta = ojson::object();
     meta["_type"] = kLazyStackType;
     meta["stack_dim"] = ls->stack_dim();
@@ -287,9 +287,11 @@ TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool cop
 }
 
 int thread_count(int requested, std::size_t jobs) {
-  int n = requested > 0 ? requested
-                        : static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
-  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(n), std::max<std::size_t>(jobs, 1)));
+  int n = requested > 0
+              ? requested
+              : static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  return static_cast<int>(
+      std::min<std::size_t>(static_cast<std::size_t>(n), std::max<std::size_t>(jobs, 1)));
 }
 
 // `p` (a path under `root`, the final directory) inside the staging directory.
@@ -300,8 +302,8 @@ fs::path staged(const fs::path& p, const fs::path& root, const fs::path& stage) 
 // Writes every leaf file into the staging directory. A leaf already mapped
 // from its final file (memmap_ again at the same prefix) is hard-linked, so
 // its bytes are not copied and its mappings stay those of the saved file.
-void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads,
-                const fs::path& root, const fs::path& stage) {
+void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads, const fs::path& root,
+                const fs::path& stage) {
   std::atomic<std::size_t> next{0};
   std::mutex err_mutex;
   std::exception_ptr error;
@@ -333,10 +335,9 @@ void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads,
 // Maps the installed files; each job's result replaces its placeholder in `out`.
 void map_jobs(std::vector<LeafJob>& jobs) {
   for (auto& j : jobs) {
-    at::Tensor t = j.reuse
-                       ? j.source
-                       : map_file(j.path, j.source.scalar_type(), j.source.sizes(), true,
-                                  " for key " + j.full_key.repr());
+    at::Tensor t = j.reuse ? j.source
+                           : map_file(j.path, j.source.scalar_type(), j.source.sizes(), true,
+                                      " for key " + j.full_key.repr());
     j.out.node().write(j.key, t);
   }
 }
@@ -358,24 +359,24 @@ std::string errno_message() { return std::strerror(errno); }
 void install_dir(const fs::path& stage, const fs::path& root) {
   if (::rename(stage.c_str(), root.c_str()) == 0) return;
   if (errno != ENOTEMPTY && errno != EEXIST)
-    throw StorageError("memmap: cannot move " + stage.string() + " to " + root.string() +
-                       ": " + errno_message());
+    throw StorageError("memmap: cannot move " + stage.string() + " to " + root.string() + ": " +
+                       errno_message());
   fs::path old;
   if (::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, root.c_str(), RENAME_EXCHANGE) == 0) {
     old = stage;
   } else {
     if (errno != EINVAL && errno != ENOSYS)
-      throw StorageError("memmap: cannot exchange " + stage.string() + " with " +
-                         root.string() + ": " + errno_message());
+      throw StorageError("memmap: cannot exchange " + stage.string() + " with " + root.string() +
+                         ": " + errno_message());
     old = sibling(root, "tdold");
     if (::rename(root.c_str(), old.c_str()) != 0)
-      throw StorageError("memmap: cannot move the earlier save " + root.string() + " aside: " +
-                         errno_message());
+      throw StorageError("memmap: cannot move the earlier save " + root.string() +
+                         " aside: " + errno_message());
     if (::rename(stage.c_str(), root.c_str()) != 0) {
       const std::string why = errno_message();
       ::rename(old.c_str(), root.c_str());
-      throw StorageError("memmap: cannot move " + stage.string() + " to " + root.string() +
-                         ": " + why);
+      throw StorageError("memmap: cannot move " + stage.string() + " to " + root.string() + ": " +
+                         why);
     }
   }
   // The save is complete: a failure to delete the old one only leaves garbage
@@ -444,15 +445,14 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
     for (const auto& [file, text] : texts) {
       fs::create_directories(staged(file, root, stage).parent_path(), ec);
       if (ec)
-        throw StorageError("memmap: cannot create directory " + file.parent_path().string() +
-                           ": " + ec.message());
+        throw StorageError("memmap: cannot create directory " + file.parent_path().string() + ": " +
+                           ec.message());
     }
     write_jobs(jobs, copy_data, opt.num_threads, root, stage);
     for (const auto& [file, text] : texts) {
       const fs::path to = staged(file, root, stage);
       std::ofstream f(to, std::ios::binary | std::ios::trunc);
-      if (!(f << text) || !f.flush())
-        throw StorageError("memmap: cannot write " + file.string());
+      if (!(f << text) || !f.flush()) throw StorageError("memmap: cannot write " + file.string());
     }
     install_dir(stage, root);
   } catch (...) {
@@ -465,8 +465,8 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
   return out;
 }
 
-TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix,
-                         bool copy_data, const MemmapOptions& opt) {
+TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix, bool copy_data,
+                         const MemmapOptions& opt) {
   return write_tree(td, prefix, "", copy_data, opt, {});
 }
 
@@ -485,9 +485,10 @@ fs::path locate(const fs::path& dir, const std::string& key, const std::string& 
                 bool is_dir) {
   fs::path encoded = dir / (encode_key_for_filesystem(key) + suffix);
   if (fs::exists(encoded)) return encoded;
-  bool safe = key.find('/') == std::string::npos && key.find('\\') == std::string::npos &&
-              !(key.size() >= 2 && std::isalpha(static_cast<unsigned char>(key[0])) && key[1] == ':') &&
-              !(is_dir && (key.empty() || key == "." || key == ".."));
+  bool safe =
+      key.find('/') == std::string::npos && key.find('\\') == std::string::npos &&
+      !(key.size() >= 2 && std::isalpha(static_cast<unsigned char>(key[0])) && key[1] == ':') &&
+      !(is_dir && (key.empty() || key == "." || key == ".."));
   if (safe && !key.empty()) {
     fs::path raw = dir / (key + suffix);
     if (fs::exists(raw)) return raw;
@@ -531,14 +532,13 @@ fs::path locate_raw(const fs::path& dir, const std::string& key, const std::stri
   for (const auto& part : rel)
     if (part == "..") escapes = true;
   if (escapes)
-    throw FormatError(meta_file + ", key " + full.repr() + ": the raw file name '" + key +
-                      suffix + "' (layout before 0.4) would lie outside the directory");
+    throw FormatError(meta_file + ", key " + full.repr() + ": the raw file name '" + key + suffix +
+                      "' (layout before 0.4) would lie outside the directory");
   return dir / rel;
 }
 
-at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& entry,
-                     const Loader& L, const NestedKey& key, const std::string& meta_file,
-                     bool raw_names) {
+at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& entry, const Loader& L,
+                     const NestedKey& key, const std::string& meta_file, bool raw_names) {
   std::string where = meta_file + ", key " + key.repr();
   if (!entry.contains("dtype") || !entry["dtype"].is_string())
     throw FormatError(where + ": missing or invalid 'dtype'");
@@ -555,17 +555,16 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
     throw FormatError(where + ": 'is_nested' is not a boolean");
   if (entry.value("is_nested", false))
     throw FormatError(where + ": nested (torch.nested) tensors are not supported");
-  if (L.meta_device())
-    return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
-  fs::path file = raw_names ? locate_raw(dir, k, ".memmap", key, meta_file)
-                            : locate(dir, k, ".memmap", false);
+  if (L.meta_device()) return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
+  fs::path file =
+      raw_names ? locate_raw(dir, k, ".memmap", key, meta_file) : locate(dir, k, ".memmap", false);
   at::Tensor t;
   if (numel_of(shape) == 0) {
     t = at::empty(shape, at::TensorOptions().dtype(dtype));
   } else {
     if (!fs::exists(file))
-      throw FormatError("missing file " + file.string() + " for key " + key.repr() +
-                        " listed in " + meta_file);
+      throw FormatError("missing file " + file.string() + " for key " + key.repr() + " listed in " +
+                        meta_file);
     t = map_file(file.string(), dtype, shape, L.opt.writable, " for key " + key.repr());
   }
   if (L.opt.device && L.opt.device->type() != at::kCPU) {
@@ -583,7 +582,8 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
 // Python allows the empty key (file "%.memmap"); the core does not.
 void check_loadable_key(const std::string& k, const std::string& where) {
   if (k.empty())
-    throw KeyError(where + ": cannot load the empty key '' (file or directory '%'): "
+    throw KeyError(where +
+                   ": cannot load the empty key '' (file or directory '%'): "
                    "this library does not support empty keys");
 }
 
@@ -593,7 +593,7 @@ void check_loadable_key(const std::string& k, const std::string& where) {
 void set_loaded(TensorDict& out, const std::string& k, Value v, const NestedKey& key,
                 const std::string& meta_file) {
   at::IntArrayRef batch = out.batch_size();
-  at::IntArrayRef shape = v.is_tensor()              ? v.tensor().sizes()
+  at::IntArrayRef shape = v.is_tensor()             ? v.tensor().sizes()
                           : v.is_non_tensor_stack() ? v.non_tensor_stack().batch_size()
                                                     : batch;
   if (shape.size() < batch.size() || shape.slice(0, batch.size()) != batch)
@@ -675,9 +675,10 @@ NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta,
   // Not JSON-serialisable in Python: pickled. Never unpickled here; reported
   // as an opaque value so the rest of the tensordict still loads.
   fs::path pickle = dir / "other.pickle";
-  nlohmann::json opaque = {{"__tensordict_opaque__", "pickle"},
-                           {"file", pickle.string()},
-                           {"bytes", fs::exists(pickle) ? static_cast<int64_t>(fs::file_size(pickle)) : 0}};
+  nlohmann::json opaque = {
+      {"__tensordict_opaque__", "pickle"},
+      {"file", pickle.string()},
+      {"bytes", fs::exists(pickle) ? static_cast<int64_t>(fs::file_size(pickle)) : 0}};
   (void)key;
   return NonTensorData(opaque, batch, at::Device(at::kCPU));
 }
@@ -700,8 +701,10 @@ Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta, const Lo
                                           {"file", (dir / "pickle.pkl").string()}},
                            parent_batch.vec(), at::Device(at::kCPU));
     if (!data.is_array())
-      throw FormatError(where + ": the 'data' of a NonTensorStack must be a list or "
-                        "\"pickle.pkl\", got " + data.dump());
+      throw FormatError(where +
+                        ": the 'data' of a NonTensorStack must be a list or "
+                        "\"pickle.pkl\", got " +
+                        data.dump());
     return NonTensorStack::from_list(to_plain(data), read_device(meta, where));
   }
   int64_t stack_dim = 0;
@@ -714,13 +717,14 @@ Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta, const Lo
   for (std::size_t i = 0; fs::exists(dir / std::to_string(i) / "meta.json"); ++i) {
     Value m = load_entry_dir(dir / std::to_string(i), L, key, {});
     if (!m.is_non_tensor_or_stack())
-      throw FormatError((dir / std::to_string(i) / "meta.json").string() + " (key " +
-                        key.repr() + "): a member of a NonTensorStack is a " +
-                        to_string(m.kind()) + ", not a non-tensor");
+      throw FormatError((dir / std::to_string(i) / "meta.json").string() + " (key " + key.repr() +
+                        "): a member of a NonTensorStack is a " + to_string(m.kind()) +
+                        ", not a non-tensor");
     members.push_back(std::move(m));
   }
   if (members.empty())
-    throw FormatError(where + ": a NonTensorStack without 'data' and without members "
+    throw FormatError(where +
+                      ": a NonTensorStack without 'data' and without members "
                       "(no 0/meta.json)");
   std::vector<const Value*> items;
   for (const auto& m : members) items.push_back(&m);
@@ -728,8 +732,8 @@ Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta, const Lo
     const int64_t n = items[0]->is_non_tensor()
                           ? static_cast<int64_t>(items[0]->non_tensor().batch_size().size())
                           : items[0]->non_tensor_stack().dim();
-    return stack_non_tensors(items, wrap_dim(stack_dim, n + 1, "NonTensorStack"),
-                             "NonTensorStack", key, /*collapse_equal=*/false);
+    return stack_non_tensors(items, wrap_dim(stack_dim, n + 1, "NonTensorStack"), "NonTensorStack",
+                             key, /*collapse_equal=*/false);
   } catch (const Error& e) {
     throw FormatError(where + ": the members cannot be stacked: " + e.what());
   }
@@ -759,7 +763,8 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
     return load_tensordict_dir(dir, meta, L, key);
   if (type == kNonTensorDataType || type == "<class 'tensordict.tensorclass.MetaData'>")
     return load_non_tensor_dir(dir, meta, parent_batch, key);
-  if (type == kNonTensorStackType) return load_non_tensor_stack_dir(dir, meta, L, key, parent_batch);
+  if (type == kNonTensorStackType)
+    return load_non_tensor_stack_dir(dir, meta, L, key, parent_batch);
   if (type == kLazyStackType) {
     // Members 0/, 1/, ... while they exist, re-stacked lazily on stack_dim.
     if (!meta.contains("stack_dim") || !meta["stack_dim"].is_number_integer())
@@ -769,8 +774,8 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
     for (std::size_t i = 0; fs::exists(dir / std::to_string(i) / "meta.json"); ++i) {
       Value m = load_entry_dir(dir / std::to_string(i), L, key, {});
       if (!m.is_tensordict())
-        throw FormatError((dir / std::to_string(i) / "meta.json").string() + " (key " +
-                          key.repr() + "): a member of a lazy stack is not a tensordict");
+        throw FormatError((dir / std::to_string(i) / "meta.json").string() + " (key " + key.repr() +
+                          "): a member of a lazy stack is not a tensordict");
       members.push_back(m.tensordict());
     }
     if (members.empty())
@@ -798,8 +803,7 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
     }
     return td;
   }
-  throw FormatError(meta_file.string() + " (key " + key.repr() + "): unknown _type '" +
-                    type + "'");
+  throw FormatError(meta_file.string() + " (key " + key.repr() + "): unknown _type '" + type + "'");
 }
 
 }  // namespace
@@ -830,8 +834,7 @@ void persist_non_tensor(const Node& parent, std::string_view key, const Value& v
 }
 
 TensorDictBase write_tensorclass_dir(const TensorDictBase& tensors, const std::string& prefix,
-                                     const std::string& meta_text,
-                                     const MemmapOptions& options) {
+                                     const std::string& meta_text, const MemmapOptions& options) {
   return write_tree(tensors, prefix, "_tensordict", /*copy_data=*/true, options,
                     {{"meta.json", meta_text}});
 }
@@ -843,8 +846,7 @@ TensorDictBase write_tensorclass_dir(const TensorDictBase& tensors, const std::s
 TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options) {
   namespace d = detail;
   fs::path dir(prefix);
-  if (!fs::is_directory(dir))
-    throw FormatError("load_memmap: " + prefix + " is not a directory");
+  if (!fs::is_directory(dir)) throw FormatError("load_memmap: " + prefix + " is not a directory");
   d::Loader L{options};
   Value v = d::load_entry_dir(dir, L, NestedKey(), {});
   if (!v.is_tensordict())
@@ -859,17 +861,16 @@ TensorDictBase load(const std::string& prefix, const LoadOptions& options) {
 }
 
 TensorDictBase TensorDictBase::memmap(const std::string& prefix,
-                                  const MemmapOptions& options) const {
+                                      const MemmapOptions& options) const {
   return detail::write_dir(*this, prefix, /*copy_data=*/true, options);
 }
 
-TensorDictBase TensorDictBase::save(const std::string& prefix,
-                                const MemmapOptions& options) const {
+TensorDictBase TensorDictBase::save(const std::string& prefix, const MemmapOptions& options) const {
   return memmap(prefix, options);
 }
 
 TensorDictBase TensorDictBase::memmap_like(const std::string& prefix,
-                                       const MemmapOptions& options) const {
+                                           const MemmapOptions& options) const {
   return detail::write_dir(*this, prefix, /*copy_data=*/false, options);
 }
 
@@ -911,8 +912,7 @@ void adopt_mapped(TensorDictBase& dst, const TensorDictBase& src) {
 }
 }  // namespace
 
-TensorDictBase& TensorDictBase::memmap_(const std::string& prefix,
-                                        const MemmapOptions& options) {
+TensorDictBase& TensorDictBase::memmap_(const std::string& prefix, const MemmapOptions& options) {
   // The whole tree is written (and installed at the prefix) before anything
   // of this tensordict changes.
   TensorDictBase mapped = detail::write_dir(*this, prefix, true, options);

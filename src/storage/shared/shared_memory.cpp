@@ -2,11 +2,11 @@
 // other processes (share_memory_, attach_shared, unlink_shared).
 #include <tensordict/storage/shared.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
 #include <random>
 #include <string>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -50,8 +50,7 @@ TensorDictBase attach_shared(const std::string& name) {
 
 void unlink_shared(const std::string& name) {
   fs::path p = fs::weakly_canonical(name);
-  if (p.parent_path() != fs::path(kShmRoot) ||
-      p.filename().string().rfind("tensordict-", 0) != 0)
+  if (p.parent_path() != fs::path(kShmRoot) || p.filename().string().rfind("tensordict-", 0) != 0)
     throw ValueError("unlink_shared: '" + name + "' is not a tensordict shared-memory name");
   std::error_code ec;
   fs::remove_all(p, ec);
