@@ -455,25 +455,13 @@ class TensorClass {
   static TensorDictBase td_construct_(const Items& items, at::IntArrayRef batch_size,
                                       std::optional<at::Device> device) {
     const std::string ctx = std::string(static_type_name()) + "()";
-    detail::check_required_present(fields(), ctx, [&](std::string_view name) {
-      return detail::items_name_field(items, name);
-    });
-    std::vector<std::string> unexpected;
-    for (const TensorDict::Item& it : items) {
-      if (it.first.empty()) continue;
-      const FieldInfo* f = td_field_(it.first.front());
-      if (!f) {
-        unexpected.push_back(it.first.front());
-        continue;
-      }
-      // A nested key makes its first level a tensordict.
-      EntryKind kind = it.first.size() > 1 ? EntryKind::TensorDict : it.second.kind();
-      td_check_entry_(ctx, *f, kind,
-                      kind == EntryKind::NonTensor ? &it.second.non_tensor().data() : nullptr);
-    }
-    if (!unexpected.empty())
-      throw SchemaError(ctx +
-                        " got unexpected field(s): " + detail::join_sorted(std::move(unexpected)));
+    detail::check_constructor_items(
+        fields(), ctx, items, [&](const FieldInfo& f, const TensorDict::Item& it) {
+          // A nested key makes its first level a tensordict.
+          EntryKind kind = it.first.size() > 1 ? EntryKind::TensorDict : it.second.kind();
+          td_check_entry_(ctx, f, kind,
+                          kind == EntryKind::NonTensor ? &it.second.non_tensor().data() : nullptr);
+        });
     return TensorDict(items, batch_size, device);
   }
 

@@ -414,6 +414,29 @@ bool items_name_field(const Items& items, std::string_view name) {
                      [&](const auto& it) { return !it.first.empty() && it.first.front() == name; });
 }
 
+/// The checks of a typed wrapper's constructor over its (key, value) items,
+/// before anything is built: every required field present, then no item
+/// outside `fields` (SchemaError "`what` got unexpected field(s): ..."), and
+/// `on_field(field, item)` on each declared one (a wrapper's own checks).
+template <class Items, class OnField>
+void check_constructor_items(std::span<const FieldInfo> fields, const std::string& what,
+                             const Items& items, OnField on_field) {
+  check_required_present(fields, what,
+                         [&](std::string_view name) { return items_name_field(items, name); });
+  std::vector<std::string> unexpected;
+  for (const auto& it : items) {
+    if (it.first.empty()) continue;
+    const FieldInfo* f = find_field(fields, it.first.front());
+    if (!f) {
+      unexpected.push_back(it.first.front());
+      continue;
+    }
+    on_field(*f, it);
+  }
+  if (!unexpected.empty())
+    throw SchemaError(what + " got unexpected field(s): " + join_sorted(std::move(unexpected)));
+}
+
 /// SchemaError "'Cls' has field 'x' declared but not set".
 [[noreturn]] inline void throw_field_not_set(std::string_view cls, std::string_view name) {
   throw SchemaError("'" + std::string(cls) + "' has field '" + std::string(name) +

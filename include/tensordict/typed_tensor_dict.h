@@ -324,17 +324,8 @@ class TypedTensorDict : public Base {
   template <class Items>
   static std::shared_ptr<Node> td_construct_(const Items& items, at::IntArrayRef batch_size,
                                              std::optional<at::Device> device) {
-    const std::string ctx = std::string(static_type_name()) + "()";
-    detail::check_required_present(fields(), ctx, [&](std::string_view name) {
-      return detail::items_name_field(items, name);
-    });
-    std::vector<std::string> unexpected;
-    for (const TensorDict::Item& it : items)
-      if (!it.first.empty() && !detail::find_field(fields(), it.first.front()))
-        unexpected.push_back(it.first.front());
-    if (!unexpected.empty())
-      throw SchemaError(ctx +
-                        " got unexpected field(s): " + detail::join_sorted(std::move(unexpected)));
+    detail::check_constructor_items(fields(), std::string(static_type_name()) + "()", items,
+                                    [](const FieldInfo&, const TensorDict::Item&) {});
     return TensorDict(items, batch_size, device).node_ptr();
   }
 
