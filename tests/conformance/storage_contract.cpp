@@ -110,6 +110,46 @@ TEST_P(StorageContract, MaskRead) {
   EXPECT_TRUE(rows.equal(contract_data().index({mask})));
 }
 
+// The storage receives the index resolved: ranges for ints and slices (ints
+// wrapped and marked), row numbers for long indices and masks (negatives
+// wrapped, order and repeats kept, flags computed), All for whole leaves.
+TEST_P(StorageContract, StoragesReceiveResolvedSelections) {
+  using Kind = td::RowSelection::Kind;
+  const auto& s = c().last;
+  (void)store_[-2];
+  EXPECT_EQ(s.kind, Kind::Box);
+  ASSERT_EQ(s.ranges.size(), 1u);
+  EXPECT_EQ(s.ranges[0].start, kRows - 2);
+  EXPECT_EQ(s.ranges[0].count(), 1);
+  EXPECT_TRUE(s.ranges[0].drop);
+  EXPECT_TRUE(s.batch.empty());
+  (void)store_.index({Slice(2, 100, 3)});
+  EXPECT_EQ(s.kind, Kind::Box);
+  ASSERT_EQ(s.ranges.size(), 1u);
+  EXPECT_EQ(s.ranges[0].start, 2);
+  EXPECT_EQ(s.ranges[0].stop, kRows);  // clamped
+  EXPECT_EQ(s.ranges[0].step, 3);
+  EXPECT_FALSE(s.ranges[0].drop);
+  EXPECT_EQ(s.batch, (std::vector<int64_t>{5}));
+  (void)store_.index({torch::tensor({9, 2, 9, -1, 0}, torch::kLong)});
+  EXPECT_EQ(s.kind, Kind::Rows);
+  EXPECT_TRUE(s.rows.equal(torch::tensor(std::vector<int64_t>{9, 2, 9, kRows - 1, 0})));
+  EXPECT_FALSE(s.rows_sorted);
+  EXPECT_FALSE(s.rows_unique);
+  (void)store_.index({torch::arange(kRows).remainder(4).eq(1)});
+  EXPECT_EQ(s.kind, Kind::Rows);
+  EXPECT_TRUE(s.rows.equal(torch::tensor({1, 5, 9, 13}, torch::kLong)));
+  EXPECT_TRUE(s.rows_sorted);
+  EXPECT_TRUE(s.rows_unique);
+  (void)store_.index({None, Slice(0, 2)});
+  EXPECT_EQ(s.kind, Kind::General);
+  EXPECT_EQ(s.batch, (std::vector<int64_t>{1, 2}));
+  store_.update_(contract_data());
+  EXPECT_EQ(s.kind, Kind::All);
+  EXPECT_EQ(s.batch, (std::vector<int64_t>{kRows}));
+  EXPECT_THROW(store_.index({torch::tensor({kRows}, torch::kLong)}), td::IndexError);
+}
+
 TEST_P(StorageContract, RowWriteIsOneBatchedCall) {
   td::TensorDict row = contract_data(1000)[0];
   store_.index_put_({5}, row);

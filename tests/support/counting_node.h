@@ -31,6 +31,22 @@ struct StorageCounters {
   int64_t bytes_read = 0;        // through read_leaves and find
   int64_t bytes_written = 0;
   int64_t metadata_calls = 0;  // keys / kind / tensor_meta
+  /// The selection of the last batched call, as the storage received it.
+  struct Selection {
+    td::RowSelection::Kind kind = td::RowSelection::Kind::All;
+    std::vector<td::RowRange> ranges;
+    at::Tensor rows;
+    bool rows_sorted = false, rows_unique = false;
+    std::vector<int64_t> batch;
+  } last;
+  void record(const td::RowSelection& s) {
+    last.kind = s.kind();
+    last.ranges.assign(s.ranges().begin(), s.ranges().end());
+    last.rows = s.rows().defined() ? s.rows().clone() : at::Tensor();
+    last.rows_sorted = s.rows_sorted();
+    last.rows_unique = s.rows_unique();
+    last.batch = s.batch().vec();
+  }
   /// When set, the next batched write throws this storage error (once).
   std::function<void()> fail_next_write;
 
@@ -95,6 +111,7 @@ class CountingNode final : public td::Node {
   }
   void read_leaves(const td::RowSelection& rows, std::span<td::LeafRead> leaves) const override {
     ++c_->read_leaves_calls;
+    c_->record(rows);
     for (auto& l : leaves) {
       auto* owner = dynamic_cast<const CountingNode*>(l.node);
       if (!owner) throw td::StorageError("read_leaves: a leaf of another storage");
@@ -118,6 +135,7 @@ class CountingNode final : public td::Node {
   }
   void write_leaves_(const td::RowSelection& rows, std::span<const td::LeafWrite> leaves) override {
     ++c_->write_leaves_calls;
+    c_->record(rows);
     if (c_->fail_next_write) {
       auto fail = std::move(c_->fail_next_write);
       c_->fail_next_write = nullptr;
