@@ -39,17 +39,23 @@ std::string leaf_list(const Leaves& leaves) {
 
 }  // namespace
 
+// The group of `root` (created, and `root` kept alive, on its first leaf).
+template <class Group, class Root>
+Group& group_of(std::vector<Group>& groups, Root* root,
+                std::vector<std::shared_ptr<const Node>>& keep_alive) {
+  for (auto& g : groups)
+    if (g.root == root) return g;
+  keep_alive.push_back(root->shared_from_this());
+  auto& g = groups.emplace_back();
+  g.root = root;
+  return g;
+}
+
 void BatchedReads::add(const Node* root, std::shared_ptr<const Node> node, NestedKey path,
                        MemoryNode* dest) {
-  Group* g = nullptr;
-  for (auto& candidate : groups_)
-    if (candidate.root == root) g = &candidate;
-  if (!g) {
-    g = &groups_.emplace_back(Group{root, {}, {}});
-    keep_alive_.push_back(root->shared_from_this());
-  }
-  g->leaves.push_back(LeafRead{node.get(), std::move(path), at::Tensor()});
-  g->dests.push_back(dest);
+  Group& g = group_of(groups_, root, keep_alive_);
+  g.leaves.push_back(LeafRead{node.get(), std::move(path), at::Tensor()});
+  g.dests.push_back(dest);
   if (node.get() != root) keep_alive_.push_back(std::move(node));
 }
 
@@ -74,14 +80,8 @@ void BatchedReads::run(const RowSelection& rows, bool clone_results) {
 }
 
 void BatchedWrites::add(Node* root, std::shared_ptr<Node> node, NestedKey path, at::Tensor value) {
-  Group* g = nullptr;
-  for (auto& candidate : groups_)
-    if (candidate.root == root) g = &candidate;
-  if (!g) {
-    g = &groups_.emplace_back(Group{root, {}});
-    keep_alive_.push_back(root->shared_from_this());
-  }
-  g->leaves.push_back(LeafWrite{node.get(), std::move(path), std::move(value)});
+  Group& g = group_of(groups_, root, keep_alive_);
+  g.leaves.push_back(LeafWrite{node.get(), std::move(path), std::move(value)});
   if (node.get() != root) keep_alive_.push_back(std::move(node));
 }
 

@@ -88,6 +88,16 @@ bool is_mask(const at::Tensor& t) {
 
 }  // namespace
 
+at::Tensor rows_in_range(const at::Tensor& rows, int64_t n) {
+  if (rows.numel() == 0) return rows.contiguous();
+  auto [lo_t, hi_t] = at::aminmax(rows);
+  const int64_t lo = lo_t.item<int64_t>(), hi = hi_t.item<int64_t>();
+  if (lo < -n || hi >= n)
+    throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
+                     " is out of bounds for batch dim 0 of size " + std::to_string(n));
+  return (lo < 0 ? at::remainder(rows, n) : rows).contiguous();
+}
+
 TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch, bool check_bounds) {
   const int64_t B = static_cast<int64_t>(batch.size());
   TranslatedIndex out;
@@ -153,13 +163,9 @@ TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch, bool che
       if (check_bounds && B > 0 && out.first_dim_long.numel() > 0) {
         // Writes check the bounds once up front so that a bad index fails
         // before any leaf is touched; reads let index_select check.
-        int64_t n = batch[0];
-        auto [lo_t, hi_t] = at::aminmax(out.first_dim_long);
-        int64_t lo = lo_t.item<int64_t>(), hi = hi_t.item<int64_t>();
-        if (lo < -n || hi >= n)
-          throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
-                           " is out of bounds for batch dim 0 of size " + std::to_string(n));
-        if (lo < 0) out.first_dim_long = at::remainder(out.first_dim_long, n);
+        // A storage's RowSelection then reuses the checked rows.
+        out.first_dim_long = rows_in_range(out.first_dim_long, batch[0]);
+        out.rows_in_range = out.first_dim_long;
       }
       out.batch.assign(out.first_dim_long.sizes().begin(), out.first_dim_long.sizes().end());
       out.batch.append(batch.begin() + 1, batch.end());
@@ -317,17 +323,7 @@ RowSelection RowSelection::of(const detail::TranslatedIndex& t, at::IntArrayRef 
     r.kind_ = Kind::Rows;
     if (!t.rows_in_range.defined()) {
       // Storages get row numbers they can use as they are: in [0, n).
-      const int64_t n = batch[0];
-      at::Tensor rows = t.first_dim_long;
-      if (rows.numel() > 0) {
-        auto [lo_t, hi_t] = at::aminmax(rows);
-        const int64_t lo = lo_t.item<int64_t>(), hi = hi_t.item<int64_t>();
-        if (lo < -n || hi >= n)
-          throw IndexError("index " + std::to_string(lo < -n ? lo : hi) +
-                           " is out of bounds for batch dim 0 of size " + std::to_string(n));
-        if (lo < 0) rows = at::remainder(rows, n);
-      }
-      t.rows_in_range = rows.contiguous();
+      t.rows_in_range = detail::rows_in_range(t.first_dim_long, batch[0]);
     }
   } else {
     r.kind_ = Kind::General;
@@ -895,8 +891,9 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index, const at::Scalar& va
 at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
   check_zero_dim_index(*this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), false);
-  (void)node();  // a null handle is a ValueError
-  std::shared_ptr<Node> n = detail::walk_parent(node_, key, false);
+  (void)node();                   // a null handle is a ValueError
+  std::shared_ptr<Node> storage;  // where the batched call goes (topmost storage level)
+  std::shared_ptr<Node> n = detail::walk_parent(node_, key, false, "get_at", &storage);
   auto kind = n->kind(key.back());
   if (!kind) detail::throw_missing(key, key.size() - 1, *n);
   if (*kind != EntryKind::Tensor)
@@ -906,7 +903,7 @@ at::Tensor TensorDictBase::get_at(const NestedKey& key, IndexList index) const {
     // Through the batched read, so that a storage sees one call either way.
     LeafRead leaf{n.get(), key, at::Tensor()};
     try {
-      n->read_leaves(RowSelection::of(t, batch_size()), std::span<LeafRead>(&leaf, 1));
+      storage->read_leaves(RowSelection::of(t, batch_size()), std::span<LeafRead>(&leaf, 1));
     } catch (const StorageError&) {
       detail::rethrow_storage_error(key, "get_at");
     } catch (const c10::Error& e) {
@@ -926,7 +923,8 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key, const at::Tensor& 
   check_zero_dim_index(*this, index);
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   (void)node();  // a null handle is a ValueError
-  std::shared_ptr<Node> n = detail::walk_parent(node_, key, false);
+  std::shared_ptr<Node> storage;
+  std::shared_ptr<Node> n = detail::walk_parent(node_, key, false, "set_at_", &storage);
   auto kind = n->kind(key.back());
   if (!kind)
     throw KeyError("set_at_(): key " + key.repr() +
@@ -945,7 +943,7 @@ TensorDictBase& TensorDictBase::set_at_(const NestedKey& key, const at::Tensor& 
     detail::put_index(leaf, t, cast);
   } else {
     detail::BatchedWrites writes;
-    writes.add(n.get(), n, key, cast.expand(target));
+    writes.add(storage.get(), n, key, cast.expand(target));
     writes.run(RowSelection::of(t, batch_size()));
   }
   return *this;

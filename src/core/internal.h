@@ -32,8 +32,12 @@ inline NestedKey prefix(const NestedKey& key, std::size_t n) {
 /// key-path walk of the core). With `create`, missing intermediate levels are
 /// created (LockedError naming `operation` when locked). KeyError for a
 /// missing level, TypeError for a level that is not a tensordict.
+/// With `storage`, also gives the topmost level of the path (the root, the
+/// levels walked, the parent) whose storage does not hold values: the node a
+/// batched write goes to; null when every level holds values.
 std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root, const NestedKey& key,
-                                  bool create, const char* operation = "set");
+                                  bool create, const char* operation = "set",
+                                  std::shared_ptr<Node>* storage = nullptr);
 
 /// "Cannot modify locked TensorDict ..."
 [[noreturn]] void throw_locked(const NestedKey& key, const char* operation);
@@ -84,6 +88,10 @@ struct TranslatedIndex {
   mutable std::int8_t rows_sorted = -1, rows_unique = -1;  // -1: not computed
 };
 
+/// `rows` (a long index of batch dim 0 of size n) checked and wrapped into
+/// [0, n): IndexError naming the first row out of range.
+at::Tensor rows_in_range(const at::Tensor& rows, int64_t n);
+
 /// With check_bounds (writes), a long index is bounds-checked up front.
 TranslatedIndex translate_index(IndexList index, at::IntArrayRef batch, bool check_bounds);
 
@@ -110,7 +118,7 @@ class BatchedReads {
 
  private:
   struct Group {
-    const Node* root;
+    const Node* root = nullptr;
     std::vector<LeafRead> leaves;
     std::vector<MemoryNode*> dests;
   };
@@ -128,11 +136,11 @@ class BatchedWrites {
 
  private:
   struct Group {
-    Node* root;
+    Node* root = nullptr;
     std::vector<LeafWrite> leaves;
   };
   std::vector<Group> groups_;
-  std::vector<std::shared_ptr<Node>> keep_alive_;
+  std::vector<std::shared_ptr<const Node>> keep_alive_;
 };
 
 /// Copies the lock state of `src` onto `out` (shape ops propagate the lock).

@@ -140,10 +140,16 @@ using detail::throw_missing;
 namespace detail {
 
 std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root, const NestedKey& key,
-                                  bool create, const char* operation) {
+                                  bool create, const char* operation,
+                                  std::shared_ptr<Node>* storage) {
   if (key.empty()) throw KeyError("empty key");
   std::shared_ptr<Node> node = root;
+  if (storage) storage->reset();
+  auto note_storage = [&] {
+    if (storage && !*storage && !node->holds_values()) *storage = node;
+  };
   for (std::size_t i = 0; i + 1 < key.size(); ++i) {
+    note_storage();
     std::optional<Value> v;
     try {
       v = node->find(key[i]);
@@ -161,6 +167,7 @@ std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root, const Neste
                       tensordict::to_string(v->kind()) + ", not a TensorDict");
     node = v->tensordict().node_ptr();
   }
+  note_storage();
   return node;
 }
 
@@ -672,28 +679,17 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key, Value val
   }
 }
 
-// The topmost level on the path to `key` whose storage does not hold values
-// (the node a batched write goes to), or null.
-Node* storage_root_of(const std::shared_ptr<Node>& root, const NestedKey& key) {
-  std::shared_ptr<Node> n = root;
-  for (std::size_t i = 0;; ++i) {
-    if (!n->holds_values()) return n.get();
-    if (i + 1 >= key.size()) return nullptr;
-    n = n->find(key[i])->tensordict().node_ptr();
-  }
-}
-
 // An in-place copy into an existing tensor leaf (set_, update_), checked
 // without reading data and written by commit().
 struct InplaceWrite {
   std::shared_ptr<Node> parent;
-  Node* storage = nullptr;  // set when the leaf's storage does not hold values
+  std::shared_ptr<Node> storage;  // set when the leaf's storage does not hold values
   NestedKey key;
   at::Tensor value;  // for a storage: cast and expanded to the leaf (Node::write_)
 
   void commit(detail::BatchedWrites& writes) const {
     if (storage)
-      writes.add(storage, parent, key, value);
+      writes.add(storage.get(), parent, key, value);
     else
       parent->write_(key.back(), value);
   }
@@ -701,7 +697,8 @@ struct InplaceWrite {
 
 InplaceWrite check_inplace(const std::shared_ptr<Node>& root, const NestedKey& key,
                            const at::Tensor& value, const char* op) {
-  auto parent = walk_parent(root, key, false);
+  std::shared_ptr<Node> storage;
+  auto parent = walk_parent(root, key, false, op, &storage);
   auto kind = parent->kind(key.back());
   if (!kind)
     throw KeyError("key " + key.repr() + " not found: " + op +
@@ -724,7 +721,7 @@ InplaceWrite check_inplace(const std::shared_ptr<Node>& root, const NestedKey& k
                      format_shape(dest_shape));
   if (!meta) return InplaceWrite{parent, nullptr, key, value};
   // A storage receives the leaf's shape, dtype and device (Node::write_).
-  return InplaceWrite{parent, storage_root_of(root, key), key,
+  return InplaceWrite{parent, std::move(storage), key,
                       value.to(meta->device, meta->dtype).expand(dest_shape)};
 }
 
