@@ -208,6 +208,14 @@ void BM_keys_tensordict_for_each(benchmark::State& state) {
   }
 }
 
+// The same walk through keys_view(): the keys read in place, as string_views.
+void BM_keys_tensordict_keys_view(benchmark::State& state) {
+  td::TensorDict data = make_flat_td();
+  for (auto _ : state) {
+    for (std::string_view k : data.keys_view()) benchmark::DoNotOptimize(k.data());
+  }
+}
+
 void BM_keys_floor(benchmark::State& state) {
   FlatMap data = make_flat_map();
   benchmark::DoNotOptimize(data);  // escapes: lookups cannot be hoisted
@@ -223,6 +231,14 @@ void BM_items_tensordict(benchmark::State& state) {
   for (auto _ : state) {
     for (const auto& [k, v] : data.items())
       benchmark::DoNotOptimize(v.tensor().unsafeGetTensorImpl());
+  }
+}
+
+void BM_items_tensordict_items_view(benchmark::State& state) {
+  td::TensorDict data = make_flat_td();
+  for (auto _ : state) {
+    for (auto [k, v] : data.items_view())
+      benchmark::DoNotOptimize(std::get<0>(v.variant()).unsafeGetTensorImpl());
   }
 }
 
@@ -250,8 +266,10 @@ void register_all() {
       {"BM_update/floor", BM_update_floor},
       {"BM_keys/tensordict", BM_keys_tensordict},
       {"BM_keys/tensordict_for_each", BM_keys_tensordict_for_each},
+      {"BM_keys/tensordict_keys_view", BM_keys_tensordict_keys_view},
       {"BM_keys/floor", BM_keys_floor},
       {"BM_items/tensordict", BM_items_tensordict},
+      {"BM_items/tensordict_items_view", BM_items_tensordict_items_view},
       {"BM_items/floor", BM_items_floor},
   };
   register_min_time(benchmarks, kMinTime);

@@ -33,6 +33,7 @@ HEADLINES = [
     ("core", "BM_get/tensordict", 2.0, "get"),
     ("core", "BM_nested_get/tensordict", 2.0, "nested get"),
     ("core", "BM_typed_get/typed", 1.1, "typed accessor vs get"),
+    ("core", "BM_update/tensordict", 2.0, "update (10 keys)"),
     ("ops", "BM_index_int/tensordict", 1.3, "td[i]"),
     ("ops", "BM_index_slice/tensordict", 1.3, "td[slice]"),
     ("ops", "BM_index_long256/tensordict", 1.2, "td[256 long]"),

@@ -18,10 +18,12 @@
 #include <functional>
 #include <initializer_list>
 #include <iosfwd>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -31,6 +33,10 @@ namespace tensordict {
 class Node;
 class Value;
 class TensorDict;
+/// What an EntriesView yields: keys (std::string_view) or (key, const Value&).
+enum class EntryProjection : std::uint8_t { Key, KeyValue };
+template <EntryProjection P>
+class EntriesView;
 
 /// The kind of one entry. NonTensor is a NonTensorData (one value for the
 /// whole batch), NonTensorStack one value per batch element.
@@ -169,6 +175,14 @@ class TensorDictBase {
   /// than items() for large trees.
   void for_each(const std::function<void(const NestedKey&, const Value&)>& fn,
                 const KeysOptions& options = {}) const;
+  /// The top-level keys as std::string_view, in insertion order, without
+  /// building a NestedKey (or a string) per key: `for (std::string_view k :
+  /// td.keys_view())`. See EntriesView for what the view refers to.
+  EntriesView<EntryProjection::Key> keys_view() const;
+  /// The top-level (key, value) pairs, in insertion order, without building a
+  /// key per entry: `for (auto [k, v] : td.items_view())`, k a std::string_view,
+  /// v a const Value&.
+  EntriesView<EntryProjection::KeyValue> items_view() const;
   /// Number of entries at the top level.
   std::size_t num_keys() const;
   bool contains(const NestedKey& key) const;
@@ -612,6 +626,62 @@ class Value {
 
  private:
   Variant v_;
+};
+
+/// The top-level entries of a tensordict as a range, in insertion order
+/// (TensorDictBase::keys_view(), items_view()). The in-memory storages
+/// (TensorDict, memory-mapped, shared) are read in place: no copy of a key or a
+/// value, so iterating costs about what iterating a std::vector does. Other
+/// storages give a snapshot taken when the view is made (their keys are read
+/// once; items_view() reads each value). The view keeps the storage alive;
+/// like a container's iterators, it must not be used across a mutation of the
+/// same level (set, remove, rename_key_, ...).
+template <EntryProjection P>
+class EntriesView {
+ public:
+  using Entry = std::pair<std::string, Value>;
+  using reference = std::conditional_t<P == EntryProjection::Key, std::string_view,
+                                       std::pair<std::string_view, const Value&>>;
+
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = reference;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    iterator() = default;
+    explicit iterator(const Entry* at) : at_(at) {}
+    reference operator*() const {
+      if constexpr (P == EntryProjection::Key)
+        return at_->first;
+      else
+        return {at_->first, at_->second};
+    }
+    iterator& operator++() {
+      ++at_;
+      return *this;
+    }
+    iterator operator++(int) { return iterator(at_++); }
+    bool operator==(const iterator& o) const noexcept { return at_ == o.at_; }
+    bool operator!=(const iterator& o) const noexcept { return at_ != o.at_; }
+
+   private:
+    const Entry* at_ = nullptr;
+  };
+
+  /// `entries` is owned by `keep_alive` (a storage's own entries) or by
+  /// `snapshot` (a copy made for the view).
+  EntriesView(std::shared_ptr<const void> keep_alive, const std::vector<Entry>* entries)
+      : keep_alive_(std::move(keep_alive)), entries_(entries) {}
+
+  iterator begin() const { return iterator(entries_->data()); }
+  iterator end() const { return iterator(entries_->data() + entries_->size()); }
+  std::size_t size() const noexcept { return entries_->size(); }
+  bool empty() const noexcept { return entries_->empty(); }
+
+ private:
+  std::shared_ptr<const void> keep_alive_;
+  const std::vector<Entry>* entries_;
 };
 
 // Arithmetic and comparison operators; see the named methods.

@@ -411,6 +411,35 @@ std::vector<std::pair<NestedKey, nlohmann::json>> TensorDictBase::non_tensor_ite
 
 std::size_t TensorDictBase::num_keys() const { return node().size(); }
 
+namespace {
+// The entries an EntriesView iterates: an in-memory level's own (kept alive by
+// the node), or a snapshot of another storage's keys, with values when asked.
+std::pair<std::shared_ptr<const void>, const detail::MemoryNode::Entries*> view_entries(
+    const std::shared_ptr<Node>& node, bool with_values) {
+  if (node->is_memory_node())
+    return {node, &static_cast<const detail::MemoryNode&>(*node).entries()};
+  auto snapshot = std::make_shared<detail::MemoryNode::Entries>();
+  for (auto& k : node->keys()) {
+    std::optional<Value> v;
+    if (with_values) v = node->find(k);
+    if (with_values && !v) continue;  // removed since keys() was read
+    snapshot->emplace_back(std::move(k), v ? std::move(*v) : Value(at::Tensor()));
+  }
+  const auto* entries = snapshot.get();
+  return {std::move(snapshot), entries};
+}
+}  // namespace
+
+EntriesView<EntryProjection::Key> TensorDictBase::keys_view() const {
+  auto [keep, entries] = view_entries(node_ ? node_ : throw ValueError("null handle"), false);
+  return {std::move(keep), entries};
+}
+
+EntriesView<EntryProjection::KeyValue> TensorDictBase::items_view() const {
+  auto [keep, entries] = view_entries(node_ ? node_ : throw ValueError("null handle"), true);
+  return {std::move(keep), entries};
+}
+
 bool TensorDictBase::contains(const NestedKey& key) const { return entry_kind(key).has_value(); }
 
 std::optional<EntryKind> TensorDictBase::entry_kind(const NestedKey& key) const {
@@ -824,50 +853,98 @@ struct KeyFilter {
 // through kind() (metadata): only nested levels are fetched.
 std::optional<NestedKey> update_walk(TensorDictBase& root, const TensorDictBase& self,
                                      const TensorDictBase& other, const UpdateOptions& opt,
-                                     const KeyFilter& filter, const NestedKey& path, bool dry_run) {
-  for (const auto& k : other.node().keys()) {
-    const KeyFilter* f = filter.child(k);
-    if (!f) continue;
-    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    const auto src_kind = other.node().kind(k);
-    const auto existing = self.node().kind(k);
-    if (src_kind == EntryKind::TensorDict && existing == EntryKind::TensorDict) {
-      if (auto r = update_walk(root, self.node().find(k)->tensordict(),
-                               other.node().find(k)->tensordict(), opt, *f, key, dry_run))
-        return r;
-      continue;
+                                     const KeyFilter& filter, const NestedKey& path, bool dry_run);
+
+// update() of one entry `k` of `other` into `self` (see update_walk).
+std::optional<NestedKey> update_entry(TensorDictBase& root, const TensorDictBase& self,
+                                      const TensorDictBase& other, const std::string& k,
+                                      const UpdateOptions& opt, const KeyFilter& filter,
+                                      const NestedKey& path, bool dry_run) {
+  const KeyFilter* f = filter.child(k);
+  if (!f) return std::nullopt;
+  NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+  const bool locked = self.is_locked() && !opt.ignore_lock;
+  const auto src_kind = other.node().kind(k);
+  const auto existing = self.node().kind(k);
+  if (src_kind == EntryKind::TensorDict && existing == EntryKind::TensorDict) {
+    return update_walk(root, self.node().find(k)->tensordict(), other.node().find(k)->tensordict(),
+                       opt, *f, key, dry_run);
+  }
+  if (!f->all) {
+    if (src_kind != EntryKind::TensorDict) return std::nullopt;
+    // Only some keys of this sub-tensordict are selected: a new level.
+    if (dry_run) return locked ? std::optional<NestedKey>(key) : std::nullopt;
+    TensorDictBase sub = root.create_nested(key);
+    update_walk(root, sub, other.node().find(k)->tensordict(), opt, *f, key, false);
+    return std::nullopt;
+  }
+  const bool inplace =
+      opt.inplace && existing == EntryKind::Tensor && src_kind == EntryKind::Tensor;
+  if (dry_run) {
+    if (!inplace && locked) return key;
+    // Tensors are checked before anything is written (metadata only), so a
+    // refused update leaves the destination as it was.
+    if (src_kind == EntryKind::Tensor || src_kind == EntryKind::TensorDict) {
+      const Value v = *other.node().find(k);
+      if (inplace)
+        check_inplace(root.node_ptr(), key, v.tensor(), "update()");
+      else
+        detail::validate_value(v, self.batch_size(), self.device(), key);
     }
-    if (!f->all) {
-      if (src_kind != EntryKind::TensorDict) continue;
-      // Only some keys of this sub-tensordict are selected: a new level.
-      if (dry_run) {
-        if (self.is_locked()) return key;
+    return std::nullopt;
+  }
+  Value v = *other.node().find(k);
+  if (opt.clone) {
+    if (v.is_tensor())
+      v = v.tensor().clone();
+    else if (v.is_tensordict())
+      v = TensorDictBase(v.tensordict().clone());
+  }
+  if (inplace)
+    root.set_(key, v.tensor());
+  else
+    set_impl(root.node_ptr(), key, std::move(v), /*check_lock=*/!opt.ignore_lock);
+  return std::nullopt;
+}
+
+// True when `v` can be stored as it is in the in-memory level `dst`: a defined tensor on dst's
+// device whose leading dims are dst's batch size (what validate_value would accept unchanged).
+// Anything else goes through set(), which reports errors.
+bool storable_as_is(const Value& v, const detail::MemoryNode& dst) {
+  if (!v.is_tensor()) return false;
+  const at::Tensor& t = std::get<0>(v.variant());
+  if (!t.defined()) return false;
+  if (const auto& device = dst.device(); device && t.device() != *device) return false;
+  const at::IntArrayRef batch = dst.batch_size();
+  const at::IntArrayRef sizes = t.sizes();
+  if (sizes.size() < batch.size() || !std::equal(batch.begin(), batch.end(), sizes.begin()))
+    return false;
+  return true;
+}
+
+std::optional<NestedKey> update_walk(TensorDictBase& root, const TensorDictBase& self,
+                                     const TensorDictBase& other, const UpdateOptions& opt,
+                                     const KeyFilter& filter, const NestedKey& path, bool dry_run) {
+  // Both levels in memory and every key taken as it is: pair the entries
+  // directly, storing tensors that fit without the checks and key copies of
+  // set() (update's common case: a tensordict built or indexed in memory).
+  if (filter.all && !opt.clone && !opt.inplace && self.node().is_memory_node() &&
+      other.node().is_memory_node() && (opt.ignore_lock || !self.node().locked())) {
+    auto& dst = static_cast<detail::MemoryNode&>(self.node());
+    const auto& src = static_cast<const detail::MemoryNode&>(other.node());
+    for (const auto& [k, v] : src.entries()) {
+      if (storable_as_is(v, dst)) {
+        if (!dry_run) dst.write(k, v);
         continue;
       }
-      TensorDictBase sub = root.create_nested(key);
-      update_walk(root, sub, other.node().find(k)->tensordict(), opt, *f, key, false);
-      continue;
+      if (auto refused = update_entry(root, self, other, k, opt, filter, path, dry_run))
+        return refused;
     }
-    const bool inplace =
-        opt.inplace && existing == EntryKind::Tensor && src_kind == EntryKind::Tensor;
-    if (dry_run) {
-      if (!inplace && self.is_locked()) return key;
-      continue;
-    }
-    Value v = *other.node().find(k);
-    if (opt.clone) {
-      if (v.is_tensor())
-        v = v.tensor().clone();
-      else if (v.is_tensordict())
-        v = TensorDictBase(v.tensordict().clone());
-    }
-    if (inplace) {
-      root.set_(key, v.tensor());
-      continue;
-    }
-    set_impl(root.node_ptr(), key, std::move(v),
-             /*check_lock=*/!opt.ignore_lock);
+    return std::nullopt;
   }
+  for (const auto& k : other.node().keys())
+    if (auto refused = update_entry(root, self, other, k, opt, filter, path, dry_run))
+      return refused;
   return std::nullopt;
 }
 
@@ -877,11 +954,10 @@ TensorDictBase& TensorDictBase::update(const TensorDictBase& other, const Update
   if (is_same(other)) return *this;
   if (is_locked() && !options.inplace && !options.ignore_lock) throw_locked(NestedKey(), "update");
   KeyFilter filter = KeyFilter::from(options.keys_to_update);
-  if (is_locked() && !options.ignore_lock) {
-    if (auto refused = update_walk(*this, *this, other, options, filter, NestedKey(),
-                                   /*dry_run=*/true))
-      throw_locked(*refused, "update");
-  }
+  // Everything is checked (locks, tensor shapes) before anything is written.
+  if (auto refused = update_walk(*this, *this, other, options, filter, NestedKey(),
+                                 /*dry_run=*/true))
+    throw_locked(*refused, "update");
   update_walk(*this, *this, other, options, filter, NestedKey(), /*dry_run=*/false);
   return *this;
 }

@@ -438,6 +438,60 @@ TEST(TensorDictItems, PairsKeysWithTheirValues) {
   EXPECT_EQ(sorted[0].first, td::NestedKey("label"));
 }
 
+TEST(TensorDictKeysView, TopLevelKeysInOrderWithoutCopies) {
+  auto t = make_td();
+  std::vector<std::string> seen;
+  for (std::string_view k : t.keys_view()) seen.emplace_back(k);
+  EXPECT_EQ(seen, (std::vector<std::string>{"obs", "next", "label"}));
+  auto view = t.keys_view();
+  EXPECT_EQ(view.size(), 3u);
+  EXPECT_FALSE(view.empty());
+  // In memory the keys are read in place: the view points into the storage.
+  const auto& entries = static_cast<const td::detail::MemoryNode&>(t.node()).entries();
+  EXPECT_EQ((*view.begin()).data(), entries[0].first.data());
+  EXPECT_TRUE(td::TensorDict(Shape{2}).keys_view().empty());
+}
+
+TEST(TensorDictKeysView, ItemsViewPairsKeysWithTheStoredValues) {
+  auto t = make_td();
+  std::size_t i = 0;
+  for (auto [k, v] : t.items_view()) {
+    if (i == 0) {
+      EXPECT_EQ(k, "obs");
+      EXPECT_TRUE(v.tensor().is_same(t.get("obs")));
+    } else if (i == 1) {
+      EXPECT_EQ(k, "next");
+      EXPECT_TRUE(v.tensordict().is_same(t.get_tensordict("next")));
+    } else {
+      EXPECT_EQ(k, "label");
+      EXPECT_EQ(v.non_tensor().data(), "cat");
+    }
+    ++i;
+  }
+  EXPECT_EQ(i, 3u);
+}
+
+TEST(TensorDictKeysView, KeepsATemporaryTensorDictAlive) {
+  std::vector<std::string> seen;
+  for (std::string_view k : make_td().keys_view()) seen.emplace_back(k);
+  EXPECT_EQ(seen.size(), 3u);
+  auto items = make_td().items_view();  // the tensordict handle is gone
+  EXPECT_EQ((*items.begin()).second.tensor().size(0), 4);
+}
+
+TEST(TensorDictKeysView, OtherStoragesGiveASnapshot) {
+  auto a = td::TensorDict({{"x", torch::zeros({3})}, {"y", torch::ones({3, 2})}}, {3});
+  auto b = td::TensorDict({{"x", torch::ones({3})}, {"y", torch::ones({3, 2})}}, {3});
+  auto stacked = td::lazy_stack({a, b}, 0);
+  std::vector<std::string> seen;
+  for (std::string_view k : stacked.keys_view()) seen.emplace_back(k);
+  std::vector<std::string> expected;
+  for (const auto& k : stacked.keys()) expected.push_back(k.front());
+  EXPECT_EQ(seen, expected);
+  for (auto [k, v] : stacked.items_view())
+    EXPECT_TRUE(at::equal(v.tensor(), stacked.get(std::string(k))));
+}
+
 TEST(TensorDictItems, NonTensorItems) {
   auto t = make_td();
   t.set_non_tensor({"next", "info"}, nlohmann::json({1, 2}));

@@ -391,6 +391,42 @@ TEST(TensorDictUpdate, NestedErrorsNameTheFullPath) {
                       "[4, 2]", "[4, 1]");
 }
 
+TEST(TensorDictUpdate, ABadValueAfterGoodOnesWritesNothing) {
+  // Every entry is checked before the first is written (in-memory levels on
+  // both sides, nested levels, and a source that is not in memory).
+  auto t = make_td();
+  auto snap = Snapshot::of(t);
+  // Batch [] holds leaves of any shape; "wrong" does not fit batch [4].
+  td::TensorDict bad(
+      {{"obs", torch::ones({4, 3})}, {"new", torch::ones({4})}, {"wrong", torch::zeros({3})}}, {});
+  TD_EXPECT_THROW_MSG(t.update(bad), td::ShapeError, "'wrong'", "[4]", "[3]");
+  snap.expect_unchanged(t);
+  EXPECT_FALSE(t.contains("new"));
+
+  td::TensorDict nested(std::vector<int64_t>{4});
+  nested.set({"next", "reward"}, torch::ones({4, 1}));
+  nested.set("x", torch::ones({4}));
+  nested.get_tensordict("next").set_batch_size({});
+  nested.get_tensordict("next").set("bad", torch::zeros({3}));
+  TD_EXPECT_THROW_MSG(t.update(nested), td::ShapeError, "('next', 'bad')");
+  snap.expect_unchanged(t);
+
+  td::TensorDict sub({{"y", torch::zeros({3})}}, {3});
+  td::TensorDict with_sub({{"obs", torch::ones({4, 3})}, {"sub", sub}}, {});
+  TD_EXPECT_THROW_MSG(t.update(with_sub), td::ShapeError, "'sub'");
+  snap.expect_unchanged(t);
+  EXPECT_FALSE(t.contains("sub"));
+}
+
+TEST(TensorDictUpdate, ReplacesNestedLevelsAndNonTensorsLikeSet) {
+  auto t = make_td();
+  td::TensorDict other({{"next", torch::zeros({4, 2})}, {"label", "dog"}}, {4});
+  t.update(other);
+  EXPECT_EQ(t.entry_kind("next"), td::EntryKind::Tensor);
+  EXPECT_EQ(t.get_non_tensor("label"), "dog");
+  EXPECT_EQ(t.keys(), (Keys{"obs", "next", "label"}));
+}
+
 TEST(TensorDictUpdate, WithItselfIsANoOp) {
   auto t = make_td();
   auto snap = Snapshot::of(t);
