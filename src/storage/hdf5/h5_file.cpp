@@ -481,8 +481,9 @@ void File::write_non_tensor(const std::string& path, std::string_view key, const
     return;
   }
   NumpyArray a = as_numpy(value, where(full));
+  // numpy's dtype.str: byte order, kind, size (characters for 'U').
   const std::string tag = std::string("NUMPY:") + (a.kind == 'b' ? "|" : "<") + a.kind +
-                          std::to_string(a.itemsize);
+                          std::to_string(a.kind == 'U' ? a.itemsize / 4 : a.itemsize);
   std::vector<unsigned char> bytes(a.items.size() * a.itemsize, 0);
   for (std::size_t i = 0; i < a.items.size(); ++i) {
     unsigned char* p = bytes.data() + i * a.itemsize;

@@ -5,6 +5,8 @@
 // operation and put back in the user's order.
 #include "storage/hdf5/h5_node.h"
 
+#include "storage/hdf5/h5_counters.h"
+
 #include <tensordict/detail/format.h>
 
 #include <ATen/ATen.h>
@@ -15,6 +17,11 @@
 #include <numeric>
 
 namespace tensordict::detail::h5 {
+
+CallCounters& call_counters() noexcept {
+  static CallCounters c;
+  return c;
+}
 
 namespace {
 
@@ -131,6 +138,9 @@ std::vector<hsize_t> select_box(hid_t space, const RowSelection& rows,
 
 void read_into(const Dataset& d, hid_t mem, hid_t file_space, at::Tensor& out,
                const std::string& context) {
+  auto& counters = call_counters();
+  ++counters.reads;
+  if (file_space != H5S_ALL) ++counters.selections;
   check(H5Dread(d.id.get(), memory_type(out.scalar_type()), mem, file_space, H5P_DEFAULT,
                 out.data_ptr()),
         "H5Dread", context);
@@ -138,6 +148,9 @@ void read_into(const Dataset& d, hid_t mem, hid_t file_space, at::Tensor& out,
 
 void write_from(const Dataset& d, hid_t mem, hid_t file_space, const at::Tensor& value,
                 const std::string& context) {
+  auto& counters = call_counters();
+  ++counters.writes;
+  if (file_space != H5S_ALL) ++counters.selections;
   check(H5Dwrite(d.id.get(), memory_type(value.scalar_type()), mem, file_space, H5P_DEFAULT,
                  value.data_ptr()),
         "H5Dwrite", context);
@@ -525,24 +538,26 @@ void H5Node::remove(std::string_view key) {
 
 void H5Node::flush() { file_->flush(); }
 
-std::vector<int64_t> H5Node::infer_batch_size(File& file, const std::string& path) {
+std::optional<std::vector<int64_t>> H5Node::infer_batch_size(File& file, const std::string& path) {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& k : file.keys(path)) {
     Entry* e = file.entry(path, k);
     if (!e) continue;
-    if (e->is_group)
-      shapes.push_back(infer_batch_size(file, join(path, k)));
-    else if (e->dataset->info.element == Element::Tensor)
+    if (e->is_group) {
+      if (auto b = infer_batch_size(file, join(path, k))) shapes.push_back(std::move(*b));
+    } else if (e->dataset->info.element == Element::Tensor) {
       shapes.push_back(e->dataset->shape);
-  }
-  std::vector<int64_t> batch;
-  if (!shapes.empty()) {
-    batch = shapes.front();
-    for (const auto& s : shapes) {
-      std::size_t i = 0;
-      while (i < batch.size() && i < s.size() && batch[i] == s[i]) ++i;
-      batch.resize(i);
     }
+  }
+  // A group without tensors (empty, or non-tensors only) does not constrain
+  // its parent and takes the parent's batch size (Python raises IndexError
+  // for non-tensors only, and forces [] on the parent for an empty group).
+  if (shapes.empty()) return std::nullopt;
+  std::vector<int64_t> batch = shapes.front();
+  for (const auto& s : shapes) {
+    std::size_t i = 0;
+    while (i < batch.size() && i < s.size() && batch[i] == s[i]) ++i;
+    batch.resize(i);
   }
   file.inferred[path] = batch;
   return batch;

@@ -48,9 +48,10 @@ class H5Node final : public Node {
   void remove(std::string_view key) override;
   void flush() override;
 
-  /// The batch size inferred for every group of the file (from_h5), stored
-  /// in file()->inferred; returns this level's.
-  static std::vector<int64_t> infer_batch_size(File& file, const std::string& path);
+  /// The batch size inferred for every group under `path` (from_h5: the
+  /// longest common leading shape of its tensors and groups), stored in
+  /// file.inferred; nullopt for a group without tensors.
+  static std::optional<std::vector<int64_t>> infer_batch_size(File& file, const std::string& path);
   /// ShapeError naming the file and dataset when a tensor under `path` does
   /// not start with `batch_size`.
   static void check_batch_size(File& file, const std::string& path, at::IntArrayRef batch_size);

@@ -41,7 +41,7 @@ PersistentTensorDict PersistentTensorDict::open(const std::string& filename,
     batch = *options.batch_size;
     H5Node::check_batch_size(*file, group, batch);
   } else {
-    batch = H5Node::infer_batch_size(*file, group);
+    batch = H5Node::infer_batch_size(*file, group).value_or(std::vector<int64_t>{});
   }
   return PersistentTensorDict(std::make_shared<H5Node>(file, group, batch, options.device));
 }
