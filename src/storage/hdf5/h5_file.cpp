@@ -115,11 +115,21 @@ void File::check_open() const {
                        "PersistentTensorDict::open");
 }
 
-void File::check_writable(const std::string& what) const {
+void File::check_writable(const char* what, const std::string& path) const {
   check_open();
   if (!writable_)
-    throw StorageError(what + ": HDF5 file '" + filename_ + "' is opened read-only (mode '" +
-                       mode_ + "'); open it with mode 'r+' or 'a' to write");
+    throw StorageError(std::string(what) + " " + path + ": HDF5 file '" + filename_ +
+                       "' is opened read-only (mode '" + mode_ +
+                       "'); open it with mode 'r+' or 'a' to write");
+}
+
+hid_t Dataset::memory_space(const std::vector<hsize_t>& dims) {
+  if (!mem_ || dims != mem_dims_) {
+    mem_ = owned(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
+                 "H5Screate_simple", where);
+    mem_dims_ = dims;
+  }
+  return mem_.get();
 }
 
 std::string File::where(const std::string& path) const {
@@ -129,6 +139,7 @@ std::string File::where(const std::string& path) const {
 void File::close() {
   Lock l = lock();
   if (!file_) return;
+  ++generation_;
   entries_.clear();
   listings_.clear();
   groups_.clear();
@@ -157,7 +168,7 @@ hid_t File::group(const std::string& path, bool create) {
     if (present <= 0) {
       H5Eclear2(H5E_DEFAULT);
       if (!create) throw KeyError(where(path) + ": no such group");
-      check_writable("creating group " + path);
+      check_writable("creating group", path);
       Hid lcpl = owned(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "H5Pcreate", where(path));
       H5Pset_create_intermediate_group(lcpl.get(), 1);
       id = H5Gcreate2(file_.get(), path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT);
@@ -217,16 +228,19 @@ Entry* File::entry(const std::string& path, std::string_view key) {
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     if (rank > 0) H5Sget_simple_extent_dims(d->space.get(), dims.data(), nullptr);
     d->shape.assign(dims.begin(), dims.end());
+    d->where = where(full);
     e->dataset = std::move(d);
   } else {
     // A named datatype or another object: listed, read as unsupported.
     e->dataset = std::make_unique<Dataset>();
     e->dataset->info.description = "an HDF5 object that is neither a group nor a dataset";
+    e->dataset->where = where(full);
   }
   return entries_.emplace(std::move(full), std::move(e)).first->second.get();
 }
 
 void File::forget(const std::string& path, std::string_view key) {
+  ++generation_;
   listings_.erase(path);
   const std::string full = join(path, key);
   auto under = [&](const std::string& p) {
@@ -239,7 +253,7 @@ void File::forget(const std::string& path, std::string_view key) {
 }
 
 void File::remove(const std::string& path, std::string_view key) {
-  check_writable("removing " + join(path, key));
+  check_writable("removing", join(path, key));
   forget(path, key);
   const std::string name(key);
   check(H5Ldelete(group(path), name.c_str(), H5P_DEFAULT), "H5Ldelete", where(join(path, key)));
@@ -305,7 +319,7 @@ Dataset& File::create_tensor(const std::string& path, std::string_view key, at::
                              c10::ScalarType dtype) {
   const std::string full = join(path, key);
   hid_t ftype = file_type(dtype, where(full));
-  check_writable("creating dataset " + full);
+  check_writable("creating dataset", full);
   hid_t g = group(path);
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Hid space = owned(shape.empty() ? H5Screate(H5S_SCALAR)
@@ -324,6 +338,7 @@ Dataset& File::create_tensor(const std::string& path, std::string_view key, at::
   d.shape.assign(shape.begin(), shape.end());
   d.info.element = Element::Tensor;
   d.info.dtype = dtype;
+  d.where = where(full);
   entries_[full] = std::move(e);
   return d;
 }
@@ -464,7 +479,7 @@ void File::check_non_tensor(const json& value, const std::string& context) {
 
 void File::write_non_tensor(const std::string& path, std::string_view key, const json& value) {
   const std::string full = join(path, key);
-  check_writable("writing " + full);
+  check_writable("writing", full);
   hid_t g = group(path);
   const std::string name(key);
   if (value.is_string()) {

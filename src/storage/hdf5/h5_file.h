@@ -26,6 +26,15 @@ struct Dataset {
   Hid space;
   std::vector<int64_t> shape;
   ElementInfo info;
+  /// "HDF5 file '<file>', /a/b", for messages.
+  std::string where;
+  /// A memory dataspace of `dims` (the last one made is kept: a row loop
+  /// reuses it).
+  hid_t memory_space(const std::vector<hsize_t>& dims);
+
+ private:
+  Hid mem_;
+  std::vector<hsize_t> mem_dims_;
 };
 
 /// A link of a group: a nested group or a dataset.
@@ -52,8 +61,8 @@ class File {
 
   /// StorageError when closed ("<file>: the file is closed").
   void check_open() const;
-  /// StorageError when read-only, naming the file, `what` and the mode.
-  void check_writable(const std::string& what) const;
+  /// StorageError when read-only, naming the file, `what` `path` and the mode.
+  void check_writable(const char* what, const std::string& path) const;
   void close();
   void flush();
 
@@ -69,6 +78,9 @@ class File {
   Entry* entry(const std::string& path, std::string_view key);
   /// Drops what is cached about `path/key` (and below it).
   void forget(const std::string& path, std::string_view key);
+  /// Changes whenever a cached entry may have gone (forget, close): nodes
+  /// keep Entry pointers while it stays the same.
+  uint64_t generation() const noexcept { return generation_; }
 
   // ---- datasets ----------------------------------------------------------------
   /// Creates the dataset `key` in the group at `path`, without data (HDF5
@@ -99,6 +111,7 @@ class File {
   bool writable_ = false;
   H5DatasetOptions dataset_options_;
   Hid file_;
+  uint64_t generation_ = 0;
   std::unordered_map<std::string, Hid> groups_;
   std::unordered_map<std::string, std::vector<std::string>> listings_;
   std::unordered_map<std::string, std::unique_ptr<Entry>> entries_;  // by full path

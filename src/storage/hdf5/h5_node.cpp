@@ -102,11 +102,6 @@ int64_t product(at::IntArrayRef s) {
   return n;
 }
 
-Hid memory_space(const std::vector<hsize_t>& dims, const std::string& context) {
-  return owned(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
-               "H5Screate_simple", context);
-}
-
 // Selects the rows [start, start + count) of dim 0, every element of the
 // other dims, as one hyperslab (op SET) or added to the selection (OR).
 void select_rows(hid_t space, const std::vector<int64_t>& shape, hsize_t start, hsize_t count,
@@ -168,8 +163,8 @@ void write_all(const Dataset& d, const at::Tensor& value, const std::string& con
 }
 
 // The selected rows of one dataset (everything but General).
-at::Tensor read_selected(const Dataset& d, const RowSelection& rows, const RowsPlan* plan,
-                         const std::string& context) {
+at::Tensor read_selected(Dataset& d, const RowSelection& rows, const RowsPlan* plan) {
+  const std::string& context = d.where;
   const auto opts = at::TensorOptions().dtype(d.info.dtype);
   switch (rows.kind()) {
     case RowSelection::Kind::All: return read_all(d, context);
@@ -177,8 +172,7 @@ at::Tensor read_selected(const Dataset& d, const RowSelection& rows, const RowsP
       at::Tensor out = at::empty(rows.selected_shape(d.shape), opts);
       if (out.numel() == 0) return out;
       auto count = select_box(d.space.get(), rows, d.shape, context);
-      Hid mem = memory_space(count, context);
-      read_into(d, mem.get(), d.space.get(), out, context);
+      read_into(d, d.memory_space(count), d.space.get(), out, context);
       return out;
     }
     case RowSelection::Kind::Rows: {
@@ -198,8 +192,8 @@ at::Tensor read_selected(const Dataset& d, const RowSelection& rows, const RowsP
       }
       auto tmp_shape = concat({count}, feat);
       at::Tensor tmp = at::empty(tmp_shape, opts);
-      Hid mem = memory_space(std::vector<hsize_t>(tmp_shape.begin(), tmp_shape.end()), context);
-      read_into(d, mem.get(), d.space.get(), tmp, context);
+      read_into(d, d.memory_space(std::vector<hsize_t>(tmp_shape.begin(), tmp_shape.end())),
+                d.space.get(), tmp, context);
       if (cover) {
         if (!p.local.defined()) return tmp.view(out_shape);
         return tmp.index_select(0, p.local).view(out_shape);
@@ -212,15 +206,16 @@ at::Tensor read_selected(const Dataset& d, const RowSelection& rows, const RowsP
   return rows.apply(read_all(d, context)).contiguous();
 }
 
-void write_selected(const Dataset& d, const RowSelection& rows, const RowsPlan* plan,
-                    const at::Tensor& value, const std::string& context) {
+void write_selected(Dataset& d, const RowSelection& rows, const RowsPlan* plan,
+                    const at::Tensor& value) {
+  const std::string& context = d.where;
   switch (rows.kind()) {
     case RowSelection::Kind::All: write_all(d, value, context); return;
     case RowSelection::Kind::Box: {
       if (value.numel() == 0) return;
       auto count = select_box(d.space.get(), rows, d.shape, context);
-      Hid mem = memory_space(count, context);
-      write_from(d, mem.get(), d.space.get(), value.contiguous(), context);
+      write_from(d, d.memory_space(count), d.space.get(),
+                 value.is_contiguous() ? value : value.contiguous(), context);
       return;
     }
     case RowSelection::Kind::Rows: {
@@ -234,8 +229,8 @@ void write_selected(const Dataset& d, const RowSelection& rows, const RowsPlan* 
         select_rows(d.space.get(), d.shape, p.runs[i].first, p.runs[i].second,
                     i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, context);
       auto mem_shape = concat({static_cast<int64_t>(p.unique.size())}, feat);
-      Hid mem = memory_space(std::vector<hsize_t>(mem_shape.begin(), mem_shape.end()), context);
-      write_from(d, mem.get(), d.space.get(), src, context);
+      write_from(d, d.memory_space(std::vector<hsize_t>(mem_shape.begin(), mem_shape.end())),
+                 d.space.get(), src, context);
       return;
     }
     case RowSelection::Kind::General: break;
@@ -273,9 +268,22 @@ std::size_t H5Node::size() const {
   return file_->keys(path_).size();
 }
 
+Entry* H5Node::entry(std::string_view key) const {
+  file_->check_open();
+  if (entries_generation_ != file_->generation()) {
+    entries_.clear();
+    entries_generation_ = file_->generation();
+  }
+  auto it = entries_.find(key);
+  if (it != entries_.end()) return it->second;
+  Entry* e = file_->entry(path_, key);
+  if (e) entries_.emplace(std::string(key), e);
+  return e;
+}
+
 std::optional<EntryKind> H5Node::kind(std::string_view key) const {
   Lock l = lock();
-  const Entry* e = file_->entry(path_, key);
+  const Entry* e = entry(key);
   if (!e) return std::nullopt;
   if (e->is_group) return EntryKind::TensorDict;
   return e->dataset->info.element == Element::Tensor ? EntryKind::Tensor : EntryKind::NonTensor;
@@ -283,7 +291,7 @@ std::optional<EntryKind> H5Node::kind(std::string_view key) const {
 
 std::optional<TensorMeta> H5Node::tensor_meta(std::string_view key) const {
   Lock l = lock();
-  const Entry* e = file_->entry(path_, key);
+  const Entry* e = entry(key);
   if (!e || e->is_group || e->dataset->info.element != Element::Tensor) return std::nullopt;
   return TensorMeta{e->dataset->shape, e->dataset->info.dtype, device_.value_or(at::kCPU)};
 }
@@ -300,22 +308,20 @@ std::shared_ptr<H5Node> H5Node::child(std::string_view key) const {
 }
 
 Dataset& H5Node::tensor_dataset(std::string_view key) const {
-  Entry* e = file_->entry(path_, key);
-  const std::string full = join(path_, key);
-  if (!e) throw KeyError(file_->where(full) + ": no such dataset");
-  if (e->is_group) throw TypeError(file_->where(full) + " is a group, not a tensor dataset");
-  Dataset& d = *e->dataset;
-  if (d.info.element == Element::Unsupported)
-    throw FormatError(file_->where(full) + ": dataset of unsupported element type (" +
-                      d.info.description + ")");
-  if (d.info.element != Element::Tensor)
-    throw TypeError(file_->where(full) + " is a non-tensor dataset, not a tensor");
-  return d;
+  Entry* e = entry(key);
+  if (e && !e->is_group && e->dataset->info.element == Element::Tensor) return *e->dataset;
+  const std::string where = file_->where(join(path_, key));
+  if (!e) throw KeyError(where + ": no such dataset");
+  if (e->is_group) throw TypeError(where + " is a group, not a tensor dataset");
+  if (e->dataset->info.element == Element::Unsupported)
+    throw FormatError(where + ": dataset of unsupported element type (" +
+                      e->dataset->info.description + ")");
+  throw TypeError(where + " is a non-tensor dataset, not a tensor");
 }
 
 std::optional<Value> H5Node::find(std::string_view key) const {
   Lock l = lock();
-  Entry* e = file_->entry(path_, key);
+  Entry* e = entry(key);
   if (!e) return std::nullopt;
   if (e->is_group) return Value(TensorDictBase(child(key)));
   const std::string full = join(path_, key);
@@ -358,8 +364,7 @@ void H5Node::read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) c
       continue;
     }
     Dataset& d = n->tensor_dataset(leaf.key());
-    at::Tensor out =
-        read_selected(d, rows, plan ? &*plan : nullptr, file_->where(join(n->path_, leaf.key())));
+    at::Tensor out = read_selected(d, rows, plan ? &*plan : nullptr);
     if (n->device_ && !n->device_->is_cpu()) out = out.to(*n->device_);
     leaf.out = std::move(out);
   }
@@ -372,7 +377,7 @@ void H5Node::read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) c
 void H5Node::write(std::string_view key, Value value) {
   Lock l = lock();
   const std::string full = join(path_, key);
-  file_->check_writable("writing " + full);
+  file_->check_writable("writing", full);
   check_key(key, *file_, path_);
   // Everything that can be refused is refused before the old entry goes.
   std::function<void(const Value&, const std::string&)> validate = [&](const Value& v,
@@ -404,7 +409,7 @@ void H5Node::write(std::string_view key, Value value) {
     const auto* h = dynamic_cast<const H5Node*>(&value.tensordict().node());
     if (h && h->file_ == file_ && h->path_ == full) return;  // the entry itself
   }
-  if (file_->entry(path_, key)) {
+  if (entry(key)) {
     children_.erase(std::string(key));
     file_->remove(path_, key);
   }
@@ -451,7 +456,7 @@ void H5Node::write_leaves_(const RowSelection& rows, std::span<const LeafWrite> 
       others.push_back(leaf);
   }
   if (!mine.empty()) {
-    file_->check_writable("writing rows of " + path_);
+    file_->check_writable("writing rows of", path_);
     // Resolve every dataset first: a missing or foreign one fails before any
     // byte is written.
     std::vector<Dataset*> datasets;
@@ -462,10 +467,9 @@ void H5Node::write_leaves_(const RowSelection& rows, std::span<const LeafWrite> 
     std::vector<std::string> written;
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const LeafWrite& leaf = *mine[i];
-      const auto* n = static_cast<const H5Node*>(leaf.node);
-      const std::string where = file_->where(join(n->path_, leaf.key()));
       try {
-        write_selected(*datasets[i], rows, plan ? &*plan : nullptr, leaf.value.cpu(), where);
+        const at::Tensor& v = leaf.value;
+        write_selected(*datasets[i], rows, plan ? &*plan : nullptr, v.is_cpu() ? v : v.cpu());
       } catch (const Error& e) {
         if (written.empty()) throw;
         std::vector<std::string> rest;
@@ -483,10 +487,10 @@ void H5Node::create_leaf(std::string_view key, at::IntArrayRef shape,
                          const at::TensorOptions& options) {
   Lock l = lock();
   const std::string full = join(path_, key);
-  file_->check_writable("creating " + full);
+  file_->check_writable("creating", full);
   check_key(key, *file_, path_);
   (void)file_type(options.dtype().toScalarType(), file_->where(full));
-  if (file_->entry(path_, key)) {
+  if (entry(key)) {
     children_.erase(std::string(key));
     file_->remove(path_, key);
   }
@@ -500,7 +504,7 @@ void H5Node::create_leaves(std::span<const LeafCreate> leaves) {
   for (const auto& leaf : leaves) {
     if (const H5Node* n = same_file(leaf.node, file_)) {
       const std::string full = join(n->path_, leaf.key());
-      file_->check_writable("creating " + full);
+      file_->check_writable("creating", full);
       check_key(leaf.key(), *file_, n->path_);
       (void)file_type(leaf.options.dtype().toScalarType(), file_->where(full));
     }
@@ -518,9 +522,9 @@ TensorDictBase H5Node::create_nested(std::string_view key, at::IntArrayRef batch
                                      std::optional<at::Device> device) {
   Lock l = lock();
   const std::string full = join(path_, key);
-  file_->check_writable("creating group " + full);
+  file_->check_writable("creating group", full);
   check_key(key, *file_, path_);
-  if (file_->entry(path_, key)) {
+  if (entry(key)) {
     children_.erase(std::string(key));
     file_->remove(path_, key);
   }

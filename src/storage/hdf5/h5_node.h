@@ -57,6 +57,8 @@ class H5Node final : public Node {
   static void check_batch_size(File& file, const std::string& path, at::IntArrayRef batch_size);
 
  private:
+  /// file_->entry(path_, key) through a per-level cache of the entries seen.
+  Entry* entry(std::string_view key) const;
   /// The child level at key (made once, then the same handle).
   std::shared_ptr<H5Node> child(std::string_view key) const;
   /// The tensor dataset at key; KeyError/TypeError/FormatError otherwise.
@@ -68,6 +70,8 @@ class H5Node final : public Node {
   std::vector<int64_t> batch_size_;
   std::optional<at::Device> device_;
   mutable std::map<std::string, std::shared_ptr<H5Node>, std::less<>> children_;
+  mutable std::map<std::string, Entry*, std::less<>> entries_;
+  mutable uint64_t entries_generation_ = 0;
 };
 
 }  // namespace tensordict::detail::h5
