@@ -488,6 +488,18 @@ TEST_F(H5Test, LockingAndNestedHandles) {
   EXPECT_NE(h5.repr().find("PersistentTensorDict"), std::string::npos);
 }
 
+TEST_F(H5Test, RenameDeleteAndReopen) {
+  auto h5 = td::to_h5(rows_data(), file());
+  h5.rename_key_("b", "b2");
+  h5.rename_key_({"n", "m"}, {"n", "m2"});
+  h5.del_("a");
+  h5.close();
+  auto back = td::PersistentTensorDict::from_h5(file());
+  EXPECT_EQ(back.keys(true, true),
+            (std::vector<td::NestedKey>{td::NestedKey("b2"), td::NestedKey({"n", "m2"})}));
+  EXPECT_TRUE(back.get("b2").equal(rows_data().get("b")));
+}
+
 TEST_F(H5Test, ConcurrentReadsFromThreads) {
   auto src = td::TensorDict({{"x", torch::arange(4000).view({1000, 4})}}, {1000});
   auto h5 = td::to_h5(src, file());

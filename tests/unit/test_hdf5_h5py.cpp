@@ -127,4 +127,24 @@ TEST_F(H5py, ChecksWhatWeWrite) {
   EXPECT_EQ(run_h5py("check", dir.str("ours.h5")), 0);
 }
 
+// HDF5's file locking across processes: readers share a file, a writer has
+// it alone (the other process is h5py, a separate program on the same file).
+TEST_F(H5py, FileLockingAcrossProcesses) {
+  const std::string f = dir.str("locked.h5");
+  td::to_h5(td::TensorDict({{"x", torch::arange(10)}}, {10}), f).close();
+  const std::string read = std::string(TD_H5PY_PYTHON) +
+                           " -c \"import h5py, sys; h5py.File(sys.argv[1], 'r')['x'][3]\" '" + f +
+                           "' 2>/dev/null";
+  {
+    auto reader = td::PersistentTensorDict::from_h5(f, "r");
+    EXPECT_EQ(std::system(read.c_str()), 0) << "a second reader was refused";
+    EXPECT_EQ(reader[3].get("x").item<int64_t>(), 3);
+  }
+  {
+    auto writer = td::PersistentTensorDict::from_h5(f, "r+");
+    EXPECT_NE(std::system(read.c_str()), 0) << "a reader opened a file open for writing";
+  }
+  EXPECT_EQ(std::system(read.c_str()), 0);
+}
+
 }  // namespace
