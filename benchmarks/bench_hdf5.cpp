@@ -40,15 +40,16 @@ td::TensorDict transitions(double offset = 0) {
                        {"reward", r.to(torch::kFloat)},
                        {"done", r.remainder(2).to(torch::kBool)}},
                       {kRows});
-  return td::TensorDict({{"obs", (r.unsqueeze(1) + torch::arange(8)).to(torch::kFloat)},
-                         {"action", r.unsqueeze(1).expand({kRows, 4}).to(torch::kFloat)},
-                         {"reward", r.to(torch::kFloat)},
-                         {"done", r.remainder(3).eq(0)},
-                         {"step", r.to(torch::kLong)},
-                         {"id", r.unsqueeze(1).expand({kRows, 2}).to(torch::kInt)},
-                         {"pixels", r.unsqueeze(1).expand({kRows, 3}).remainder(256).to(torch::kByte)},
-                         {"next", next}},
-                        {kRows});
+  return td::TensorDict(
+      {{"obs", (r.unsqueeze(1) + torch::arange(8)).to(torch::kFloat)},
+       {"action", r.unsqueeze(1).expand({kRows, 4}).to(torch::kFloat)},
+       {"reward", r.to(torch::kFloat)},
+       {"done", r.remainder(3).eq(0)},
+       {"step", r.to(torch::kLong)},
+       {"id", r.unsqueeze(1).expand({kRows, 2}).to(torch::kInt)},
+       {"pixels", r.unsqueeze(1).expand({kRows, 3}).remainder(256).to(torch::kByte)},
+       {"next", next}},
+      {kRows});
 }
 
 std::string file_path() { return (bench_dir() / "bench_hdf5.h5").string(); }
@@ -81,9 +82,9 @@ struct RawFile {
     v = 1;
     H5Tenum_insert(bool_type, "TRUE", &v);
     const std::pair<const char*, torch::ScalarType> names[] = {
-        {"action", torch::kFloat}, {"done", torch::kBool},    {"id", torch::kInt},
-        {"obs", torch::kFloat},    {"pixels", torch::kByte},  {"reward", torch::kFloat},
-        {"step", torch::kLong},    {"next/done", torch::kBool}, {"next/obs", torch::kFloat},
+        {"action", torch::kFloat},     {"done", torch::kBool},      {"id", torch::kInt},
+        {"obs", torch::kFloat},        {"pixels", torch::kByte},    {"reward", torch::kFloat},
+        {"step", torch::kLong},        {"next/done", torch::kBool}, {"next/obs", torch::kFloat},
         {"next/reward", torch::kFloat}};
     for (const auto& [n, dtype] : names) {
       Leaf l;
@@ -192,8 +193,8 @@ void BM_h5_row_write_floor(benchmark::State& state) {
   (void)data_file();
   RawFile f(file_path(), H5F_ACC_RDWR);
   td::TensorDict row = transitions(0.5)[7].to_tensordict();
-  const char* names[] = {"action", "done",   "id",        "obs",      "pixels",
-                         "reward", "step",   "next/done", "next/obs", "next/reward"};
+  const char* names[] = {"action", "done", "id",        "obs",      "pixels",
+                         "reward", "step", "next/done", "next/obs", "next/reward"};
   std::vector<torch::Tensor> values;
   std::vector<hid_t> mem;
   for (std::size_t k = 0; k < f.leaves.size(); ++k) {

@@ -232,8 +232,7 @@ bool sync_page(const Matrix& matrix, const std::string& path, bool update) {
                 << "\n  " << end_marker(wrapper) << "\n";
       return false;
     }
-    std::vector<std::string> documented(page.begin() + range->first,
-                                        page.begin() + range->second);
+    std::vector<std::string> documented(page.begin() + range->first, page.begin() + range->second);
     // Rows of storage components this build lacks (--absent-row=LABEL).
     if (!update)
       std::erase_if(documented, [](const std::string& line) {
@@ -288,8 +287,9 @@ int main(int argc, char** argv) {
     else if (arg.rfind("--absent-row=", 0) == 0)
       conformance::absent_rows().push_back(arg.substr(13));
     else {
-      std::cerr << "tensordict_conformance: unknown argument " << arg
-                << " (googletest's, --matrix, --check-doc=PAGE, --update-doc=PAGE, --absent-row=LABEL)\n";
+      std::cerr
+          << "tensordict_conformance: unknown argument " << arg
+          << " (googletest's, --matrix, --check-doc=PAGE, --update-doc=PAGE, --absent-row=LABEL)\n";
       return 2;
     }
   }

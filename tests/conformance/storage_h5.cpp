@@ -13,12 +13,11 @@ StorageCase h5() {
   return {.id = "h5",
           .label = "`PersistentTensorDict` (HDF5)",
           .rank = 80,
-          .make =
-              [](const td::TensorDictBase& data, Scratch& scratch) -> td::TensorDictBase {
-                std::filesystem::path dir = scratch.new_path("h5");
-                std::filesystem::create_directories(dir);
-                return td::to_h5(data, (dir / "data.h5").string());
-              },
+          .make = [](const td::TensorDictBase& data, Scratch& scratch) -> td::TensorDictBase {
+            std::filesystem::path dir = scratch.new_path("h5");
+            std::filesystem::create_directories(dir);
+            return td::to_h5(data, (dir / "data.h5").string());
+          },
           .index_is_live = false};
 }
 

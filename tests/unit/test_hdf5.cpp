@@ -111,8 +111,7 @@ TEST_F(H5Test, GivenBatchSizeIsCheckedAndInheritedByNestedLevels) {
   td::H5OpenOptions o;
   o.batch_size = std::vector<int64_t>{4};
   auto h5 = td::PersistentTensorDict::open(file(), o);
-  EXPECT_EQ(h5.get_tensordict({"nested", "deeper"}).batch_size().vec(),
-            (std::vector<int64_t>{4}));
+  EXPECT_EQ(h5.get_tensordict({"nested", "deeper"}).batch_size().vec(), (std::vector<int64_t>{4}));
   o.batch_size = std::vector<int64_t>{5};
   h5.close();
   try {
@@ -231,8 +230,7 @@ TEST_F(H5Test, Modes) {
 }
 
 TEST_F(H5Test, OpenOnAGroup) {
-  td::TensorDict src({{"outer", td::TensorDict({{"x", torch::arange(6).view({2, 3})}}, {2})}},
-                     {2});
+  td::TensorDict src({{"outer", td::TensorDict({{"x", torch::arange(6).view({2, 3})}}, {2})}}, {2});
   td::to_h5(src, file()).close();
   td::H5OpenOptions o;
   o.group = "outer";
@@ -257,9 +255,7 @@ TEST_F(H5Test, MissingNotHdf5AndTruncatedFiles) {
   } catch (const td::StorageError& e) {
     expect_message_contains(e.what(), {"missing.h5", "does not exist"});
   }
-  {
-    std::ofstream(file("text.h5")) << "this is not an HDF5 file\n";
-  }
+  { std::ofstream(file("text.h5")) << "this is not an HDF5 file\n"; }
   try {
     td::PersistentTensorDict::from_h5(file("text.h5"));
     FAIL();
@@ -329,14 +325,14 @@ std::vector<std::vector<at::indexing::TensorIndex>> index_forms() {
       {Slice(None, None, 3), Slice(1, 4)},
       {Slice(), 2},
       {Slice(), Slice(None, None, 2)},
-      {torch::tensor({4, 1, 3})},                      // unsorted
-      {torch::tensor({1, 1, 5, 1, 0})},                // repeated
-      {torch::tensor({0, 1, 2})},                      // sorted
-      {torch::tensor({-1, 0})},                        // negative
-      {torch::tensor({{0, 5}, {2, 2}})},               // 2-D rows
+      {torch::tensor({4, 1, 3})},                                // unsorted
+      {torch::tensor({1, 1, 5, 1, 0})},                          // repeated
+      {torch::tensor({0, 1, 2})},                                // sorted
+      {torch::tensor({-1, 0})},                                  // negative
+      {torch::tensor({{0, 5}, {2, 2}})},                         // 2-D rows
       {torch::tensor({true, false, true, true, false, false})},  // mask
       {torch::tensor({5, 0}), Slice(1, 3)},
-      {None, Slice(0, 2)},                             // General
+      {None, Slice(0, 2)},  // General
       {Ellipsis, 1},
       {torch::arange(30).view({6, 5}).remainder(3).eq(0)},  // 2-D mask
   };

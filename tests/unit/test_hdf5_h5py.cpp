@@ -17,8 +17,8 @@ using namespace torch::indexing;
 using td_test::expect_message_contains;
 
 int run_h5py(const std::string& mode, const std::string& arg) {
-  const std::string cmd = std::string(TD_H5PY_PYTHON) + " " + TD_H5PY_SCRIPT + " " + mode + " '" +
-                          arg + "'";
+  const std::string cmd =
+      std::string(TD_H5PY_PYTHON) + " " + TD_H5PY_SCRIPT + " " + mode + " '" + arg + "'";
   return std::system(cmd.c_str());
 }
 

@@ -98,8 +98,9 @@ class PersistentTensorDict : public TensorDictBase {
   /// Python's PersistentTensorDict.from_h5: opens the file and infers the
   /// batch size of every level (the longest common leading shape of its
   /// entries, non-tensors excluded) unless `batch_size` is given.
-  static PersistentTensorDict from_h5(const std::string& filename, const std::string& mode = "r",
-                                      std::optional<std::vector<int64_t>> batch_size = std::nullopt);
+  static PersistentTensorDict from_h5(
+      const std::string& filename, const std::string& mode = "r",
+      std::optional<std::vector<int64_t>> batch_size = std::nullopt);
   /// Python's from_dict / from_tensordict: writes every entry of `td` into a
   /// new file `filename` (truncated: mode "w") and returns the handle, opened
   /// "r+", with td's batch size and device.

@@ -25,7 +25,8 @@ void silence_errors() {
 namespace {
 herr_t collect(unsigned n, const H5E_error2_t* e, void* data) {
   auto* out = static_cast<std::vector<std::string>*>(data);
-  if (e->desc && *e->desc) out->push_back(std::string(e->func_name ? e->func_name : "") + ": " + e->desc);
+  if (e->desc && *e->desc)
+    out->push_back(std::string(e->func_name ? e->func_name : "") + ": " + e->desc);
   (void)n;
   return 0;
 }
@@ -122,18 +123,30 @@ std::optional<c10::ScalarType> complex_of(hid_t t) {
 
 const char* class_name(H5T_class_t c) {
   switch (c) {
-    case H5T_INTEGER: return "integer";
-    case H5T_FLOAT: return "float";
-    case H5T_TIME: return "time";
-    case H5T_STRING: return "string";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_COMPOUND: return "compound";
-    case H5T_REFERENCE: return "reference";
-    case H5T_ENUM: return "enum";
-    case H5T_VLEN: return "variable-length sequence";
-    case H5T_ARRAY: return "array";
-    default: return "unknown";
+    case H5T_INTEGER:
+      return "integer";
+    case H5T_FLOAT:
+      return "float";
+    case H5T_TIME:
+      return "time";
+    case H5T_STRING:
+      return "string";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_VLEN:
+      return "variable-length sequence";
+    case H5T_ARRAY:
+      return "array";
+    default:
+      return "unknown";
   }
 }
 
@@ -191,7 +204,8 @@ ElementInfo classify(hid_t t) {
       info.description = "opaque type tagged '" + s + "'";
       return info;
     }
-    default: break;
+    default:
+      break;
   }
   info.element = Element::Unsupported;
   if (info.description.empty())
@@ -214,39 +228,60 @@ bool storable(c10::ScalarType d) {
     case S::Float:
     case S::Double:
     case S::ComplexFloat:
-    case S::ComplexDouble: return true;
-    default: return false;
+    case S::ComplexDouble:
+      return true;
+    default:
+      return false;
   }
 }
 
 hid_t memory_type(c10::ScalarType d) {
   using S = c10::ScalarType;
   switch (d) {
-    case S::Bool: return types().bool_enum;
-    case S::Byte: return H5T_NATIVE_UINT8;
-    case S::Char: return H5T_NATIVE_INT8;
-    case S::Short: return H5T_NATIVE_INT16;
-    case S::Int: return H5T_NATIVE_INT32;
-    case S::Long: return H5T_NATIVE_INT64;
-    case S::Half: return types().f16le;  // x86 and ARM are little-endian
-    case S::Float: return H5T_NATIVE_FLOAT;
-    case S::Double: return H5T_NATIVE_DOUBLE;
-    case S::ComplexFloat: return types().c64;
-    case S::ComplexDouble: return types().c128;
-    default: return H5I_INVALID_HID;
+    case S::Bool:
+      return types().bool_enum;
+    case S::Byte:
+      return H5T_NATIVE_UINT8;
+    case S::Char:
+      return H5T_NATIVE_INT8;
+    case S::Short:
+      return H5T_NATIVE_INT16;
+    case S::Int:
+      return H5T_NATIVE_INT32;
+    case S::Long:
+      return H5T_NATIVE_INT64;
+    case S::Half:
+      return types().f16le;  // x86 and ARM are little-endian
+    case S::Float:
+      return H5T_NATIVE_FLOAT;
+    case S::Double:
+      return H5T_NATIVE_DOUBLE;
+    case S::ComplexFloat:
+      return types().c64;
+    case S::ComplexDouble:
+      return types().c128;
+    default:
+      return H5I_INVALID_HID;
   }
 }
 
 hid_t file_type(c10::ScalarType d, const std::string& context) {
   using S = c10::ScalarType;
   switch (d) {
-    case S::Byte: return H5T_STD_U8LE;
-    case S::Char: return H5T_STD_I8LE;
-    case S::Short: return H5T_STD_I16LE;
-    case S::Int: return H5T_STD_I32LE;
-    case S::Long: return H5T_STD_I64LE;
-    case S::Float: return H5T_IEEE_F32LE;
-    case S::Double: return H5T_IEEE_F64LE;
+    case S::Byte:
+      return H5T_STD_U8LE;
+    case S::Char:
+      return H5T_STD_I8LE;
+    case S::Short:
+      return H5T_STD_I16LE;
+    case S::Int:
+      return H5T_STD_I32LE;
+    case S::Long:
+      return H5T_STD_I64LE;
+    case S::Float:
+      return H5T_IEEE_F32LE;
+    case S::Double:
+      return H5T_IEEE_F64LE;
     default:
       if (storable(d)) return memory_type(d);
   }

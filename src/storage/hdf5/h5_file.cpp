@@ -60,8 +60,11 @@ File::File(const std::string& filename, const H5OpenOptions& options)
   const std::string context = "HDF5 file '" + filename + "'";
   Lock l = lock();
   Hid fapl = owned(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate", context);
-  if (options.locking) check(H5Pset_file_locking(fapl.get(), *options.locking, true), "H5Pset_file_locking", context);
-  if (options.swmr) check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);
+  if (options.locking)
+    check(H5Pset_file_locking(fapl.get(), *options.locking, true), "H5Pset_file_locking", context);
+  if (options.swmr)
+    check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST),
+          "H5Pset_libver_bounds", context);
   const bool present = exists(filename);
   auto open_existing = [&](unsigned flags) {
     if (!present)
@@ -224,7 +227,8 @@ Entry* File::entry(const std::string& path, std::string_view key) {
     Hid t = owned(H5Dget_type(d->id.get()), H5Tclose, "H5Dget_type", where(full));
     d->info = classify(t.get());
     d->space = owned(H5Dget_space(d->id.get()), H5Sclose, "H5Dget_space", where(full));
-    const int rank = check(H5Sget_simple_extent_ndims(d->space.get()), "H5Sget_simple_extent_ndims", where(full));
+    const int rank = check(H5Sget_simple_extent_ndims(d->space.get()), "H5Sget_simple_extent_ndims",
+                           where(full));
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     if (rank > 0) H5Sget_simple_extent_dims(d->space.get(), dims.data(), nullptr);
     d->shape.assign(dims.begin(), dims.end());
@@ -287,7 +291,8 @@ std::vector<hsize_t> guess_chunks(at::IntArrayRef shape, std::size_t element_siz
   }
   std::vector<hsize_t> out;
   for (std::size_t i = 0; i < chunks.size(); ++i)
-    out.push_back(static_cast<hsize_t>(std::min<double>(chunks[i], std::max<int64_t>(shape[i], 1))));
+    out.push_back(
+        static_cast<hsize_t>(std::min<double>(chunks[i], std::max<int64_t>(shape[i], 1))));
   return out;
 }
 
@@ -304,13 +309,15 @@ Hid File::creation_plist(at::IntArrayRef shape, std::size_t element_size) const 
     chunks = guess_chunks(shape, element_size);
   } else {
     for (std::size_t i = 0; i < shape.size(); ++i)
-      chunks.push_back(static_cast<hsize_t>(
-          i < o.chunks.size() ? std::min(o.chunks[i], shape[i]) : shape[i]));
+      chunks.push_back(
+          static_cast<hsize_t>(i < o.chunks.size() ? std::min(o.chunks[i], shape[i]) : shape[i]));
   }
   const std::string context = "HDF5 file '" + filename_ + "'";
-  check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunks.size()), chunks.data()), "H5Pset_chunk", context);
+  check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunks.size()), chunks.data()), "H5Pset_chunk",
+        context);
   if (o.shuffle) check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle", context);
-  if (o.gzip) check(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(*o.gzip)), "H5Pset_deflate", context);
+  if (o.gzip)
+    check(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(*o.gzip)), "H5Pset_deflate", context);
   if (o.fletcher32) check(H5Pset_fletcher32(dcpl.get()), "H5Pset_fletcher32", context);
   return dcpl;
 }
@@ -322,14 +329,16 @@ Dataset& File::create_tensor(const std::string& path, std::string_view key, at::
   check_writable("creating dataset", full);
   hid_t g = group(path);
   std::vector<hsize_t> dims(shape.begin(), shape.end());
-  Hid space = owned(shape.empty() ? H5Screate(H5S_SCALAR)
-                                  : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                    H5Sclose, "H5Screate", where(full));
+  Hid space =
+      owned(shape.empty() ? H5Screate(H5S_SCALAR)
+                          : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+            H5Sclose, "H5Screate", where(full));
   Hid dcpl = creation_plist(shape, H5Tget_size(ftype));
   forget(path, key);
   const std::string name(key);
-  Hid ds = owned(H5Dcreate2(g, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                 H5Dclose, "H5Dcreate2", where(full));
+  Hid ds =
+      owned(H5Dcreate2(g, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+            H5Dclose, "H5Dcreate2", where(full));
   auto e = std::make_unique<Entry>();
   e->dataset = std::make_unique<Dataset>();
   Dataset& d = *e->dataset;
@@ -347,7 +356,8 @@ void File::write_tensor(const std::string& path, std::string_view key, const at:
   Dataset& d = create_tensor(path, key, value.sizes(), value.scalar_type());
   if (value.numel() == 0) return;
   at::Tensor c = value.contiguous();
-  check(H5Dwrite(d.id.get(), memory_type(c.scalar_type()), H5S_ALL, H5S_ALL, H5P_DEFAULT, c.data_ptr()),
+  check(H5Dwrite(d.id.get(), memory_type(c.scalar_type()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                 c.data_ptr()),
         "H5Dwrite", where(join(path, key)));
 }
 
@@ -427,14 +437,16 @@ NumpyArray as_numpy(const json& value, const std::string& context) {
   std::function<void(const json&, std::size_t)> walk = [&](const json& v, std::size_t depth) {
     if (depth == a.shape.size()) {
       if (v.is_array())
-        throw TypeError(context + ": the list is ragged (numpy would make an object array, "
-                                  "which HDF5 cannot store)");
+        throw TypeError(context +
+                        ": the list is ragged (numpy would make an object array, "
+                        "which HDF5 cannot store)");
       a.items.push_back(&v);
       return;
     }
     if (!v.is_array() || v.size() != a.shape[depth])
-      throw TypeError(context + ": the list is ragged (numpy would make an object array, which "
-                                "HDF5 cannot store)");
+      throw TypeError(context +
+                      ": the list is ragged (numpy would make an object array, which "
+                      "HDF5 cannot store)");
     for (const auto& x : v) walk(x, depth + 1);
   };
   walk(value, 0);
@@ -488,11 +500,13 @@ void File::write_non_tensor(const std::string& path, std::string_view key, const
     H5Tset_cset(type.get(), H5T_CSET_UTF8);
     Hid space = owned(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", where(full));
     forget(path, key);
-    Hid ds = owned(H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                   H5Dclose, "H5Dcreate2", where(full));
+    Hid ds = owned(
+        H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        H5Dclose, "H5Dcreate2", where(full));
     const std::string& s = value.get_ref<const std::string&>();
     const char* data[1] = {s.c_str()};
-    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite", where(full));
+    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite",
+          where(full));
     return;
   }
   NumpyArray a = as_numpy(value, where(full));
@@ -518,14 +532,17 @@ void File::write_non_tensor(const std::string& path, std::string_view key, const
   }
   Hid type = owned(H5Tcreate(H5T_OPAQUE, a.itemsize), H5Tclose, "H5Tcreate", where(full));
   check(H5Tset_tag(type.get(), tag.c_str()), "H5Tset_tag", where(full));
-  Hid space = owned(a.shape.empty() ? H5Screate(H5S_SCALAR)
-                                    : H5Screate_simple(static_cast<int>(a.shape.size()), a.shape.data(), nullptr),
-                    H5Sclose, "H5Screate", where(full));
+  Hid space = owned(
+      a.shape.empty() ? H5Screate(H5S_SCALAR)
+                      : H5Screate_simple(static_cast<int>(a.shape.size()), a.shape.data(), nullptr),
+      H5Sclose, "H5Screate", where(full));
   forget(path, key);
-  Hid ds = owned(H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                 H5Dclose, "H5Dcreate2", where(full));
+  Hid ds = owned(
+      H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose, "H5Dcreate2", where(full));
   if (!bytes.empty())
-    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), "H5Dwrite", where(full));
+    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), "H5Dwrite",
+          where(full));
 }
 
 namespace {
@@ -568,7 +585,8 @@ json File::read_non_tensor(const Dataset& d, const std::string& context) {
       H5Tset_size(mtype.get(), H5T_VARIABLE);
       std::vector<char*> ptrs(static_cast<std::size_t>(n), nullptr);
       if (n > 0) {
-        check(H5Dread(d.id.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()), "H5Dread", context);
+        check(H5Dread(d.id.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()),
+              "H5Dread", context);
         for (char* p : ptrs) strings.emplace_back(p ? p : "");
         H5Dvlen_reclaim(mtype.get(), d.space.get(), H5P_DEFAULT, ptrs.data());
       }
@@ -578,7 +596,8 @@ json File::read_non_tensor(const Dataset& d, const std::string& context) {
       H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD);
       std::vector<char> buf(static_cast<std::size_t>(n) * size);
       if (n > 0)
-        check(H5Dread(d.id.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "H5Dread", context);
+        check(H5Dread(d.id.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()),
+              "H5Dread", context);
       for (int64_t i = 0; i < n; ++i) {
         const char* p = buf.data() + i * size;
         strings.emplace_back(p, strnlen(p, size));
@@ -595,11 +614,13 @@ json File::read_non_tensor(const Dataset& d, const std::string& context) {
   const char kind = dt[1];
   std::vector<unsigned char> buf(static_cast<std::size_t>(n) * size);
   if (n > 0)
-    check(H5Dread(d.id.get(), ftype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "H5Dread", context);
+    check(H5Dread(d.id.get(), ftype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "H5Dread",
+          context);
   auto leaf = [&](std::size_t i) -> json {
     const unsigned char* p = buf.data() + i * size;
     switch (kind) {
-      case 'b': return json(*p != 0);
+      case 'b':
+        return json(*p != 0);
       case 'i':
         if (size == 1) return json(static_cast<int64_t>(static_cast<signed char>(*p)));
         if (size == 2) return json(static_cast<int64_t>(load<int16_t>(p, swap)));
@@ -625,8 +646,11 @@ json File::read_non_tensor(const Dataset& d, const std::string& context) {
         }
         return json(utf8(s));
       }
-      case 'S': return json(std::string(reinterpret_cast<const char*>(p), strnlen(reinterpret_cast<const char*>(p), size)));
-      default: break;
+      case 'S':
+        return json(std::string(reinterpret_cast<const char*>(p),
+                                strnlen(reinterpret_cast<const char*>(p), size)));
+      default:
+        break;
     }
     throw FormatError(context + ": opaque non-tensor of numpy dtype '" + dt +
                       "' is not supported (bool, int, uint, float, str and bytes are)");

@@ -31,7 +31,8 @@ void check_key(std::string_view key, const File& file, const std::string& path) 
                      "' contains '/', which HDF5 reads as a path separator; use a nested key "
                      "instead");
   if (key.empty() || key == "." || key == "..")
-    throw ValueError(file.where(path) + ": '" + std::string(key) + "' is not a valid HDF5 link name");
+    throw ValueError(file.where(path) + ": '" + std::string(key) +
+                     "' is not a valid HDF5 link name");
 }
 
 std::vector<int64_t> concat(at::IntArrayRef a, at::IntArrayRef b) {
@@ -44,17 +45,15 @@ std::vector<int64_t> concat(at::IntArrayRef a, at::IntArrayRef b) {
 struct RowsPlan {
   std::vector<int64_t> user_shape;
   int64_t n = 0;
-  std::vector<int64_t> unique;                          // sorted
-  std::vector<std::pair<hsize_t, hsize_t>> runs;        // (start, count)
-  bool identity = false;                                // already sorted and unique
-  at::Tensor inverse;                                   // [n]: position in unique
-  at::Tensor last;                                      // [unique]: last user position
-  at::Tensor local;                                     // [n]: row - unique.front()
+  std::vector<int64_t> unique;                    // sorted
+  std::vector<std::pair<hsize_t, hsize_t>> runs;  // (start, count)
+  bool identity = false;                          // already sorted and unique
+  at::Tensor inverse;                             // [n]: position in unique
+  at::Tensor last;                                // [unique]: last user position
+  at::Tensor local;                               // [n]: row - unique.front()
   int64_t span = 0;
   /// Dense rows: one covering hyperslab read, then picked in memory.
-  bool cover() const {
-    return runs.size() == 1 || span <= 4 * static_cast<int64_t>(unique.size());
-  }
+  bool cover() const { return runs.size() == 1 || span <= 4 * static_cast<int64_t>(unique.size()); }
 };
 
 RowsPlan plan_rows(const RowSelection& rows) {
@@ -167,7 +166,8 @@ at::Tensor read_selected(Dataset& d, const RowSelection& rows, const RowsPlan* p
   const std::string& context = d.where;
   const auto opts = at::TensorOptions().dtype(d.info.dtype);
   switch (rows.kind()) {
-    case RowSelection::Kind::All: return read_all(d, context);
+    case RowSelection::Kind::All:
+      return read_all(d, context);
     case RowSelection::Kind::Box: {
       at::Tensor out = at::empty(rows.selected_shape(d.shape), opts);
       if (out.numel() == 0) return out;
@@ -201,7 +201,8 @@ at::Tensor read_selected(Dataset& d, const RowSelection& rows, const RowsPlan* p
       if (p.identity) return tmp.view(out_shape);
       return tmp.index_select(0, p.inverse).view(out_shape);
     }
-    case RowSelection::Kind::General: break;
+    case RowSelection::Kind::General:
+      break;
   }
   return rows.apply(read_all(d, context)).contiguous();
 }
@@ -210,7 +211,9 @@ void write_selected(Dataset& d, const RowSelection& rows, const RowsPlan* plan,
                     const at::Tensor& value) {
   const std::string& context = d.where;
   switch (rows.kind()) {
-    case RowSelection::Kind::All: write_all(d, value, context); return;
+    case RowSelection::Kind::All:
+      write_all(d, value, context);
+      return;
     case RowSelection::Kind::Box: {
       if (value.numel() == 0) return;
       auto count = select_box(d.space.get(), rows, d.shape, context);
@@ -233,7 +236,8 @@ void write_selected(Dataset& d, const RowSelection& rows, const RowsPlan* plan,
                  d.space.get(), src, context);
       return;
     }
-    case RowSelection::Kind::General: break;
+    case RowSelection::Kind::General:
+      break;
   }
   // Read, modify, write: the fallback for index forms HDF5 cannot select.
   at::Tensor whole = read_all(d, context);
@@ -250,7 +254,9 @@ const H5Node* same_file(const Node* n, const std::shared_ptr<File>& file) {
 
 H5Node::H5Node(std::shared_ptr<File> file, std::string path, std::vector<int64_t> batch_size,
                std::optional<at::Device> device)
-    : file_(std::move(file)), path_(std::move(path)), batch_size_(std::move(batch_size)),
+    : file_(std::move(file)),
+      path_(std::move(path)),
+      batch_size_(std::move(batch_size)),
       device_(device) {}
 
 void H5Node::set_batch_size(std::vector<int64_t> batch_size) {
@@ -334,11 +340,14 @@ std::optional<Value> H5Node::find(std::string_view key) const {
     }
     case Element::String:
     case Element::Opaque:
-      return Value(NonTensorData(file_->read_non_tensor(d, file_->where(full)), batch_size_, device_));
-    case Element::Unsupported: break;
+      return Value(
+          NonTensorData(file_->read_non_tensor(d, file_->where(full)), batch_size_, device_));
+    case Element::Unsupported:
+      break;
   }
   throw FormatError(file_->where(full) + ": dataset of unsupported element type (" +
-                    d.info.description + "); tensors are bool, (u)int8-32, int64, float16-64, "
+                    d.info.description +
+                    "); tensors are bool, (u)int8-32, int64, float16-64, "
                     "complex64/128, non-tensors strings and NUMPY opaque values");
 }
 
@@ -418,8 +427,12 @@ void H5Node::write(std::string_view key, Value value) {
 
 void H5Node::write_value(std::string_view key, const Value& value) {
   switch (value.kind()) {
-    case EntryKind::Tensor: file_->write_tensor(path_, key, value.tensor().detach().cpu()); return;
-    case EntryKind::NonTensor: file_->write_non_tensor(path_, key, value.non_tensor().data()); return;
+    case EntryKind::Tensor:
+      file_->write_tensor(path_, key, value.tensor().detach().cpu());
+      return;
+    case EntryKind::NonTensor:
+      file_->write_non_tensor(path_, key, value.non_tensor().data());
+      return;
     case EntryKind::TensorDict: {
       const TensorDictBase& td = value.tensordict();
       const std::string path = join(path_, key);
@@ -430,7 +443,8 @@ void H5Node::write_value(std::string_view key, const Value& value) {
       for (const auto& k : src.keys()) node->write_value(k, *src.find(k));
       return;
     }
-    case EntryKind::NonTensorStack: break;  // refused by write()
+    case EntryKind::NonTensorStack:
+      break;  // refused by write()
   }
 }
 
@@ -575,7 +589,8 @@ void H5Node::check_batch_size(File& file, const std::string& path, at::IntArrayR
       check_batch_size(file, join(path, k), batch_size);
     } else if (e->dataset->info.element == Element::Tensor) {
       const auto& s = e->dataset->shape;
-      if (s.size() < batch_size.size() || !at::IntArrayRef(s).slice(0, batch_size.size()).equals(batch_size))
+      if (s.size() < batch_size.size() ||
+          !at::IntArrayRef(s).slice(0, batch_size.size()).equals(batch_size))
         throw ShapeError(file.where(join(path, k)) + ": dataset of shape " + format_shape(s) +
                          " does not start with the batch size " + format_shape(batch_size));
     }
