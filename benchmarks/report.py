@@ -44,6 +44,9 @@ HEADLINES = [
     ("ops", "BM_clone/tensordict", 1.3, "clone"),
     ("replay", "BM_replay_write_one/tensordict/memmap", 2.0, "replay write 1"),
     ("replay", "BM_replay_sample256/tensordict/memmap", 1.2, "replay sample 256"),
+    ("hdf5", "BM_h5_row_read_10_leaves/tensordict", 1.3, "HDF5 td[i], 10 leaves"),
+    ("hdf5", "BM_h5_row_write_10_leaves/tensordict", 1.3, "HDF5 td[i] = row, 10 leaves"),
+    ("hdf5", "BM_h5_read_256_random_rows/tensordict", 1.3, "HDF5 td[256 random rows]"),
     # save >= 0.8x of raw write() bandwidth = time <= 1.25x the write() floor.
     ("checkpoint", "BM_ckpt_save_100MB/tensordict", 1.25, "checkpoint save vs write()"),
     # Comparisons of two variants (time of the first / time of the second).

@@ -15,9 +15,11 @@ BUILD_DIR=${BUILD_DIR:-build-bench}
 JOBS=${JOBS:-$(nproc)}
 REPETITIONS=${REPETITIONS:-9}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
-  -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=ON
+  -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=ON \
+  -DTENSORDICT_WITH_HDF5=ON
 BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)
 [[ -f benchmarks/bench_checkpoint.cpp ]] && BENCHES+=(bench_checkpoint)
+BENCHES+=(bench_hdf5)
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${BENCHES[@]}"
 for b in "${BENCHES[@]}"; do
   /usr/bin/python3 benchmarks/run.py "$BUILD_DIR/benchmarks/$b" --repetitions "$REPETITIONS"

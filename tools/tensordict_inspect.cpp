@@ -1,16 +1,21 @@
 // tensordict-inspect PATH [--json] [--max-values N]
 //
 // Prints the tree of a saved tensordict (a memmap directory written by this
-// library or by Python tensordict): keys, shapes, dtypes, batch sizes and
+// library or by Python tensordict, or an HDF5 file when built with the HDF5
+// component): keys, shapes, dtypes, batch sizes and
 // non-tensor values, in Python's repr layout. With --json, prints a
 // machine-readable form with the values of small leaves (at most N elements,
 // default 64) and the sum of larger ones, so other programs can check what
 // was read.
 #include <tensordict/tensordict.h>
+#ifdef TENSORDICT_INSPECT_HDF5
+#include <tensordict/storage/hdf5.h>
+#endif
 
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -93,7 +98,11 @@ json describe(const td::TensorDictBase& data, int64_t max_values) {
 
 int usage(const char* argv0) {
   std::cerr << "usage: " << argv0 << " PATH [--json] [--max-values N]\n"
-            << "Prints the tree of a saved tensordict (memmap directory).\n";
+            << "Prints the tree of a saved tensordict (memmap directory"
+#ifdef TENSORDICT_INSPECT_HDF5
+            << ", or HDF5 file"
+#endif
+            << ").\n";
   return 2;
 }
 
@@ -117,7 +126,15 @@ int main(int argc, char** argv) {
   }
   if (path.empty()) return usage(argv[0]);
   try {
-    td::TensorDictBase data = td::load_memmap(path, td::LoadOptions{.writable = false});
+    td::TensorDictBase data;
+#ifdef TENSORDICT_INSPECT_HDF5
+    // A file is an HDF5 file (batch sizes inferred, as from_h5); a directory
+    // is a memmap directory.
+    if (std::filesystem::is_regular_file(path))
+      data = td::PersistentTensorDict::from_h5(path, "r");
+    else
+#endif
+      data = td::load_memmap(path, td::LoadOptions{.writable = false});
     if (as_json)
       std::cout << describe(data, max_values).dump(2) << "\n";
     else

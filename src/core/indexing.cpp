@@ -657,7 +657,9 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
             at::Tensor leaf = dv->tensor();
             detail::put_index(leaf, *plan.t, cast);
           } else {
-            plan.writes->add(storage, dest, key, cast.expand(target));
+            // expand() is a dispatcher call too: skipped when the shape is already right.
+            plan.writes->add(storage, dest, key,
+                             cast.sizes().equals(target) ? cast : cast.expand(target));
           }
         } else {
           refuse_new();

@@ -1,7 +1,8 @@
 # find_package(tensordict CONFIG REQUIRED COMPONENTS hdf5 | redis) against an
 # installation without them must fail, naming -DTENSORDICT_WITH_<NAME>=ON;
-# with OPTIONAL_COMPONENTS the package is found without them.
-#   -DSOURCE_DIR -DBINARY_DIR -DPREFIX
+# with OPTIONAL_COMPONENTS the package is found without them. The components
+# that were built (PRESENT) are found, with their dependencies.
+#   -DSOURCE_DIR -DBINARY_DIR -DPREFIX -DMISSING=<names> -DPRESENT=<names>
 function(configure component mode)
   set(dir ${BINARY_DIR}/${component}-${mode})
   file(REMOVE_RECURSE ${dir})
@@ -14,7 +15,15 @@ function(configure component mode)
 endfunction()
 
 string(REGEX REPLACE "([][+.*()^$?|\\])" "\\\\\\1" prefix_regex "${PREFIX}")
-foreach(component IN ITEMS hdf5 redis)
+foreach(component IN LISTS PRESENT)
+  configure(${component} PRESENT)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "find_package(tensordict COMPONENTS ${component}) failed:\n${out}")
+  endif()
+  message(STATUS "COMPONENTS ${component}: found")
+endforeach()
+
+foreach(component IN LISTS MISSING)
   string(TOUPPER ${component} upper)
   configure(${component} REQUIRED)
   if(rc EQUAL 0)

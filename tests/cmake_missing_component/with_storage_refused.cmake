@@ -1,7 +1,7 @@
-# Configuring tensordict with -DTENSORDICT_WITH_HDF5=ON or -DTENSORDICT_WITH_REDIS=ON
-# fails with a message saying the storage is not part of this version.
-#   -DPROJECT_SOURCE -DBINARY_DIR
-foreach(option IN ITEMS HDF5 REDIS)
+# Configuring tensordict with -DTENSORDICT_WITH_<OPTION>=ON for a storage
+# that is not part of this version fails with a message saying so.
+#   -DPROJECT_SOURCE -DBINARY_DIR -DOPTIONS=<REDIS...>
+foreach(option IN LISTS OPTIONS)
   set(dir ${BINARY_DIR}/${option})
   file(REMOVE_RECURSE ${dir})
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${PROJECT_SOURCE} -B ${dir}

@@ -308,5 +308,11 @@ INSTANTIATE_TEST_SUITE_P(LazyStacked, StorageContract, ::testing::Values(lazy_st
 INSTANTIATE_TEST_SUITE_P(Memmap, StorageContract, ::testing::Values(memmap()), storage_name);
 INSTANTIATE_TEST_SUITE_P(SharedMemory, StorageContract, ::testing::Values(shared_memory()),
                          storage_name);
+#ifdef TD_CONFORMANCE_HDF5
+// StorageContract is local to this file: the component storages that are
+// built instantiate it here (their StorageCase is in storage_<name>.cpp).
+StorageCase h5();
+INSTANTIATE_TEST_SUITE_P(H5, StorageContract, ::testing::Values(h5()), storage_name);
+#endif
 
 }  // namespace conformance

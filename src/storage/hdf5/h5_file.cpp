@@ -1,0 +1,661 @@
+// One open HDF5 file: modes, caches, dataset creation, non-tensor values.
+#include "storage/hdf5/h5_file.h"
+
+#include <tensordict/detail/format.h>
+
+#include <ATen/ATen.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+namespace tensordict::detail::h5 {
+
+std::string join(const std::string& path, std::string_view key) {
+  std::string out = path;
+  if (out.empty() || out.back() != '/') out += '/';
+  out += key;
+  return out;
+}
+
+namespace {
+
+bool exists(const std::string& filename) {
+  struct stat st {};
+  return ::stat(filename.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+std::string canonical_group(const std::string& group) {
+  std::string out = "/";
+  std::size_t i = 0;
+  while (i < group.size()) {
+    std::size_t j = group.find('/', i);
+    if (j == std::string::npos) j = group.size();
+    if (j > i) out = join(out, std::string_view(group).substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+File::File(const std::string& filename, const H5OpenOptions& options)
+    : filename_(filename), mode_(options.mode), dataset_options_(options.dataset) {
+  silence_errors();
+  const std::string& m = options.mode;
+  if (m != "r" && m != "r+" && m != "w" && m != "w-" && m != "x" && m != "a")
+    throw ValueError("PersistentTensorDict: mode '" + m + "' for '" + filename +
+                     "' is not one of 'r', 'r+', 'w', 'w-', 'x', 'a'");
+  if (options.dataset.gzip && (*options.dataset.gzip < 0 || *options.dataset.gzip > 9))
+    throw ValueError("PersistentTensorDict: gzip level " + std::to_string(*options.dataset.gzip) +
+                     " for '" + filename + "' is not in 0-9");
+  for (int64_t c : options.dataset.chunks)
+    if (c <= 0)
+      throw ValueError("PersistentTensorDict: chunk sizes must be positive, got " +
+                       format_shape(options.dataset.chunks) + " for '" + filename + "'");
+  writable_ = m != "r";
+  const std::string context = "HDF5 file '" + filename + "'";
+  Lock l = lock();
+  Hid fapl = owned(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate", context);
+  if (options.locking)
+    check(H5Pset_file_locking(fapl.get(), *options.locking, true), "H5Pset_file_locking", context);
+  if (options.swmr)
+    check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST),
+          "H5Pset_libver_bounds", context);
+  const bool present = exists(filename);
+  auto open_existing = [&](unsigned flags) {
+    if (!present)
+      throw StorageError(context + " does not exist (mode '" + m + "' opens an existing file)");
+    const htri_t is_h5 = H5Fis_hdf5(filename.c_str());
+    if (is_h5 <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      throw FormatError(context + " is not an HDF5 file (no HDF5 signature)");
+    }
+    if (options.swmr) flags |= (flags & H5F_ACC_RDWR) ? H5F_ACC_SWMR_WRITE : H5F_ACC_SWMR_READ;
+    hid_t id = H5Fopen(filename.c_str(), flags, fapl.get());
+    if (id < 0)
+      throw FormatError(context + " cannot be opened in mode '" + m +
+                        "' (truncated, corrupt or locked by another process): " + error_text());
+    file_ = Hid(id, H5Fclose);
+  };
+  auto create = [&](unsigned flags) {
+    if ((flags & H5F_ACC_EXCL) && present)
+      throw StorageError(context + " already exists (mode '" + m + "' creates a new file)");
+    file_ = owned(H5Fcreate(filename.c_str(), flags, H5P_DEFAULT, fapl.get()), H5Fclose,
+                  "H5Fcreate", context);
+    if (options.swmr) check(H5Fstart_swmr_write(file_.get()), "H5Fstart_swmr_write", context);
+  };
+  if (m == "r") {
+    open_existing(H5F_ACC_RDONLY);
+  } else if (m == "r+") {
+    open_existing(H5F_ACC_RDWR);
+  } else if (m == "w") {
+    create(H5F_ACC_TRUNC);
+  } else if (m == "w-" || m == "x") {
+    create(H5F_ACC_EXCL);
+  } else if (present) {
+    open_existing(H5F_ACC_RDWR);
+  } else {
+    create(H5F_ACC_EXCL);
+  }
+}
+
+File::~File() {
+  try {
+    close();
+  } catch (...) {
+    // A destructor does not throw; close() reports errors when called.
+  }
+}
+
+void File::check_open() const {
+  if (!file_)
+    throw StorageError("HDF5 file '" + filename_ +
+                       "' is closed (PersistentTensorDict::close()); open it again with "
+                       "PersistentTensorDict::open");
+}
+
+void File::check_writable(const char* what, const std::string& path) const {
+  check_open();
+  if (!writable_)
+    throw StorageError(std::string(what) + " " + path + ": HDF5 file '" + filename_ +
+                       "' is opened read-only (mode '" + mode_ +
+                       "'); open it with mode 'r+' or 'a' to write");
+}
+
+hid_t Dataset::memory_space(const std::vector<hsize_t>& dims) {
+  if (!mem_ || dims != mem_dims_) {
+    mem_ = owned(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
+                 "H5Screate_simple", where);
+    mem_dims_ = dims;
+  }
+  return mem_.get();
+}
+
+std::string File::where(const std::string& path) const {
+  return "HDF5 file '" + filename_ + "', " + path;
+}
+
+void File::close() {
+  Lock l = lock();
+  if (!file_) return;
+  ++generation_;
+  entries_.clear();
+  listings_.clear();
+  groups_.clear();
+  if (writable_) H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+  hid_t id = file_.get();
+  file_ = Hid();  // closes
+  (void)id;
+}
+
+void File::flush() {
+  Lock l = lock();
+  check_open();
+  if (writable_)
+    check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush", "HDF5 file '" + filename_ + "'");
+}
+
+hid_t File::group(const std::string& path, bool create) {
+  check_open();
+  auto it = groups_.find(path);
+  if (it != groups_.end()) return it->second.get();
+  hid_t id = -1;
+  if (path == "/") {
+    id = H5Gopen2(file_.get(), "/", H5P_DEFAULT);
+  } else {
+    htri_t present = H5Lexists(file_.get(), path.c_str(), H5P_DEFAULT);
+    if (present <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      if (!create) throw KeyError(where(path) + ": no such group");
+      check_writable("creating group", path);
+      Hid lcpl = owned(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "H5Pcreate", where(path));
+      H5Pset_create_intermediate_group(lcpl.get(), 1);
+      id = H5Gcreate2(file_.get(), path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT);
+      listings_.clear();
+    } else {
+      id = H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT);
+    }
+  }
+  Hid g = owned(id, H5Gclose, "opening the group", where(path));
+  return groups_.emplace(path, std::move(g)).first->second.get();
+}
+
+namespace {
+herr_t list_link(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
+const std::vector<std::string>& File::keys(const std::string& path) {
+  check_open();
+  auto it = listings_.find(path);
+  if (it != listings_.end()) return it->second;
+  std::vector<std::string> names;
+  hid_t g = group(path);
+  check(H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, list_link, &names), "H5Literate",
+        where(path));
+  return listings_.emplace(path, std::move(names)).first->second;
+}
+
+Entry* File::entry(const std::string& path, std::string_view key) {
+  check_open();
+  if (key.empty() || key.find('/') != std::string_view::npos || key == "." || key == "..")
+    return nullptr;
+  std::string full = join(path, key);
+  auto it = entries_.find(full);
+  if (it != entries_.end()) return it->second.get();
+  hid_t g = group(path);
+  const std::string name(key);
+  htri_t present = H5Lexists(g, name.c_str(), H5P_DEFAULT);
+  if (present <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return nullptr;
+  }
+  Hid obj = owned(H5Oopen(g, name.c_str(), H5P_DEFAULT), H5Oclose, "H5Oopen", where(full));
+  auto e = std::make_unique<Entry>();
+  const H5I_type_t type = H5Iget_type(obj.get());
+  if (type == H5I_GROUP) {
+    e->is_group = true;
+  } else if (type == H5I_DATASET) {
+    auto d = std::make_unique<Dataset>();
+    d->id = Hid(obj.release(), H5Dclose);
+    Hid t = owned(H5Dget_type(d->id.get()), H5Tclose, "H5Dget_type", where(full));
+    d->info = classify(t.get());
+    d->space = owned(H5Dget_space(d->id.get()), H5Sclose, "H5Dget_space", where(full));
+    const int rank = check(H5Sget_simple_extent_ndims(d->space.get()), "H5Sget_simple_extent_ndims",
+                           where(full));
+    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+    if (rank > 0) H5Sget_simple_extent_dims(d->space.get(), dims.data(), nullptr);
+    d->shape.assign(dims.begin(), dims.end());
+    d->where = where(full);
+    e->dataset = std::move(d);
+  } else {
+    // A named datatype or another object: listed, read as unsupported.
+    e->dataset = std::make_unique<Dataset>();
+    e->dataset->info.description = "an HDF5 object that is neither a group nor a dataset";
+    e->dataset->where = where(full);
+  }
+  return entries_.emplace(std::move(full), std::move(e)).first->second.get();
+}
+
+void File::forget(const std::string& path, std::string_view key) {
+  ++generation_;
+  listings_.erase(path);
+  const std::string full = join(path, key);
+  auto under = [&](const std::string& p) {
+    return p == full || (p.size() > full.size() && p.compare(0, full.size(), full) == 0 &&
+                         p[full.size()] == '/');
+  };
+  std::erase_if(entries_, [&](const auto& kv) { return under(kv.first); });
+  std::erase_if(groups_, [&](const auto& kv) { return under(kv.first); });
+  std::erase_if(listings_, [&](const auto& kv) { return under(kv.first); });
+}
+
+void File::remove(const std::string& path, std::string_view key) {
+  check_writable("removing", join(path, key));
+  forget(path, key);
+  const std::string name(key);
+  check(H5Ldelete(group(path), name.c_str(), H5P_DEFAULT), "H5Ldelete", where(join(path, key)));
+}
+
+// ---- dataset creation ----------------------------------------------------------
+
+namespace {
+
+// h5py's automatic chunk shape (guess_chunk): halve the dims in turn until a
+// chunk is near a target between 8 KiB and 1 MiB that grows with the
+// dataset's size.
+std::vector<hsize_t> guess_chunks(at::IntArrayRef shape, std::size_t element_size) {
+  std::vector<double> chunks;
+  for (int64_t s : shape) chunks.push_back(s == 0 ? 1024.0 : static_cast<double>(s));
+  double size = static_cast<double>(element_size);
+  for (double c : chunks) size *= c;
+  double target = 16.0 * 1024 * std::pow(2.0, std::log10(size / (1024.0 * 1024)));
+  target = std::clamp(target, 8.0 * 1024, 1024.0 * 1024);
+  for (std::size_t i = 0;; ++i) {
+    double bytes = static_cast<double>(element_size);
+    double count = 1;
+    for (double c : chunks) {
+      bytes *= c;
+      count *= c;
+    }
+    if ((bytes < target || std::abs(bytes - target) / target < 0.5) && bytes < 1024.0 * 1024) break;
+    if (count == 1) break;
+    auto& c = chunks[i % chunks.size()];
+    c = std::ceil(c / 2.0);
+  }
+  std::vector<hsize_t> out;
+  for (std::size_t i = 0; i < chunks.size(); ++i)
+    out.push_back(
+        static_cast<hsize_t>(std::min<double>(chunks[i], std::max<int64_t>(shape[i], 1))));
+  return out;
+}
+
+}  // namespace
+
+Hid File::creation_plist(at::IntArrayRef shape, std::size_t element_size) const {
+  const auto& o = dataset_options_;
+  Hid dcpl = owned(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", filename_);
+  const bool any_zero = std::any_of(shape.begin(), shape.end(), [](int64_t s) { return s == 0; });
+  // Scalars and empty datasets cannot be chunked: contiguous, unfiltered.
+  if (shape.empty() || any_zero || (o.chunks.empty() && !o.filtered())) return dcpl;
+  std::vector<hsize_t> chunks;
+  if (o.chunks.empty()) {
+    chunks = guess_chunks(shape, element_size);
+  } else {
+    for (std::size_t i = 0; i < shape.size(); ++i)
+      chunks.push_back(
+          static_cast<hsize_t>(i < o.chunks.size() ? std::min(o.chunks[i], shape[i]) : shape[i]));
+  }
+  const std::string context = "HDF5 file '" + filename_ + "'";
+  check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunks.size()), chunks.data()), "H5Pset_chunk",
+        context);
+  if (o.shuffle) check(H5Pset_shuffle(dcpl.get()), "H5Pset_shuffle", context);
+  if (o.gzip)
+    check(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(*o.gzip)), "H5Pset_deflate", context);
+  if (o.fletcher32) check(H5Pset_fletcher32(dcpl.get()), "H5Pset_fletcher32", context);
+  return dcpl;
+}
+
+Dataset& File::create_tensor(const std::string& path, std::string_view key, at::IntArrayRef shape,
+                             c10::ScalarType dtype) {
+  const std::string full = join(path, key);
+  hid_t ftype = file_type(dtype, where(full));
+  check_writable("creating dataset", full);
+  hid_t g = group(path);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Hid space =
+      owned(shape.empty() ? H5Screate(H5S_SCALAR)
+                          : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+            H5Sclose, "H5Screate", where(full));
+  Hid dcpl = creation_plist(shape, H5Tget_size(ftype));
+  forget(path, key);
+  const std::string name(key);
+  Hid ds =
+      owned(H5Dcreate2(g, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+            H5Dclose, "H5Dcreate2", where(full));
+  auto e = std::make_unique<Entry>();
+  e->dataset = std::make_unique<Dataset>();
+  Dataset& d = *e->dataset;
+  d.id = std::move(ds);
+  d.space = std::move(space);
+  d.shape.assign(shape.begin(), shape.end());
+  d.info.element = Element::Tensor;
+  d.info.dtype = dtype;
+  d.where = where(full);
+  entries_[full] = std::move(e);
+  return d;
+}
+
+void File::write_tensor(const std::string& path, std::string_view key, const at::Tensor& value) {
+  Dataset& d = create_tensor(path, key, value.sizes(), value.scalar_type());
+  if (value.numel() == 0) return;
+  at::Tensor c = value.contiguous();
+  check(H5Dwrite(d.id.get(), memory_type(c.scalar_type()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                 c.data_ptr()),
+        "H5Dwrite", where(join(path, key)));
+}
+
+// ---- non-tensor values ---------------------------------------------------------
+
+namespace {
+
+using json = nlohmann::json;
+
+// numpy's view of a JSON value: the array shape and the element kind.
+struct NumpyArray {
+  std::vector<hsize_t> shape;
+  std::vector<const json*> items;  // row-major
+  char kind = 'f';                 // b, i, f, U
+  std::size_t itemsize = 8;
+  std::vector<std::u32string> strings;
+};
+
+std::u32string utf32(const std::string& s) {
+  std::u32string out;
+  for (std::size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    char32_t cp = c;
+    std::size_t n = 1;
+    if (c >= 0xF0) {
+      cp = c & 0x07;
+      n = 4;
+    } else if (c >= 0xE0) {
+      cp = c & 0x0F;
+      n = 3;
+    } else if (c >= 0xC0) {
+      cp = c & 0x1F;
+      n = 2;
+    }
+    for (std::size_t k = 1; k < n && i + k < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
+}
+
+std::string utf8(const std::u32string& s) {
+  std::string out;
+  for (char32_t cp : s) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  return out;
+}
+
+// As np.array(value): nested lists of equal lengths are dims; the leaves
+// must all be bools, numbers or strings.
+NumpyArray as_numpy(const json& value, const std::string& context) {
+  NumpyArray a;
+  const json* level = &value;
+  while (level->is_array()) {
+    a.shape.push_back(level->size());
+    if (level->empty()) break;
+    level = &level->front();
+  }
+  // Collect the leaves, checking that every list at each depth has the
+  // length of the first.
+  std::function<void(const json&, std::size_t)> walk = [&](const json& v, std::size_t depth) {
+    if (depth == a.shape.size()) {
+      if (v.is_array())
+        throw TypeError(context +
+                        ": the list is ragged (numpy would make an object array, "
+                        "which HDF5 cannot store)");
+      a.items.push_back(&v);
+      return;
+    }
+    if (!v.is_array() || v.size() != a.shape[depth])
+      throw TypeError(context +
+                      ": the list is ragged (numpy would make an object array, which "
+                      "HDF5 cannot store)");
+    for (const auto& x : v) walk(x, depth + 1);
+  };
+  walk(value, 0);
+  bool all_bool = true, all_int = true, all_num = true, all_str = true;
+  for (const json* v : a.items) {
+    all_bool &= v->is_boolean();
+    all_int &= v->is_boolean() || v->is_number_integer();
+    all_num &= v->is_boolean() || v->is_number();
+    all_str &= v->is_string();
+  }
+  if (a.items.empty()) {
+    a.kind = 'f';  // np.array([]) is float64
+  } else if (all_bool) {
+    a.kind = 'b';
+    a.itemsize = 1;
+  } else if (all_int) {
+    a.kind = 'i';
+  } else if (all_num) {
+    a.kind = 'f';
+  } else if (all_str) {
+    a.kind = 'U';
+    std::size_t longest = 1;
+    for (const json* v : a.items) {
+      a.strings.push_back(utf32(v->get<std::string>()));
+      longest = std::max(longest, a.strings.back().size());
+    }
+    a.itemsize = 4 * longest;
+  } else {
+    throw TypeError(context + ": HDF5 storage cannot store the non-tensor value " +
+                    value.dump().substr(0, 80) +
+                    " (null, objects and mixed lists have no numpy dtype other than object, and "
+                    "HDF5 has no pickle fallback)");
+  }
+  return a;
+}
+
+}  // namespace
+
+void File::check_non_tensor(const json& value, const std::string& context) {
+  if (!value.is_string()) (void)as_numpy(value, context);
+}
+
+void File::write_non_tensor(const std::string& path, std::string_view key, const json& value) {
+  const std::string full = join(path, key);
+  check_writable("writing", full);
+  hid_t g = group(path);
+  const std::string name(key);
+  if (value.is_string()) {
+    Hid type = owned(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", where(full));
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    Hid space = owned(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", where(full));
+    forget(path, key);
+    Hid ds = owned(
+        H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        H5Dclose, "H5Dcreate2", where(full));
+    const std::string& s = value.get_ref<const std::string&>();
+    const char* data[1] = {s.c_str()};
+    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite",
+          where(full));
+    return;
+  }
+  NumpyArray a = as_numpy(value, where(full));
+  // numpy's dtype.str: byte order, kind, size (characters for 'U').
+  const std::string tag = std::string("NUMPY:") + (a.kind == 'b' ? "|" : "<") + a.kind +
+                          std::to_string(a.kind == 'U' ? a.itemsize / 4 : a.itemsize);
+  std::vector<unsigned char> bytes(a.items.size() * a.itemsize, 0);
+  for (std::size_t i = 0; i < a.items.size(); ++i) {
+    unsigned char* p = bytes.data() + i * a.itemsize;
+    const json& v = *a.items[i];
+    if (a.kind == 'b') {
+      *p = v.get<bool>() ? 1 : 0;
+    } else if (a.kind == 'i') {
+      int64_t x = v.is_boolean() ? (v.get<bool>() ? 1 : 0) : v.get<int64_t>();
+      std::memcpy(p, &x, 8);
+    } else if (a.kind == 'f') {
+      double x = v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>();
+      std::memcpy(p, &x, 8);
+    } else {
+      const auto& s = a.strings[i];
+      std::memcpy(p, s.data(), s.size() * 4);
+    }
+  }
+  Hid type = owned(H5Tcreate(H5T_OPAQUE, a.itemsize), H5Tclose, "H5Tcreate", where(full));
+  check(H5Tset_tag(type.get(), tag.c_str()), "H5Tset_tag", where(full));
+  Hid space = owned(
+      a.shape.empty() ? H5Screate(H5S_SCALAR)
+                      : H5Screate_simple(static_cast<int>(a.shape.size()), a.shape.data(), nullptr),
+      H5Sclose, "H5Screate", where(full));
+  forget(path, key);
+  Hid ds = owned(
+      H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose, "H5Dcreate2", where(full));
+  if (!bytes.empty())
+    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), "H5Dwrite",
+          where(full));
+}
+
+namespace {
+
+// Nested lists over `shape` of the values `leaf(i)`, row-major.
+json nest(const std::vector<int64_t>& shape, const std::function<json(std::size_t)>& leaf) {
+  if (shape.empty()) return leaf(0);
+  std::size_t index = 0;
+  std::function<json(std::size_t)> build = [&](std::size_t depth) {
+    json out = json::array();
+    for (int64_t i = 0; i < shape[depth]; ++i)
+      out.push_back(depth + 1 == shape.size() ? leaf(index++) : build(depth + 1));
+    return out;
+  };
+  return build(0);
+}
+
+template <class T>
+T load(const unsigned char* p, bool swap) {
+  unsigned char b[sizeof(T)];
+  std::memcpy(b, p, sizeof(T));
+  if (swap) std::reverse(b, b + sizeof(T));
+  T v;
+  std::memcpy(&v, b, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+json File::read_non_tensor(const Dataset& d, const std::string& context) {
+  int64_t n = 1;
+  for (int64_t s : d.shape) n *= s;
+  Hid ftype = owned(H5Dget_type(d.id.get()), H5Tclose, "H5Dget_type", context);
+  if (d.info.element == Element::String) {
+    const htri_t vlen = H5Tis_variable_str(ftype.get());
+    Hid mtype = owned(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", context);
+    H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
+    std::vector<std::string> strings;
+    if (vlen > 0) {
+      H5Tset_size(mtype.get(), H5T_VARIABLE);
+      std::vector<char*> ptrs(static_cast<std::size_t>(n), nullptr);
+      if (n > 0) {
+        check(H5Dread(d.id.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()),
+              "H5Dread", context);
+        for (char* p : ptrs) strings.emplace_back(p ? p : "");
+        H5Dvlen_reclaim(mtype.get(), d.space.get(), H5P_DEFAULT, ptrs.data());
+      }
+    } else {
+      const std::size_t size = H5Tget_size(ftype.get());
+      H5Tset_size(mtype.get(), size);
+      H5Tset_strpad(mtype.get(), H5T_STR_NULLPAD);
+      std::vector<char> buf(static_cast<std::size_t>(n) * size);
+      if (n > 0)
+        check(H5Dread(d.id.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()),
+              "H5Dread", context);
+      for (int64_t i = 0; i < n; ++i) {
+        const char* p = buf.data() + i * size;
+        strings.emplace_back(p, strnlen(p, size));
+      }
+    }
+    return nest(d.shape, [&](std::size_t i) { return json(strings[i]); });
+  }
+  // Opaque NUMPY:<dtype>: raw numpy bytes.
+  const std::string& dt = d.info.opaque_dtype;
+  const std::size_t size = H5Tget_size(ftype.get());
+  if (dt.size() < 3)
+    throw FormatError(context + ": opaque dtype tag 'NUMPY:" + dt + "' is not a numpy dtype");
+  const bool swap = dt[0] == '>';
+  const char kind = dt[1];
+  std::vector<unsigned char> buf(static_cast<std::size_t>(n) * size);
+  if (n > 0)
+    check(H5Dread(d.id.get(), ftype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "H5Dread",
+          context);
+  auto leaf = [&](std::size_t i) -> json {
+    const unsigned char* p = buf.data() + i * size;
+    switch (kind) {
+      case 'b':
+        return json(*p != 0);
+      case 'i':
+        if (size == 1) return json(static_cast<int64_t>(static_cast<signed char>(*p)));
+        if (size == 2) return json(static_cast<int64_t>(load<int16_t>(p, swap)));
+        if (size == 4) return json(static_cast<int64_t>(load<int32_t>(p, swap)));
+        if (size == 8) return json(load<int64_t>(p, swap));
+        break;
+      case 'u':
+        if (size == 1) return json(static_cast<uint64_t>(*p));
+        if (size == 2) return json(static_cast<uint64_t>(load<uint16_t>(p, swap)));
+        if (size == 4) return json(static_cast<uint64_t>(load<uint32_t>(p, swap)));
+        if (size == 8) return json(load<uint64_t>(p, swap));
+        break;
+      case 'f':
+        if (size == 4) return json(static_cast<double>(load<float>(p, swap)));
+        if (size == 8) return json(load<double>(p, swap));
+        break;
+      case 'U': {
+        std::u32string s;
+        for (std::size_t k = 0; k + 4 <= size; k += 4) {
+          char32_t c = load<char32_t>(p + k, swap);
+          if (c == 0) break;
+          s.push_back(c);
+        }
+        return json(utf8(s));
+      }
+      case 'S':
+        return json(std::string(reinterpret_cast<const char*>(p),
+                                strnlen(reinterpret_cast<const char*>(p), size)));
+      default:
+        break;
+    }
+    throw FormatError(context + ": opaque non-tensor of numpy dtype '" + dt +
+                      "' is not supported (bool, int, uint, float, str and bytes are)");
+  };
+  return nest(d.shape, leaf);
+}
+
+}  // namespace tensordict::detail::h5

@@ -1,0 +1,127 @@
+#pragma once
+// One open HDF5 file, shared by every node (level) of a PersistentTensorDict:
+// the file identifier, the dataset creation options, and the caches that keep
+// metadata calls free of HDF5 work after the first (link listings, open
+// datasets with their dataspaces and element types).
+#include "storage/hdf5/h5_api.h"
+
+#include <tensordict/storage/hdf5.h>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace tensordict::detail::h5 {
+
+/// An open dataset.
+struct Dataset {
+  Hid id;
+  /// The file dataspace, re-selected by each row operation.
+  Hid space;
+  std::vector<int64_t> shape;
+  ElementInfo info;
+  /// "HDF5 file '<file>', /a/b", for messages.
+  std::string where;
+  /// A memory dataspace of `dims` (the last one made is kept: a row loop
+  /// reuses it).
+  hid_t memory_space(const std::vector<hsize_t>& dims);
+
+ private:
+  Hid mem_;
+  std::vector<hsize_t> mem_dims_;
+};
+
+/// A link of a group: a nested group or a dataset.
+struct Entry {
+  bool is_group = false;
+  std::unique_ptr<Dataset> dataset;  // when !is_group
+};
+
+class File {
+ public:
+  /// Opens or creates `filename` (modes of H5OpenOptions). StorageError
+  /// naming the file when it is missing, exists in mode "w-", or cannot be
+  /// opened; FormatError when it is not HDF5 or is corrupt.
+  File(const std::string& filename, const H5OpenOptions& options);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  const std::string& filename() const noexcept { return filename_; }
+  const std::string& mode() const noexcept { return mode_; }
+  bool writable() const noexcept { return writable_; }
+  bool is_open() const noexcept { return static_cast<bool>(file_); }
+  const H5DatasetOptions& dataset_options() const noexcept { return dataset_options_; }
+
+  /// StorageError when closed ("<file>: the file is closed").
+  void check_open() const;
+  /// StorageError when read-only, naming the file, `what` `path` and the mode.
+  void check_writable(const char* what, const std::string& path) const;
+  void close();
+  void flush();
+
+  /// "<file>:/a/b" for messages.
+  std::string where(const std::string& path) const;
+
+  // ---- structure (cached) ----------------------------------------------------
+  /// The open group at `path` (created when `create` and missing).
+  hid_t group(const std::string& path, bool create = false);
+  /// The link names of the group at `path`, by name (HDF5's link order).
+  const std::vector<std::string>& keys(const std::string& path);
+  /// The entry `key` of the group at `path`, nullptr when missing.
+  Entry* entry(const std::string& path, std::string_view key);
+  /// Drops what is cached about `path/key` (and below it).
+  void forget(const std::string& path, std::string_view key);
+  /// Changes whenever a cached entry may have gone (forget, close): nodes
+  /// keep Entry pointers while it stays the same.
+  uint64_t generation() const noexcept { return generation_; }
+
+  // ---- datasets ----------------------------------------------------------------
+  /// Creates the dataset `key` in the group at `path`, without data (HDF5
+  /// late allocation: reads as zeros until written).
+  Dataset& create_tensor(const std::string& path, std::string_view key, at::IntArrayRef shape,
+                         c10::ScalarType dtype);
+  /// Creates the dataset and writes `value` (contiguous, CPU) into it.
+  void write_tensor(const std::string& path, std::string_view key, const at::Tensor& value);
+  /// A non-tensor value as h5py writes it: a string as a scalar UTF-8
+  /// variable-length string, anything else as an opaque "NUMPY:<dtype>"
+  /// dataset. TypeError for what numpy would hold as objects (null, dicts,
+  /// ragged or mixed lists).
+  void write_non_tensor(const std::string& path, std::string_view key, const nlohmann::json& value);
+  /// TypeError when `value` cannot be written as a non-tensor (checked
+  /// before anything is removed).
+  static void check_non_tensor(const nlohmann::json& value, const std::string& context);
+  /// Reads a string or opaque dataset.
+  nlohmann::json read_non_tensor(const Dataset& d, const std::string& context);
+  /// Removes the link `key` of the group at `path`.
+  void remove(const std::string& path, std::string_view key);
+
+  /// Batch sizes inferred at open (from_h5), by group path.
+  std::unordered_map<std::string, std::vector<int64_t>> inferred;
+
+ private:
+  std::string filename_;
+  std::string mode_;
+  bool writable_ = false;
+  H5DatasetOptions dataset_options_;
+  Hid file_;
+  uint64_t generation_ = 0;
+  std::unordered_map<std::string, Hid> groups_;
+  std::unordered_map<std::string, std::vector<std::string>> listings_;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> entries_;  // by full path
+  /// Creation property list for a dataset of `shape` of `element_size`.
+  Hid creation_plist(at::IntArrayRef shape, std::size_t element_size) const;
+};
+
+/// "/a" + "b" -> "/a/b"; "/" + "b" -> "/b".
+std::string join(const std::string& path, std::string_view key);
+/// A group path in canonical form: "" -> "/", "a//b/" -> "/a/b".
+std::string canonical_group(const std::string& group);
+
+}  // namespace tensordict::detail::h5

@@ -1,0 +1,105 @@
+"""Files exchanged between h5py and tensordict's HDF5 storage (test_hdf5_h5py.cpp).
+
+  h5py_exchange.py write DIR   h5py writes the files the C++ test reads
+  h5py_exchange.py check FILE  h5py checks the file the C++ test wrote
+
+The values are formulas both sides compute (r = arange(12).reshape(4, 3)).
+"""
+import sys
+
+import h5py
+import numpy as np
+
+
+def opaque(value):
+    a = np.array(value)
+    return a.astype(h5py.opaque_dtype(a.dtype))  # as Python tensordict writes non-tensors
+
+
+def write(d):
+    r = np.arange(12).reshape(4, 3)
+    with h5py.File(f"{d}/gzip.h5", "w") as f:
+        f.create_dataset("x", data=np.arange(800, dtype=np.float32).reshape(100, 8),
+                         compression="gzip", compression_opts=4, shuffle=True, chunks=(10, 8))
+        f.create_dataset("g/y", data=np.arange(100, dtype=np.int64), compression="gzip")
+        f.create_dataset("g/z", data=np.arange(100) % 2 == 0, chunks=(7,), fletcher32=True)
+    with h5py.File(f"{d}/types.h5", "w") as f:
+        f["be_f32"] = (r / 3).astype(">f4")
+        f["be_i64"] = (r * -5).astype(">i8")
+        f["be_f64"] = (r / 7).astype(">f8")
+        f["be_i16"] = (r - 3).astype(">i2")
+        f["u16"] = (r + 60000).astype(np.uint16)
+        f["u32"] = (r + 4000000000).astype(np.uint32)
+        f["f16"] = (r / 4).astype(np.float16)
+        f["bool"] = r % 2 == 1
+        f["c64"] = (r + 1j * r).astype(np.complex64)
+        f["c128"] = (r / 3 - 2j * r).astype(np.complex128)
+        f["nt/s"] = "hello h5py"
+        f["nt/n"] = opaque(3)
+        f["nt/f"] = opaque(1.5)
+        f["nt/t"] = opaque(True)
+        f["nt/l"] = opaque([1, 2, 3])
+        f["nt/u"] = opaque(["a", "bc"])
+        f["nt/fixed"] = np.bytes_("fixed")
+    with h5py.File(f"{d}/unsupported.h5", "w") as f:
+        f["ok"] = np.zeros(4, dtype=np.float32)
+        f["u64"] = np.arange(4, dtype=np.uint64)
+        f.create_dataset("enum", data=np.arange(4, dtype=np.int8),
+                         dtype=h5py.enum_dtype({"RED": 0, "GREEN": 1, "BLUE": 2, "X": 3}, basetype="i1"))
+        f.create_dataset("vlen", (4,), dtype=h5py.vlen_dtype(np.int32))
+
+
+def check(path):
+    r = np.arange(12).reshape(4, 3)
+    with h5py.File(path, "r") as f:
+        expect = {
+            "bool": r % 3 == 0,
+            "u8": (r + 250).astype(np.uint8),
+            "i8": (r - 6).astype(np.int8),
+            "i16": (r * -300).astype(np.int16),
+            "i32": (r * 100000).astype(np.int32),
+            "i64": (r * 10**10).astype(np.int64),
+            "f16": (r.astype(np.float32) / 4).astype(np.float16),
+            "f32": r.astype(np.float32) / np.float32(3),
+            "f64": r / 7,
+            "c64": (r + -1j * r).astype(np.complex64),
+            "c128": (r / 3 + 1j * r).astype(np.complex128),
+            "nested/c": r.astype(np.int16),
+            "nested/deeper/z": r % 2 == 0,
+        }
+        for key, want in expect.items():
+            got = f[key][()]
+            assert got.dtype == want.dtype, (key, got.dtype, want.dtype)
+            assert got.shape == want.shape, (key, got.shape, want.shape)
+            assert np.array_equal(got, want), (key, got, want)
+        # h5py's own element types: bool is the enum, complex the {r, i} compound.
+        t = f["bool"].id.get_type()
+        assert t.get_class() == h5py.h5t.ENUM and t.get_nmembers() == 2, t
+        assert {t.get_member_name(i): t.get_member_value(i) for i in range(2)} == {b"FALSE": 0, b"TRUE": 1}
+        assert t.get_super().get_size() == 1 and t.get_super().get_sign() == h5py.h5t.SGN_2
+        assert f["c64"].id.get_type().get_class() == h5py.h5t.COMPOUND
+        assert f["f32"].id.get_type().get_order() == h5py.h5t.ORDER_LE
+        # No attributes anywhere, as Python tensordict writes.
+        seen = []
+        f.visititems(lambda name, obj: seen.append((name, dict(obj.attrs))))
+        assert all(not attrs for _, attrs in seen), seen
+        # Non-tensors: a UTF-8 variable-length string, opaque NUMPY values.
+        s = f["text"]
+        assert h5py.check_string_dtype(s.dtype).encoding == "utf-8" and s.shape == ()
+        assert s[()] == "a string!".encode(), s[()]
+        assert f["number"].dtype == np.dtype("<i8") and f["number"][()] == 3
+        assert f["real"].dtype == np.dtype("<f8") and f["real"][()] == 1.5
+        assert f["flag"].dtype == np.dtype("bool") and f["flag"][()]
+        assert list(f["list"][()]) == [1, 2, 3]
+        assert f["words"].dtype == np.dtype("<U2") and list(f["words"][()]) == ["a", "bc"], repr(f["words"][()])
+        # Creation options reach nested datasets.
+        for key in ("f32", "nested/c", "nested/deeper/z"):
+            d = f[key]
+            assert d.compression == "gzip" and d.compression_opts == 9, (key, d.compression)
+            assert d.chunks[0] == 2 and d.shuffle and d.fletcher32, (key, d.chunks)
+        assert f["text"].chunks is None
+    print("h5py read", path, "as expected")
+
+
+if __name__ == "__main__":
+    {"write": write, "check": check}[sys.argv[1]](sys.argv[2])

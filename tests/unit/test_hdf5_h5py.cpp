@@ -1,0 +1,150 @@
+// Files exchanged with h5py (Debian's python3-h5py), both directions: h5py
+// writes files (gzip, chunked, big-endian, non-tensors, unsupported types)
+// that the storage reads; the storage writes a file h5py checks
+// (tests/hdf5/h5py_exchange.py holds h5py's side).
+#include "support/core_test_helpers.h"
+#include "support/typed_test_helpers.h"
+
+#include <tensordict/storage/hdf5.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace {
+
+namespace td = tensordict;
+using namespace torch::indexing;
+using td_test::expect_message_contains;
+
+int run_h5py(const std::string& mode, const std::string& arg) {
+  const std::string cmd =
+      std::string(TD_H5PY_PYTHON) + " " + TD_H5PY_SCRIPT + " " + mode + " '" + arg + "'";
+  return std::system(cmd.c_str());
+}
+
+struct H5py : ::testing::Test {
+  td_test::TempDir dir{"td_h5py"};
+  void SetUp() override { std::filesystem::create_directories(dir.path); }
+};
+
+TEST_F(H5py, ReadsGzipChunkedFiles) {
+  ASSERT_EQ(run_h5py("write", dir.str()), 0);
+  auto h5 = td::PersistentTensorDict::from_h5(dir.str("gzip.h5"));
+  EXPECT_EQ(h5.batch_size().vec(), (std::vector<int64_t>{100}));
+  auto x = torch::arange(800, torch::kFloat).view({100, 8});
+  EXPECT_TRUE(h5.get("x").equal(x));
+  auto idx = torch::tensor({57, 3, 57, 99});
+  EXPECT_TRUE(h5.index({idx}).get("x").equal(x.index({idx})));
+  EXPECT_TRUE(h5.index({Slice(5, 95, 11)}).get({"g", "y"}).equal(torch::arange(5, 95, 11)));
+  EXPECT_TRUE(h5.get({"g", "z"}).equal(torch::arange(100).remainder(2).eq(0)));
+  // Writes through the filters, read back by a second handle.
+  h5.close();  // HDF5 refuses to open a file read-only and read-write at once
+  {
+    auto rw = td::PersistentTensorDict::from_h5(dir.str("gzip.h5"), "r+");
+    rw.index_put_({idx}, torch::tensor(-1));
+  }
+  auto again = td::PersistentTensorDict::from_h5(dir.str("gzip.h5"));
+  EXPECT_TRUE(again.get("x").index({idx}).eq(-1).all().item<bool>());
+  EXPECT_EQ(again.get("x")[0].sum().item<float>(), x[0].sum().item<float>());
+}
+
+TEST_F(H5py, ReadsEveryElementTypeBigEndianIncluded) {
+  ASSERT_EQ(run_h5py("write", dir.str()), 0);
+  auto h5 = td::PersistentTensorDict::from_h5(dir.str("types.h5"));
+  auto r = torch::arange(12).view({4, 3});
+  auto rd = r.to(torch::kDouble);
+  EXPECT_TRUE(h5.get("be_f32").equal((rd / 3).to(torch::kFloat)));
+  EXPECT_TRUE(h5.get("be_i64").equal(r * -5));
+  EXPECT_TRUE(h5.get("be_f64").equal(rd / 7));
+  EXPECT_TRUE(h5.get("be_i16").equal((r - 3).to(torch::kShort)));
+  EXPECT_TRUE(h5[2].get("be_f32").equal((rd[2] / 3).to(torch::kFloat)));  // row read too
+  // LibTorch 1.13 has no uint16/uint32: widened to int32/int64.
+  EXPECT_TRUE(h5.get("u16").equal((r + 60000).to(torch::kInt)));
+  EXPECT_TRUE(h5.get("u32").equal(r + int64_t{4000000000}));
+  EXPECT_TRUE(h5.get("f16").equal((rd / 4).to(torch::kHalf)));
+  EXPECT_TRUE(h5.get("bool").equal(r.remainder(2).eq(1)));
+  EXPECT_TRUE(h5.get("c64").equal(torch::complex(rd, rd).to(torch::kComplexFloat)));
+  EXPECT_TRUE(h5.get("c128").equal(torch::complex(rd / 3, -2 * rd)));
+  EXPECT_EQ(h5.get_non_tensor({"nt", "s"}), "hello h5py");
+  EXPECT_EQ(h5.get_non_tensor({"nt", "n"}), 3);
+  EXPECT_EQ(h5.get_non_tensor({"nt", "f"}), 1.5);
+  EXPECT_EQ(h5.get_non_tensor({"nt", "t"}), true);
+  EXPECT_EQ(h5.get_non_tensor({"nt", "l"}), nlohmann::json::array({1, 2, 3}));
+  EXPECT_EQ(h5.get_non_tensor({"nt", "u"}), nlohmann::json::array({"a", "bc"}));
+  EXPECT_EQ(h5.get_non_tensor({"nt", "fixed"}), "fixed");
+  // A group of non-tensors only takes its parent's batch size (Python raises
+  // IndexError) and does not constrain the parent's.
+  EXPECT_EQ(h5.batch_size().vec(), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(h5.get_tensordict("nt").batch_size().vec(), (std::vector<int64_t>{4, 3}));
+}
+
+TEST_F(H5py, UnsupportedTypesAreNamedErrors) {
+  ASSERT_EQ(run_h5py("write", dir.str()), 0);
+  auto h5 = td::PersistentTensorDict::from_h5(dir.str("unsupported.h5"));
+  EXPECT_EQ(h5.keys().size(), 4u);
+  EXPECT_TRUE(h5.get("ok").equal(torch::zeros({4})));
+  for (const char* key : {"u64", "enum", "vlen"}) {
+    try {
+      (void)h5.at(key);
+      FAIL() << key << " read";
+    } catch (const td::Error& e) {
+      expect_message_contains(e.what(), {"unsupported.h5", key, "unsupported element type"});
+    }
+  }
+}
+
+TEST_F(H5py, ChecksWhatWeWrite) {
+  auto r = torch::arange(12).view({4, 3});
+  auto rf = r.to(torch::kFloat);
+  td::TensorDict nested({{"c", r.to(torch::kShort)},
+                         {"deeper", td::TensorDict({{"z", r.remainder(2).eq(0)}}, {4, 3})}},
+                        {4});
+  td::TensorDict src({{"bool", r.remainder(3).eq(0)},
+                      {"u8", (r + 250).to(torch::kByte)},
+                      {"i8", (r - 6).to(torch::kChar)},
+                      {"i16", (r * -300).to(torch::kShort)},
+                      {"i32", (r * 100000).to(torch::kInt)},
+                      {"i64", r * int64_t{10000000000}},
+                      {"f16", (rf / 4).to(torch::kHalf)},
+                      {"f32", rf / 3},
+                      {"f64", r.to(torch::kDouble) / 7},
+                      {"c64", torch::complex(rf, -rf)},
+                      {"c128", torch::complex(r.to(torch::kDouble) / 3, r.to(torch::kDouble))},
+                      {"nested", nested}},
+                     {4});
+  src.set_non_tensor("text", "a string!");
+  src.set_non_tensor("number", 3);
+  src.set_non_tensor("real", 1.5);
+  src.set_non_tensor("flag", true);
+  src.set_non_tensor("list", nlohmann::json::array({1, 2, 3}));
+  src.set_non_tensor("words", nlohmann::json::array({"a", "bc"}));
+  td::H5DatasetOptions options;
+  options.chunks = {2};
+  options.gzip = 9;
+  options.shuffle = true;
+  options.fletcher32 = true;
+  td::to_h5(src, dir.str("ours.h5"), options).close();
+  EXPECT_EQ(run_h5py("check", dir.str("ours.h5")), 0);
+}
+
+// HDF5's file locking across processes: readers share a file, a writer has
+// it alone (the other process is h5py, a separate program on the same file).
+TEST_F(H5py, FileLockingAcrossProcesses) {
+  const std::string f = dir.str("locked.h5");
+  td::to_h5(td::TensorDict({{"x", torch::arange(10)}}, {10}), f).close();
+  const std::string read = std::string(TD_H5PY_PYTHON) +
+                           " -c \"import h5py, sys; h5py.File(sys.argv[1], 'r')['x'][3]\" '" + f +
+                           "' 2>/dev/null";
+  {
+    auto reader = td::PersistentTensorDict::from_h5(f, "r");
+    EXPECT_EQ(std::system(read.c_str()), 0) << "a second reader was refused";
+    EXPECT_EQ(reader[3].get("x").item<int64_t>(), 3);
+  }
+  {
+    auto writer = td::PersistentTensorDict::from_h5(f, "r+");
+    EXPECT_NE(std::system(read.c_str()), 0) << "a reader opened a file open for writing";
+  }
+  EXPECT_EQ(std::system(read.c_str()), 0);
+}
+
+}  // namespace
