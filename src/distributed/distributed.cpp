@@ -1,0 +1,695 @@
+// Whole tensordicts over a c10d process group. The wire protocol is described
+// in docs/distributed.md ("Protocol"); in short, a point-to-point transfer is
+//   sender -> header (8 x int64), [non-tensor values as JSON], [flat buffer]
+//   receiver -> answer (2 x int64): accepted, or rejected with its structure
+//   sender -> per-leaf messages (PerLeaf mode, once accepted)
+// and a rejected transfer exchanges both structures so that each side names
+// the first differing entry. Collectives check structures with one allreduce.
+
+#include <tensordict/distributed.h>
+#include <tensordict/dtype.h>
+#include <tensordict/stack.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tensordict {
+namespace {
+
+constexpr int64_t kMagic = 0x0054'4443'5431'0001;  // "TDCT1", protocol 1
+constexpr int64_t kSendMessage = 1;
+constexpr int64_t kInitMessage = 2;
+constexpr int64_t kAccepted = 1;
+constexpr int64_t kRejected = 2;
+constexpr int64_t kAlign = 16;
+// Header fields.
+enum : int { kHMagic, kHKind, kHHash, kHMode, kHFlatBytes, kHExtraBytes, kHLeaves, kHCount = 8 };
+
+using json = nlohmann::json;
+
+struct Leaf {
+  NestedKey key;
+  at::Tensor tensor;  // the sender's data (or the receiver's current value)
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  int64_t nbytes = 0;
+  int64_t offset = 0;  // in the flat buffer
+};
+
+struct NonTensorEntry {
+  NestedKey key;
+  bool stack = false;
+};
+
+// The structure of one tensordict, in sorted key order.
+struct Layout {
+  std::vector<Leaf> leaves;
+  std::vector<NonTensorEntry> non_tensors;
+  json description = json::array();  // [[key parts, "what"], ...]
+  std::string text;                   // description.dump()
+  int64_t hash = 0;
+  int64_t flat_bytes = 0;
+};
+
+std::string shape_string(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  // Positive, so that {h, -h} under MAX detects any disagreement.
+  return static_cast<int64_t>(h >> 1);
+}
+
+Layout describe(const TensorDictBase& td) {
+  if (!td.defined()) throw ValueError("distributed transfer of a null tensordict handle");
+  Layout out;
+  out.description.push_back(
+      json::array({json::array(), "root batch " + shape_string(td.batch_size())}));
+  KeysOptions opts;
+  opts.include_nested = true;
+  opts.sort = true;
+  td.for_each(
+      [&](const NestedKey& key, const Value& value) {
+        std::string what;
+        switch (value.kind()) {
+          case EntryKind::Tensor: {
+            const at::Tensor& t = value.tensor();
+            Leaf leaf{key, t, t.scalar_type(), t.sizes().vec(), t.numel() * t.element_size(), 0};
+            what = "Tensor(dtype=" + dtype_to_string(leaf.dtype) + ", shape=" +
+                   shape_string(t.sizes()) + ")";
+            out.flat_bytes = (out.flat_bytes + kAlign - 1) / kAlign * kAlign;
+            leaf.offset = out.flat_bytes;
+            out.flat_bytes += leaf.nbytes;
+            out.leaves.push_back(std::move(leaf));
+            break;
+          }
+          case EntryKind::TensorDict:
+            what = value.tensordict().type_name() + "(batch=" +
+                   shape_string(value.tensordict().batch_size()) + ")";
+            break;
+          case EntryKind::NonTensor:
+            what = "NonTensorData";
+            out.non_tensors.push_back({key, false});
+            break;
+          case EntryKind::NonTensorStack:
+            what = "NonTensorStack";
+            out.non_tensors.push_back({key, true});
+            break;
+        }
+        out.description.push_back(json::array({key.to_vector(), what}));
+      },
+      opts);
+  out.text = out.description.dump();
+  out.hash = fnv1a(out.text);
+  return out;
+}
+
+std::string non_tensor_payload(const TensorDictBase& td, const Layout& layout) {
+  if (layout.non_tensors.empty()) return {};
+  json values = json::array();
+  for (const auto& e : layout.non_tensors)
+    values.push_back(json::array({e.key.to_vector(), e.stack, td.get_non_tensor(e.key)}));
+  return values.dump();
+}
+
+void apply_non_tensors(const TensorDictBase& td, const std::string& payload) {
+  if (payload.empty()) return;
+  TensorDictBase target = td;
+  for (const auto& item : json::parse(payload)) {
+    NestedKey key(item[0].get<std::vector<std::string>>());
+    const json& value = item[2];
+    // Only where it differs: equal values leave a locked tensordict alone.
+    if (td.get_non_tensor(key) == value) continue;
+    if (item[1].get<bool>())
+      target.set_non_tensor_stack(key, value);
+    else
+      target.set_non_tensor(key, value);
+  }
+}
+
+TransferMode choose_mode(const Layout& layout, const TransferOptions& options) {
+  if (options.mode != TransferMode::Auto) return options.mode;
+  return layout.flat_bytes <= options.flat_max_bytes ? TransferMode::Consolidated
+                                                     : TransferMode::PerLeaf;
+}
+
+at::Tensor contiguous_cpu(const at::Tensor& t) {
+  return t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
+}
+
+at::Tensor pack(const Layout& layout) {
+  at::Tensor buffer = at::empty({layout.flat_bytes}, at::kByte);
+  auto* base = static_cast<uint8_t*>(buffer.data_ptr());
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.nbytes == 0) continue;
+    at::Tensor t = contiguous_cpu(leaf.tensor);
+    std::memcpy(base + leaf.offset, t.data_ptr(), leaf.nbytes);
+  }
+  return buffer;
+}
+
+// Writes the leaves of `buffer` into `td` (set_ per leaf, so every storage
+// keeps its own: a memmap receives into its files, a lazy stack into its
+// members).
+void unpack(const Layout& layout, const at::Tensor& buffer, const TensorDictBase& td) {
+  TensorDictBase target = td;
+  auto* base = static_cast<uint8_t*>(buffer.data_ptr());
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.nbytes == 0) continue;
+    at::Tensor view =
+        at::from_blob(base + leaf.offset, leaf.shape, at::TensorOptions().dtype(leaf.dtype));
+    target.set_(leaf.key, view);
+  }
+}
+
+at::Tensor bytes_tensor(const std::string& s) {
+  at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
+  if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
+  return t;
+}
+
+std::string tensor_string(const at::Tensor& t) {
+  const auto* p = static_cast<const char*>(t.data_ptr());
+  std::string s(p, p + t.numel());
+  // all_gather pads descriptions with NULs.
+  if (auto nul = s.find('\0'); nul != std::string::npos) s.resize(nul);
+  return s;
+}
+
+bool contains_ci(std::string haystack, const char* needle) {
+  std::transform(haystack.begin(), haystack.end(), haystack.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Messages of one operation over the group, with c10d/Gloo failures turned
+// into tensordict errors naming the operation.
+class Channel {
+  // c10d/Gloo errors out of `f` as tensordict errors (defined first: its
+  // return type is deduced).
+  template <class F>
+  decltype(auto) guarded(F&& f) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      const std::string msg = what_ + ": " + e.what();
+      if (contains_ci(e.what(), "timed out") || contains_ci(e.what(), "timeout"))
+        throw TimeoutError(msg);
+      if (contains_ci(e.what(), "connection") || contains_ci(e.what(), "closed by peer"))
+        throw ConnectionError(msg);
+      throw StorageError(msg);
+    }
+  }
+
+ public:
+  Channel(c10d::ProcessGroup& pg, const TransferOptions& options, std::string what)
+      : pg_(pg), options_(options), what_(std::move(what)) {}
+
+  c10::intrusive_ptr<c10d::Work> send(const at::Tensor& t, int dst) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.send(v, dst, options_.tag); });
+  }
+  c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& t, int src) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.recv(v, src, options_.tag); });
+  }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) {
+    guarded([&] {
+      if (options_.timeout.count() > 0)
+        work->wait(options_.timeout);
+      else
+        work->wait();
+      return 0;
+    });
+  }
+  void wait_all(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+    for (auto& w : works) wait(w);
+    works.clear();
+  }
+  void send_now(const at::Tensor& t, int dst) { wait(send(t, dst)); }
+  void recv_now(const at::Tensor& t, int src) { wait(recv(t, src)); }
+
+  at::Tensor recv_header(int src) {
+    at::Tensor h = at::empty({kHCount}, at::kLong);
+    recv_now(h, src);
+    if (h.data_ptr<int64_t>()[kHMagic] != kMagic)
+      throw FormatError(what_ + ": the message is not a tensordict transfer (bad magic number)");
+    return h;
+  }
+  std::string recv_string(int64_t size, int src) {
+    if (size <= 0) return {};
+    at::Tensor t = at::empty({size}, at::kByte);
+    recv_now(t, src);
+    return tensor_string(t);
+  }
+  // A collective op, waited for.
+  template <class F>
+  void collective(F&& post) {
+    wait(guarded(std::forward<F>(post)));
+  }
+
+  const std::string& what() const { return what_; }
+  c10d::ProcessGroup& pg() { return pg_; }
+  const TransferOptions& options() const { return options_; }
+
+ private:
+  c10d::ProcessGroup& pg_;
+  TransferOptions options_;
+  std::string what_;
+};
+
+void check_peer(c10d::ProcessGroup& pg, int peer, const char* op, const char* role) {
+  if (peer < 0 || peer >= pg.getSize() || peer == pg.getRank())
+    throw ValueError(std::string(op) + ": " + role + " rank " + std::to_string(peer) +
+                     " is not another rank of the group (rank " + std::to_string(pg.getRank()) +
+                     " of " + std::to_string(pg.getSize()) + ")");
+}
+
+std::string entry_text(const json& entry) {
+  return NestedKey(entry[0].get<std::vector<std::string>>()).repr() + ": " +
+         entry[1].get<std::string>();
+}
+
+// The StructureError naming the first entry where `here` and `there` differ.
+[[noreturn]] void throw_mismatch(const std::string& what, const std::string& here,
+                                 const std::string& there_name, const std::string& there) {
+  const json a = json::parse(here);
+  const json b = json::parse(there);
+  std::size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  std::string mine = i < a.size() ? entry_text(a[i]) : std::string("nothing more");
+  std::string theirs = i < b.size() ? entry_text(b[i]) : std::string("nothing more");
+  NestedKey key;
+  if (i < a.size() && i < b.size()) {
+    NestedKey ka(a[i][0].get<std::vector<std::string>>());
+    NestedKey kb(b[i][0].get<std::vector<std::string>>());
+    key = ka.join() <= kb.join() ? ka : kb;
+  } else if (i < a.size()) {
+    key = NestedKey(a[i][0].get<std::vector<std::string>>());
+  } else if (i < b.size()) {
+    key = NestedKey(b[i][0].get<std::vector<std::string>>());
+  }
+  throw StructureError(what + ": the tensordicts differ; first differing entry: here " + mine +
+                           ", on " + there_name + " " + theirs,
+                       std::move(key));
+}
+
+constexpr const char* kFromRemoteInit = "from_remote_init";
+
+void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+               const TransferOptions& options) {
+  check_peer(pg, dst, "send", "destination");
+  Channel ch(pg, options, "send to rank " + std::to_string(dst));
+  const Layout layout = describe(td);
+  const std::string extra = non_tensor_payload(td, layout);
+  const TransferMode mode = choose_mode(layout, options);
+
+  at::Tensor header = at::zeros({kHCount}, at::kLong);
+  int64_t* h = header.data_ptr<int64_t>();
+  h[kHMagic] = kMagic;
+  h[kHKind] = kSendMessage;
+  h[kHHash] = layout.hash;
+  h[kHMode] = static_cast<int64_t>(mode);
+  h[kHFlatBytes] = layout.flat_bytes;
+  h[kHExtraBytes] = static_cast<int64_t>(extra.size());
+  h[kHLeaves] = static_cast<int64_t>(layout.leaves.size());
+
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(ch.send(header, dst));
+  at::Tensor extra_t = bytes_tensor(extra);
+  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
+  // Consolidated: the buffer goes right behind the header (a rejecting
+  // receiver drains it), so the answer costs no extra round trip.
+  at::Tensor buffer;
+  if (mode == TransferMode::Consolidated && layout.flat_bytes > 0) {
+    buffer = pack(layout);
+    works.push_back(ch.send(buffer, dst));
+  }
+  at::Tensor answer = at::empty({2}, at::kLong);
+  ch.recv_now(answer, dst);
+  if (answer.data_ptr<int64_t>()[0] != kAccepted) {
+    ch.wait_all(works);
+    const std::string theirs = ch.recv_string(answer.data_ptr<int64_t>()[1], dst);
+    ch.send_now(at::full({1}, static_cast<int64_t>(layout.text.size()), at::kLong), dst);
+    ch.send_now(bytes_tensor(layout.text), dst);
+    if (theirs == kFromRemoteInit)
+      throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
+                       " called from_remote_init(), which pairs with init_remote()");
+    throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(dst), theirs);
+  }
+  std::vector<at::Tensor> keep;  // contiguous copies must outlive their sends
+  if (mode == TransferMode::PerLeaf) {
+    for (const Leaf& leaf : layout.leaves) {
+      if (leaf.nbytes == 0) continue;
+      keep.push_back(contiguous_cpu(leaf.tensor));
+      works.push_back(ch.send(keep.back(), dst));
+    }
+  }
+  ch.wait_all(works);
+}
+
+// Refuses the transfer announced by `header`: drains what the sender sent
+// unasked, exchanges structures, returns the sender's.
+std::string reject(Channel& ch, const at::Tensor& header, const std::string& mine, int src) {
+  const int64_t* h = header.data_ptr<int64_t>();
+  if (h[kHMode] == static_cast<int64_t>(TransferMode::Consolidated) && h[kHFlatBytes] > 0)
+    ch.recv_now(at::empty({h[kHFlatBytes]}, at::kByte), src);
+  at::Tensor answer = at::empty({2}, at::kLong);
+  answer.data_ptr<int64_t>()[0] = kRejected;
+  answer.data_ptr<int64_t>()[1] = static_cast<int64_t>(mine.size());
+  ch.send_now(answer, src);
+  ch.send_now(bytes_tensor(mine), src);
+  at::Tensor len = at::empty({1}, at::kLong);
+  ch.recv_now(len, src);
+  return ch.recv_string(len.item<int64_t>(), src);
+}
+
+// The receiver of an init_remote() message that expected something else.
+[[noreturn]] void refuse_init(Channel& ch, const at::Tensor& header, int src) {
+  const int64_t* h = header.data_ptr<int64_t>();
+  ch.recv_string(h[kHExtraBytes], src);
+  if (h[kHFlatBytes] > 0) ch.recv_now(at::empty({h[kHFlatBytes]}, at::kByte), src);
+  throw ValueError(ch.what() + ": rank " + std::to_string(src) +
+                   " called init_remote(), which pairs with from_remote_init()");
+}
+
+void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+               const TransferOptions& options) {
+  check_peer(pg, src, "recv", "source");
+  Channel ch(pg, options, "recv from rank " + std::to_string(src));
+  const Layout layout = describe(td);
+  at::Tensor header = ch.recv_header(src);
+  const int64_t* h = header.data_ptr<int64_t>();
+  if (h[kHKind] == kInitMessage) refuse_init(ch, header, src);
+  const std::string extra = ch.recv_string(h[kHExtraBytes], src);
+  const bool match = h[kHHash] == layout.hash && h[kHFlatBytes] == layout.flat_bytes &&
+                     h[kHLeaves] == static_cast<int64_t>(layout.leaves.size());
+  if (!match) {
+    const std::string theirs = reject(ch, header, layout.text, src);
+    throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(src), theirs);
+  }
+  at::Tensor answer = at::zeros({2}, at::kLong);
+  answer.data_ptr<int64_t>()[0] = kAccepted;
+  auto answered = ch.send(answer, src);
+  if (h[kHMode] == static_cast<int64_t>(TransferMode::Consolidated)) {
+    if (layout.flat_bytes > 0) {
+      at::Tensor buffer = at::empty({layout.flat_bytes}, at::kByte);
+      ch.recv_now(buffer, src);
+      unpack(layout, buffer, td);
+    }
+  } else {
+    // In place where the leaf is an in-memory contiguous tensor; otherwise a
+    // temporary written with set_ (memmap, lazy stacks, other storages).
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::pair<const Leaf*, at::Tensor>> staged;
+    for (const Leaf& leaf : layout.leaves) {
+      if (leaf.nbytes == 0) continue;
+      const at::Tensor* own =
+          detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+      at::Tensor target;
+      if (own && own->is_contiguous() && own->device().is_cpu()) {
+        target = *own;
+      } else {
+        target = at::empty(leaf.shape, at::TensorOptions().dtype(leaf.dtype));
+        staged.emplace_back(&leaf, target);
+      }
+      works.push_back(ch.recv(target, src));
+    }
+    ch.wait_all(works);
+    TensorDictBase out = td;
+    for (auto& [leaf, t] : staged) out.set_(leaf->key, t);
+  }
+  apply_non_tensors(td, extra);
+  ch.wait(answered);
+}
+
+// ---- collectives -------------------------------------------------------------
+
+// Every rank checks that all structures (and transfer modes) equal rank
+// `root`'s with one allreduce; on a mismatch, the descriptions are gathered so
+// that every rank names the first rank and entry that differ.
+void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
+  c10d::ProcessGroup& pg = ch.pg();
+  at::Tensor check = at::empty({4}, at::kLong);
+  int64_t* c = check.data_ptr<int64_t>();
+  c[0] = layout.hash;
+  c[1] = -layout.hash;
+  c[2] = static_cast<int64_t>(mode);
+  c[3] = -static_cast<int64_t>(mode);
+  std::vector<at::Tensor> v{check};
+  c10d::AllreduceOptions max_opts;
+  max_opts.reduceOp = c10d::ReduceOp::MAX;
+  ch.collective([&] { return pg.allreduce(v, max_opts); });
+  const bool same_structure = c[0] == -c[1];
+  if (same_structure && c[2] != -c[3])
+    throw ValueError(ch.what() + ": the ranks use different TransferOptions::mode values");
+  if (same_structure) return;
+
+  std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(layout.text.size()), at::kLong)};
+  ch.collective([&] { return pg.allreduce(len, max_opts); });
+  const int64_t max_len = len[0].item<int64_t>();
+  std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};
+  std::memcpy(in[0].data_ptr(), layout.text.data(), layout.text.size());
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < pg.getSize(); ++r) out[0].push_back(at::empty({max_len}, at::kByte));
+  ch.collective([&] { return pg.allgather(out, in); });
+  const std::string reference = tensor_string(out[0][root]);
+  for (int r = 0; r < pg.getSize(); ++r) {
+    const std::string theirs = tensor_string(out[0][r]);
+    if (theirs == reference) continue;
+    if (pg.getRank() == root || theirs != layout.text)
+      throw_mismatch(ch.what() + " (rank " + std::to_string(root) + " against rank " +
+                         std::to_string(r) + ")",
+                     reference, "rank " + std::to_string(r), theirs);
+    throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(root), reference);
+  }
+  throw StructureError(ch.what() + ": the ranks' structures differ", NestedKey());
+}
+
+// Strings of every rank (padded to the longest), in rank order.
+std::vector<std::string> gather_strings(Channel& ch, const std::string& mine) {
+  c10d::ProcessGroup& pg = ch.pg();
+  std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(mine.size()), at::kLong)};
+  c10d::AllreduceOptions max_opts;
+  max_opts.reduceOp = c10d::ReduceOp::MAX;
+  ch.collective([&] { return pg.allreduce(len, max_opts); });
+  const int64_t max_len = len[0].item<int64_t>();
+  std::vector<std::string> result(pg.getSize());
+  if (max_len == 0) return result;
+  std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};
+  std::memcpy(in[0].data_ptr(), mine.data(), mine.size());
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < pg.getSize(); ++r) out[0].push_back(at::empty({max_len}, at::kByte));
+  ch.collective([&] { return pg.allgather(out, in); });
+  for (int r = 0; r < pg.getSize(); ++r) result[r] = tensor_string(out[0][r]);
+  return result;
+}
+
+}  // namespace
+
+// ---- Work ----------------------------------------------------------------------
+
+void Work::wait() const {
+  if (!future_.valid()) throw ValueError("Work::wait() on a default-constructed handle");
+  future_.get();
+}
+
+bool Work::is_completed() const {
+  return future_.valid() &&
+         future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+// ---- point to point ------------------------------------------------------------
+
+void send(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+          const TransferOptions& options) {
+  send_impl(td, pg, dst, options);
+}
+
+void recv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+          const TransferOptions& options) {
+  recv_impl(td, pg, src, options);
+}
+
+Work isend(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+           const TransferOptions& options) {
+  check_peer(pg, dst, "isend", "destination");
+  c10d::ProcessGroup* group = &pg;
+  return Work(std::async(std::launch::async, [td, group, dst, options] {
+                send_impl(td, *group, dst, options);
+              }).share());
+}
+
+Work irecv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+           const TransferOptions& options) {
+  check_peer(pg, src, "irecv", "source");
+  c10d::ProcessGroup* group = &pg;
+  return Work(std::async(std::launch::async, [td, group, src, options] {
+                recv_impl(td, *group, src, options);
+              }).share());
+}
+
+void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+                 const TransferOptions& options) {
+  check_peer(pg, dst, "init_remote", "destination");
+  if (!td.defined()) throw ValueError("init_remote of a null tensordict handle");
+  Channel ch(pg, options, "init_remote to rank " + std::to_string(dst));
+  const TensorDictBase consolidated = td.is_consolidated() ? td : td.consolidate();
+  const std::string metadata = consolidated.consolidated_metadata().dump();
+  at::Tensor storage = consolidated.consolidated_storage();
+  const int64_t nbytes = storage.defined() ? storage.numel() : 0;
+
+  at::Tensor header = at::zeros({kHCount}, at::kLong);
+  int64_t* h = header.data_ptr<int64_t>();
+  h[kHMagic] = kMagic;
+  h[kHKind] = kInitMessage;
+  h[kHFlatBytes] = nbytes;
+  h[kHExtraBytes] = static_cast<int64_t>(metadata.size());
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(ch.send(header, dst));
+  at::Tensor meta_t = bytes_tensor(metadata);
+  works.push_back(ch.send(meta_t, dst));
+  if (nbytes > 0) {
+    storage = storage.contiguous();
+    works.push_back(ch.send(storage, dst));
+  }
+  ch.wait_all(works);
+}
+
+TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferOptions& options) {
+  check_peer(pg, src, "from_remote_init", "source");
+  Channel ch(pg, options, "from_remote_init from rank " + std::to_string(src));
+  at::Tensor header = ch.recv_header(src);
+  const int64_t* h = header.data_ptr<int64_t>();
+  if (h[kHKind] != kInitMessage) {
+    ch.recv_string(h[kHExtraBytes], src);
+    reject(ch, header, kFromRemoteInit, src);
+    throw ValueError(ch.what() + ": rank " + std::to_string(src) +
+                     " called send(), which pairs with recv() into an existing tensordict");
+  }
+  const std::string metadata = ch.recv_string(h[kHExtraBytes], src);
+  at::Tensor storage = at::empty({h[kHFlatBytes]}, at::kByte);
+  if (h[kHFlatBytes] > 0) ch.recv_now(storage, src);
+  json parsed;
+  try {
+    parsed = json::parse(metadata);
+  } catch (const json::exception& e) {
+    throw FormatError(ch.what() + ": the structure message is not valid JSON: " + e.what());
+  }
+  return TensorDict::from_consolidated(storage, nlohmann::ordered_json(parsed));
+}
+
+// ---- collectives ------------------------------------------------------------------
+
+void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
+               const TransferOptions& options) {
+  if (root < 0 || root >= pg.getSize())
+    throw ValueError("broadcast: root rank " + std::to_string(root) + " is not in the group of " +
+                     std::to_string(pg.getSize()));
+  Channel ch(pg, options, "broadcast from rank " + std::to_string(root));
+  const Layout layout = describe(td);
+  const TransferMode mode = choose_mode(layout, options);
+  agree(ch, layout, mode, root);
+  const bool is_root = pg.getRank() == root;
+
+  // Non-tensor values: the root's, length first.
+  const std::string extra = is_root ? non_tensor_payload(td, layout) : std::string();
+  c10d::BroadcastOptions bopts;
+  bopts.rootRank = root;
+  if (!layout.non_tensors.empty()) {
+    std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(extra.size()), at::kLong)};
+    ch.collective([&] { return pg.broadcast(len, bopts); });
+    std::vector<at::Tensor> bytes{is_root ? bytes_tensor(extra)
+                                          : at::empty({len[0].item<int64_t>()}, at::kByte)};
+    if (bytes[0].numel() > 0) ch.collective([&] { return pg.broadcast(bytes, bopts); });
+    if (!is_root) apply_non_tensors(td, tensor_string(bytes[0]));
+  }
+  if (mode == TransferMode::Consolidated) {
+    if (layout.flat_bytes == 0) return;
+    std::vector<at::Tensor> buffer{is_root ? pack(layout)
+                                           : at::empty({layout.flat_bytes}, at::kByte)};
+    ch.collective([&] { return pg.broadcast(buffer, bopts); });
+    if (!is_root) unpack(layout, buffer[0], td);
+    return;
+  }
+  TensorDictBase out = td;
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.nbytes == 0) continue;
+    const at::Tensor* own =
+        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+    const bool in_place = own && own->is_contiguous() && own->device().is_cpu();
+    std::vector<at::Tensor> t{in_place ? *own : contiguous_cpu(leaf.tensor)};
+    ch.collective([&] { return pg.broadcast(t, bopts); });
+    if (!is_root && !in_place) out.set_(leaf.key, t[0]);
+  }
+}
+
+void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op,
+                const TransferOptions& options) {
+  Channel ch(pg, options, "all_reduce");
+  const Layout layout = describe(td);
+  agree(ch, layout, TransferMode::Auto, 0);
+  // One flat tensor per dtype.
+  std::map<at::ScalarType, std::vector<const Leaf*>> groups;
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.dtype == at::kBool)
+      throw TypeError("all_reduce: the leaf " + leaf.key.repr() +
+                      " is a bool tensor, which process groups do not reduce; cast it first");
+    if (leaf.nbytes > 0) groups[leaf.dtype].push_back(&leaf);
+  }
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = op;
+  TensorDictBase out = td;
+  for (auto& [dtype, leaves] : groups) {
+    std::vector<at::Tensor> flat_parts;
+    for (const Leaf* leaf : leaves) flat_parts.push_back(contiguous_cpu(leaf->tensor).view({-1}));
+    std::vector<at::Tensor> flat{at::cat(flat_parts)};
+    ch.collective([&] { return pg.allreduce(flat, opts); });
+    int64_t offset = 0;
+    for (const Leaf* leaf : leaves) {
+      const int64_t n = leaf->tensor.numel();
+      out.set_(leaf->key, flat[0].narrow(0, offset, n).view(leaf->shape));
+      offset += n;
+    }
+  }
+}
+
+TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
+                      const TransferOptions& options) {
+  Channel ch(pg, options, "all_gather");
+  const Layout layout = describe(td);
+  agree(ch, layout, TransferMode::Auto, 0);
+  const int world = pg.getSize();
+  std::vector<std::string> extras;
+  if (!layout.non_tensors.empty()) extras = gather_strings(ch, non_tensor_payload(td, layout));
+  std::vector<std::vector<at::Tensor>> buffers(1);
+  if (layout.flat_bytes > 0) {
+    std::vector<at::Tensor> in{pack(layout)};
+    for (int r = 0; r < world; ++r) buffers[0].push_back(at::empty({layout.flat_bytes}, at::kByte));
+    ch.collective([&] { return pg.allgather(buffers, in); });
+  }
+  std::vector<TensorDictBase> members;
+  for (int r = 0; r < world; ++r) {
+    TensorDict member = td.to_tensordict();
+    if (layout.flat_bytes > 0) unpack(layout, buffers[0][r], member);
+    if (!extras.empty()) apply_non_tensors(member, extras[r]);
+    members.push_back(member);
+  }
+  return stack(members, 0);
+}
+
+}  // namespace tensordict
