@@ -30,6 +30,9 @@ constexpr int64_t kInitMessage = 2;
 constexpr int64_t kAccepted = 1;
 constexpr int64_t kRejected = 2;
 constexpr int64_t kAlign = 16;
+// init_remote formats (header mode field).
+constexpr int64_t kInitConsolidated = 0;
+constexpr int64_t kInitLayout = 1;
 // Header fields.
 enum : int { kHMagic, kHKind, kHHash, kHMode, kHFlatBytes, kHExtraBytes, kHLeaves, kHCount = 8 };
 
@@ -54,7 +57,7 @@ struct Layout {
   std::vector<Leaf> leaves;
   std::vector<NonTensorEntry> non_tensors;
   json description = json::array();  // [[key parts, "what"], ...]
-  std::string text;                   // description.dump()
+  std::string text;                  // description.dump()
   int64_t hash = 0;
   int64_t flat_bytes = 0;
 };
@@ -76,28 +79,35 @@ Layout describe(const TensorDictBase& td) {
   if (!td.defined()) throw ValueError("distributed transfer of a null tensordict handle");
   Layout out;
   out.description.push_back(
-      json::array({json::array(), "root batch " + shape_string(td.batch_size())}));
+      json::array({json::array(), "root batch " + shape_string(td.batch_size()),
+                   json{{"batch", td.batch_size().vec()}}}));
   KeysOptions opts;
   opts.include_nested = true;
   opts.sort = true;
   td.for_each(
       [&](const NestedKey& key, const Value& value) {
         std::string what;
+        json info = json::object();
         switch (value.kind()) {
           case EntryKind::Tensor: {
             const at::Tensor& t = value.tensor();
             Leaf leaf{key, t, t.scalar_type(), t.sizes().vec(), t.numel() * t.element_size(), 0};
-            what = "Tensor(dtype=" + dtype_to_string(leaf.dtype) + ", shape=" +
-                   shape_string(t.sizes()) + ")";
+            what = "Tensor(dtype=" + dtype_to_string(leaf.dtype) +
+                   ", shape=" + shape_string(t.sizes()) + ")";
             out.flat_bytes = (out.flat_bytes + kAlign - 1) / kAlign * kAlign;
             leaf.offset = out.flat_bytes;
             out.flat_bytes += leaf.nbytes;
+            info = json{{"dtype", dtype_to_string(leaf.dtype)},
+                        {"shape", leaf.shape},
+                        {"offset", leaf.offset}};
             out.leaves.push_back(std::move(leaf));
             break;
           }
           case EntryKind::TensorDict:
-            what = value.tensordict().type_name() + "(batch=" +
-                   shape_string(value.tensordict().batch_size()) + ")";
+            // The class is not part of the structure: a lazy stack and a
+            // TensorDict of the same shape exchange data.
+            what = "TensorDict(batch=" + shape_string(value.tensordict().batch_size()) + ")";
+            info = json{{"batch", value.tensordict().batch_size().vec()}};
             break;
           case EntryKind::NonTensor:
             what = "NonTensorData";
@@ -108,7 +118,7 @@ Layout describe(const TensorDictBase& td) {
             out.non_tensors.push_back({key, true});
             break;
         }
-        out.description.push_back(json::array({key.to_vector(), what}));
+        out.description.push_back(json::array({key.to_vector(), what, std::move(info)}));
       },
       opts);
   out.text = out.description.dump();
@@ -124,8 +134,11 @@ std::string non_tensor_payload(const TensorDictBase& td, const Layout& layout) {
   return values.dump();
 }
 
+// Replaces the non-tensor values that differ. A locked tensordict (a memmap
+// one included) keeps its own: their storage is fixed, and the tensors have
+// been received already.
 void apply_non_tensors(const TensorDictBase& td, const std::string& payload) {
-  if (payload.empty()) return;
+  if (payload.empty() || td.is_locked()) return;
   TensorDictBase target = td;
   for (const auto& item : json::parse(payload)) {
     NestedKey key(item[0].get<std::vector<std::string>>());
@@ -147,6 +160,12 @@ TransferMode choose_mode(const Layout& layout, const TransferOptions& options) {
 
 at::Tensor contiguous_cpu(const at::Tensor& t) {
   return t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
+}
+
+// A 1-D uint8 alias of a contiguous CPU tensor: Gloo moves bytes of any
+// dtype this way (its broadcast refuses bool, complex and bfloat16 tensors).
+at::Tensor bytes_of(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), {t.numel() * t.element_size()}, at::kByte);
 }
 
 at::Tensor pack(const Layout& layout) {
@@ -205,13 +224,10 @@ class Channel {
       return f();
     } catch (const Error&) {
       throw;
+    } catch (const c10::Error& e) {
+      translate(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      const std::string msg = what_ + ": " + e.what();
-      if (contains_ci(e.what(), "timed out") || contains_ci(e.what(), "timeout"))
-        throw TimeoutError(msg);
-      if (contains_ci(e.what(), "connection") || contains_ci(e.what(), "closed by peer"))
-        throw ConnectionError(msg);
-      throw StorageError(msg);
+      translate(e.what());
     }
   }
 
@@ -267,6 +283,14 @@ class Channel {
   const TransferOptions& options() const { return options_; }
 
  private:
+  [[noreturn]] void translate(const std::string& error) const {
+    const std::string msg = what_ + ": " + error;
+    if (contains_ci(error, "timed out") || contains_ci(error, "timeout")) throw TimeoutError(msg);
+    if (contains_ci(error, "connection") || contains_ci(error, "closed by peer"))
+      throw ConnectionError(msg);
+    throw StorageError(msg);
+  }
+
   c10d::ProcessGroup& pg_;
   TransferOptions options_;
   std::string what_;
@@ -356,7 +380,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     for (const Leaf& leaf : layout.leaves) {
       if (leaf.nbytes == 0) continue;
       keep.push_back(contiguous_cpu(leaf.tensor));
-      works.push_back(ch.send(keep.back(), dst));
+      works.push_back(ch.send(bytes_of(keep.back()), dst));
     }
   }
   ch.wait_all(works);
@@ -427,7 +451,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
         target = at::empty(leaf.shape, at::TensorOptions().dtype(leaf.dtype));
         staged.emplace_back(&leaf, target);
       }
-      works.push_back(ch.recv(target, src));
+      works.push_back(ch.recv(bytes_of(target), src));
     }
     ch.wait_all(works);
     TensorDictBase out = td;
@@ -472,9 +496,9 @@ void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
     const std::string theirs = tensor_string(out[0][r]);
     if (theirs == reference) continue;
     if (pg.getRank() == root || theirs != layout.text)
-      throw_mismatch(ch.what() + " (rank " + std::to_string(root) + " against rank " +
-                         std::to_string(r) + ")",
-                     reference, "rank " + std::to_string(r), theirs);
+      throw_mismatch(
+          ch.what() + " (rank " + std::to_string(root) + " against rank " + std::to_string(r) + ")",
+          reference, "rank " + std::to_string(r), theirs);
     throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(root), reference);
   }
   throw StructureError(ch.what() + ": the ranks' structures differ", NestedKey());
@@ -509,8 +533,7 @@ void Work::wait() const {
 }
 
 bool Work::is_completed() const {
-  return future_.valid() &&
-         future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  return future_.valid() && future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
 // ---- point to point ------------------------------------------------------------
@@ -546,29 +569,87 @@ Work irecv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
 void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                  const TransferOptions& options) {
   check_peer(pg, dst, "init_remote", "destination");
-  if (!td.defined()) throw ValueError("init_remote of a null tensordict handle");
   Channel ch(pg, options, "init_remote to rank " + std::to_string(dst));
-  const TensorDictBase consolidated = td.is_consolidated() ? td : td.consolidate();
-  const std::string metadata = consolidated.consolidated_metadata().dump();
-  at::Tensor storage = consolidated.consolidated_storage();
+  const Layout layout = describe(td);
+  // Python's consolidated format keeps the class (a lazy stack stays one) but
+  // has no NonTensorStack yet; then the structure travels as our own layout
+  // (every level a TensorDict).
+  const bool has_stack = std::any_of(layout.non_tensors.begin(), layout.non_tensors.end(),
+                                     [](const NonTensorEntry& e) { return e.stack; });
+  std::string structure;
+  at::Tensor storage;
+  int64_t format = kInitConsolidated;
+  if (!has_stack) {
+    const TensorDictBase consolidated = td.is_consolidated() ? td : td.consolidate();
+    structure = consolidated.consolidated_metadata().dump();
+    storage = consolidated.consolidated_storage();
+  } else {
+    format = kInitLayout;
+    const std::string extra = non_tensor_payload(td, layout);
+    structure = json{{"layout", layout.description},
+                     {"non_tensors", extra.empty() ? json() : json::parse(extra)}}
+                    .dump();
+    storage = pack(layout);
+  }
   const int64_t nbytes = storage.defined() ? storage.numel() : 0;
 
   at::Tensor header = at::zeros({kHCount}, at::kLong);
   int64_t* h = header.data_ptr<int64_t>();
   h[kHMagic] = kMagic;
   h[kHKind] = kInitMessage;
+  h[kHMode] = format;
   h[kHFlatBytes] = nbytes;
-  h[kHExtraBytes] = static_cast<int64_t>(metadata.size());
+  h[kHExtraBytes] = static_cast<int64_t>(structure.size());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.push_back(ch.send(header, dst));
-  at::Tensor meta_t = bytes_tensor(metadata);
-  works.push_back(ch.send(meta_t, dst));
+  at::Tensor structure_t = bytes_tensor(structure);
+  works.push_back(ch.send(structure_t, dst));
   if (nbytes > 0) {
     storage = storage.contiguous();
     works.push_back(ch.send(storage, dst));
   }
   ch.wait_all(works);
 }
+
+namespace {
+
+// from_remote_init of the layout format: a TensorDict per level, leaves views
+// of `storage`.
+TensorDictBase build_from_layout(const json& structure, const at::Tensor& storage) {
+  const json& entries = structure.at("layout");
+  TensorDict out(entries.at(0).at(2).at("batch").get<std::vector<int64_t>>());
+  for (std::size_t i = 1; i < entries.size(); ++i) {
+    const json& e = entries[i];
+    NestedKey key(e.at(0).get<std::vector<std::string>>());
+    const json& info = e.at(2);
+    if (info.contains("batch")) {
+      if (!out.contains(key))
+        out.set(key, TensorDict(info.at("batch").get<std::vector<int64_t>>()));
+    } else if (info.contains("dtype")) {
+      const auto dtype = dtype_from_string(info.at("dtype").get<std::string>());
+      const auto shape = info.at("shape").get<std::vector<int64_t>>();
+      const int64_t numel = c10::multiply_integers(shape);
+      const int64_t nbytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+      at::Tensor leaf =
+          nbytes == 0
+              ? at::empty(shape, at::TensorOptions().dtype(dtype))
+              : storage.narrow(0, info.at("offset").get<int64_t>(), nbytes).view(dtype).view(shape);
+      out.set(key, leaf);
+    }
+  }
+  if (!structure.at("non_tensors").is_null()) {
+    for (const json& item : structure.at("non_tensors")) {
+      NestedKey key(item[0].get<std::vector<std::string>>());
+      if (item[1].get<bool>())
+        out.set_non_tensor_stack(key, item[2]);
+      else
+        out.set_non_tensor(key, item[2]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferOptions& options) {
   check_peer(pg, src, "from_remote_init", "source");
@@ -581,14 +662,15 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
     throw ValueError(ch.what() + ": rank " + std::to_string(src) +
                      " called send(), which pairs with recv() into an existing tensordict");
   }
-  const std::string metadata = ch.recv_string(h[kHExtraBytes], src);
+  const std::string structure = ch.recv_string(h[kHExtraBytes], src);
   at::Tensor storage = at::empty({h[kHFlatBytes]}, at::kByte);
   if (h[kHFlatBytes] > 0) ch.recv_now(storage, src);
   json parsed;
   try {
-    parsed = json::parse(metadata);
+    parsed = json::parse(structure);
+    if (h[kHMode] == kInitLayout) return build_from_layout(parsed, storage);
   } catch (const json::exception& e) {
-    throw FormatError(ch.what() + ": the structure message is not valid JSON: " + e.what());
+    throw FormatError(ch.what() + ": the structure message is not valid: " + e.what());
   }
   return TensorDict::from_consolidated(storage, nlohmann::ordered_json(parsed));
 }
@@ -632,9 +714,10 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
     const at::Tensor* own =
         detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
     const bool in_place = own && own->is_contiguous() && own->device().is_cpu();
-    std::vector<at::Tensor> t{in_place ? *own : contiguous_cpu(leaf.tensor)};
+    at::Tensor data = in_place ? *own : contiguous_cpu(leaf.tensor);
+    std::vector<at::Tensor> t{bytes_of(data)};
     ch.collective([&] { return pg.broadcast(t, bopts); });
-    if (!is_root && !in_place) out.set_(leaf.key, t[0]);
+    if (!is_root && !in_place) out.set_(leaf.key, data);
   }
 }
 

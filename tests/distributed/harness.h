@@ -6,6 +6,7 @@
 #include <tensordict/distributed.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <functional>
 #include <stdexcept>
@@ -17,7 +18,9 @@ struct Ctx {
   int rank = 0;
   int world = 1;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  std::string dir;  // a directory of this run, shared by the ranks
+  c10::intrusive_ptr<c10d::Store> store;  // outside the group: survives its failure
+  std::string dir;                        // a directory of this run, shared by the ranks
+  bool skip_final_barrier = false;        // set when the scenario broke the group
 };
 
 using Scenario = std::function<void(Ctx&)>;
@@ -26,29 +29,28 @@ using Scenario = std::function<void(Ctx&)>;
 bool register_scenario(const std::string& name, Scenario fn);
 
 /// Throws std::runtime_error naming file:line and the failed condition.
-#define TD_CHECK(cond)                                                                         \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +         \
-                               ": check failed: " #cond);                                      \
+#define TD_CHECK(cond)                                                                  \
+  do {                                                                                  \
+    if (!(cond))                                                                        \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                               ": check failed: " #cond);                               \
   } while (0)
 
 /// Runs `stmt`, which must throw E; returns what().
-#define TD_EXPECT_THROW(stmt, E)                                                               \
-  [&]() -> std::string {                                                                       \
-    try {                                                                                      \
-      stmt;                                                                                    \
-    } catch (const E& e) {                                                                     \
-      return e.what();                                                                         \
-    }                                                                                          \
-    throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #stmt \
-                             " did not throw " #E);                                            \
+#define TD_EXPECT_THROW(stmt, E)                                                      \
+  [&]() -> std::string {                                                              \
+    try {                                                                             \
+      stmt;                                                                           \
+    } catch (const E& e) {                                                            \
+      return e.what();                                                                \
+    }                                                                                 \
+    throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                             ": " #stmt " did not throw " #E);                        \
   }()
 
-#define TD_SCENARIO(name)                                                   \
-  static void scenario_##name(tdtest::Ctx& ctx);                            \
-  static const bool registered_##name =                                     \
-      tdtest::register_scenario(#name, scenario_##name);                    \
+#define TD_SCENARIO(name)                                                                  \
+  static void scenario_##name(tdtest::Ctx& ctx);                                           \
+  static const bool registered_##name = tdtest::register_scenario(#name, scenario_##name); \
   static void scenario_##name(tdtest::Ctx& ctx)
 
 }  // namespace tdtest

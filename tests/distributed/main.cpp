@@ -46,11 +46,12 @@ int run_worker(const std::string& name, int rank, int world, const std::string& 
     ctx.rank = rank;
     ctx.world = world;
     ctx.dir = dir;
+    ctx.store = store;
     ctx.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
     it->second(ctx);
     // Every rank is done before any exits (a peer closing early is an error
     // for the others).
-    ctx.pg->barrier()->wait();
+    if (!ctx.skip_final_barrier) ctx.pg->barrier()->wait();
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "rank " << rank << " failed: " << e.what() << std::endl;
@@ -118,8 +119,8 @@ std::string run_scenario(const std::string& name, int world,
     ok = ok && good;
     if (!good || timed_out) {
       std::ifstream in(dir + "/rank" + std::to_string(r) + ".log");
-      report << "rank " << r << (timed_out ? " (killed after the time limit)" : "")
-             << " status " << status[r] << ":\n"
+      report << "rank " << r << (timed_out ? " (killed after the time limit)" : "") << " status "
+             << status[r] << ":\n"
              << in.rdbuf() << "\n";
     }
   }
