@@ -90,6 +90,17 @@ void unpack(const torch::Tensor& flat, std::vector<torch::Tensor>& ts) {
   }
 }
 
+// One message per tensor (`post` is a send or a recv), all posted, then waited.
+template <class Post>
+void per_tensor(const std::vector<torch::Tensor>& ts, Post post) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (const auto& t : ts) {
+    std::vector<torch::Tensor> v{t};
+    works.push_back(post(v));
+  }
+  for (auto& w : works) w->wait();
+}
+
 td::TransferOptions options_for(int64_t op) {
   td::TransferOptions o;
   if (op == kTdConsolidated) o.mode = td::TransferMode::Consolidated;
@@ -112,12 +123,7 @@ void serve() {
     torch::Tensor flat = torch::empty({total_bytes(ts)}, torch::kByte);
     for (int64_t i = 0; i < iterations; ++i) {
       if (op == kHandPerTensor) {
-        std::vector<c10::intrusive_ptr<c10d::Work>> works;
-        for (auto& t : ts) {
-          std::vector<torch::Tensor> v{t};
-          works.push_back(g_pg->recv(v, 0, 0));
-        }
-        for (auto& w : works) w->wait();
+        per_tensor(ts, [](std::vector<torch::Tensor>& v) { return g_pg->recv(v, 0, 0); });
       } else if (op == kHandFlat) {
         recv_tensor(flat, 0, 0);
         unpack(flat, ts);
@@ -141,12 +147,7 @@ void run_send(benchmark::State& state, Op op, int64_t bytes) {
   command(op, bytes, state.max_iterations);
   for (auto _ : state) {
     if (op == kHandPerTensor) {
-      std::vector<c10::intrusive_ptr<c10d::Work>> works;
-      for (auto& t : ts) {
-        std::vector<torch::Tensor> v{t};
-        works.push_back(g_pg->send(v, 1, 0));
-      }
-      for (auto& w : works) w->wait();
+      per_tensor(ts, [](std::vector<torch::Tensor>& v) { return g_pg->send(v, 1, 0); });
     } else if (op == kHandFlat) {
       pack(ts, flat);
       send_tensor(flat, 1, 0);

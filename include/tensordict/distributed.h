@@ -68,7 +68,8 @@ struct TransferOptions {
 };
 
 /// The handle isend / irecv return: the transfer runs on its own thread;
-/// wait() blocks until it has finished and rethrows its error.
+/// wait() blocks until it has finished and rethrows its error. Destroying the
+/// last copy of a handle also waits for the transfer (as std::async does).
 class Work {
  public:
   Work() = default;

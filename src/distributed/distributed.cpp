@@ -463,6 +463,25 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
 
 // ---- collectives -------------------------------------------------------------
 
+// Strings of every rank (padded to the longest), in rank order.
+std::vector<std::string> gather_strings(Channel& ch, const std::string& mine) {
+  c10d::ProcessGroup& pg = ch.pg();
+  std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(mine.size()), at::kLong)};
+  c10d::AllreduceOptions max_opts;
+  max_opts.reduceOp = c10d::ReduceOp::MAX;
+  ch.collective([&] { return pg.allreduce(len, max_opts); });
+  const int64_t max_len = len[0].item<int64_t>();
+  std::vector<std::string> result(pg.getSize());
+  if (max_len == 0) return result;
+  std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};
+  std::memcpy(in[0].data_ptr(), mine.data(), mine.size());
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < pg.getSize(); ++r) out[0].push_back(at::empty({max_len}, at::kByte));
+  ch.collective([&] { return pg.allgather(out, in); });
+  for (int r = 0; r < pg.getSize(); ++r) result[r] = tensor_string(out[0][r]);
+  return result;
+}
+
 // Every rank checks that all structures (and transfer modes) equal rank
 // `root`'s with one allreduce; on a mismatch, the descriptions are gathered so
 // that every rank names the first rank and entry that differ.
@@ -483,17 +502,10 @@ void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
     throw ValueError(ch.what() + ": the ranks use different TransferOptions::mode values");
   if (same_structure) return;
 
-  std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(layout.text.size()), at::kLong)};
-  ch.collective([&] { return pg.allreduce(len, max_opts); });
-  const int64_t max_len = len[0].item<int64_t>();
-  std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};
-  std::memcpy(in[0].data_ptr(), layout.text.data(), layout.text.size());
-  std::vector<std::vector<at::Tensor>> out(1);
-  for (int r = 0; r < pg.getSize(); ++r) out[0].push_back(at::empty({max_len}, at::kByte));
-  ch.collective([&] { return pg.allgather(out, in); });
-  const std::string reference = tensor_string(out[0][root]);
+  const std::vector<std::string> descriptions = gather_strings(ch, layout.text);
+  const std::string& reference = descriptions[root];
   for (int r = 0; r < pg.getSize(); ++r) {
-    const std::string theirs = tensor_string(out[0][r]);
+    const std::string& theirs = descriptions[r];
     if (theirs == reference) continue;
     if (pg.getRank() == root || theirs != layout.text)
       throw_mismatch(
@@ -502,25 +514,6 @@ void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
     throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(root), reference);
   }
   throw StructureError(ch.what() + ": the ranks' structures differ", NestedKey());
-}
-
-// Strings of every rank (padded to the longest), in rank order.
-std::vector<std::string> gather_strings(Channel& ch, const std::string& mine) {
-  c10d::ProcessGroup& pg = ch.pg();
-  std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(mine.size()), at::kLong)};
-  c10d::AllreduceOptions max_opts;
-  max_opts.reduceOp = c10d::ReduceOp::MAX;
-  ch.collective([&] { return pg.allreduce(len, max_opts); });
-  const int64_t max_len = len[0].item<int64_t>();
-  std::vector<std::string> result(pg.getSize());
-  if (max_len == 0) return result;
-  std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};
-  std::memcpy(in[0].data_ptr(), mine.data(), mine.size());
-  std::vector<std::vector<at::Tensor>> out(1);
-  for (int r = 0; r < pg.getSize(); ++r) out[0].push_back(at::empty({max_len}, at::kByte));
-  ch.collective([&] { return pg.allgather(out, in); });
-  for (int r = 0; r < pg.getSize(); ++r) result[r] = tensor_string(out[0][r]);
-  return result;
 }
 
 }  // namespace
@@ -548,22 +541,28 @@ void recv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   recv_impl(td, pg, src, options);
 }
 
+namespace {
+using Transfer = void (*)(const TensorDictBase&, c10d::ProcessGroup&, int, const TransferOptions&);
+
+// `transfer` on a thread of its own (the arguments checked first, here).
+Work run_async(Transfer transfer, const TensorDictBase& td, c10d::ProcessGroup& pg, int peer,
+               const TransferOptions& options, const char* op, const char* role) {
+  check_peer(pg, peer, op, role);
+  c10d::ProcessGroup* group = &pg;
+  return Work(std::async(std::launch::async, [transfer, td, group, peer, options] {
+                transfer(td, *group, peer, options);
+              }).share());
+}
+}  // namespace
+
 Work isend(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
            const TransferOptions& options) {
-  check_peer(pg, dst, "isend", "destination");
-  c10d::ProcessGroup* group = &pg;
-  return Work(std::async(std::launch::async, [td, group, dst, options] {
-                send_impl(td, *group, dst, options);
-              }).share());
+  return run_async(send_impl, td, pg, dst, options, "isend", "destination");
 }
 
 Work irecv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
            const TransferOptions& options) {
-  check_peer(pg, src, "irecv", "source");
-  c10d::ProcessGroup* group = &pg;
-  return Work(std::async(std::launch::async, [td, group, src, options] {
-                recv_impl(td, *group, src, options);
-              }).share());
+  return run_async(recv_impl, td, pg, src, options, "irecv", "source");
 }
 
 void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,

@@ -284,11 +284,12 @@ TD_SCENARIO(structure_mismatch_both_sides) {
 }
 
 TD_SCENARIO(isend_irecv) {
+  // Two transfers at once: distinct tags, one of them per leaf.
+  td::TransferOptions t1, t2;
+  t1.tag = 1;
+  t2.tag = 2;
+  t2.mode = td::TransferMode::PerLeaf;
   if (ctx.rank == 0) {
-    td::TransferOptions t1, t2;
-    t1.tag = 1;
-    t2.tag = 2;
-    t2.mode = td::TransferMode::PerLeaf;
     td::TensorDict a = make_td(80), b = make_td(81);
     td::Work w1 = td::isend(a, *ctx.pg, 1, t1);
     td::Work w2 = td::isend(b, *ctx.pg, 1, t2);
@@ -296,10 +297,6 @@ TD_SCENARIO(isend_irecv) {
     w1.wait();
     TD_CHECK(w1.is_completed() && w2.is_completed());
   } else {
-    td::TransferOptions t1, t2;
-    t1.tag = 1;
-    t2.tag = 2;
-    t2.mode = td::TransferMode::PerLeaf;
     td::TensorDict a = make_td(0), b = make_td(0);
     // Posted in the other order than the sends.
     td::Work w2 = td::irecv(b, *ctx.pg, 0, t2);
@@ -314,8 +311,6 @@ TD_SCENARIO(isend_irecv) {
     TD_EXPECT_THROW(bad.wait(), td::StructureError);
   }
   if (ctx.rank == 0) {
-    td::TransferOptions t1;
-    t1.tag = 1;
     TD_EXPECT_THROW(td::isend(make_td(82), *ctx.pg, 1, t1).wait(), td::StructureError);
   }
 }
