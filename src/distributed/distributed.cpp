@@ -1,10 +1,11 @@
 // Whole tensordicts over a c10d process group. The wire protocol is described
 // in docs/distributed.md ("Protocol"); in short, a point-to-point transfer is
-//   sender -> header (8 x int64), [non-tensor values as JSON], [flat buffer]
-//   receiver -> answer (2 x int64): accepted, or rejected with its structure
-//   sender -> per-leaf messages (PerLeaf mode, once accepted)
-// and a rejected transfer exchanges both structures so that each side names
-// the first differing entry. Collectives check structures with one allreduce.
+//   receiver -> expectation (8 x int64: its structure's hash, sizes, mode)
+//   sender -> the flat buffer with a status trailer (or the status alone,
+//             then one message per leaf), [non-tensor values as JSON]
+// where every message has the size the receiver posted; a mismatch makes
+// both sides exchange their structures and name the first differing entry.
+// Collectives check structures with one allreduce.
 
 #include <tensordict/distributed.h>
 #include <tensordict/dtype.h>
@@ -27,14 +28,12 @@ namespace {
 constexpr int64_t kMagic = 0x0054'4443'5431'0001;  // "TDCT1", protocol 1
 constexpr int64_t kSendMessage = 1;
 constexpr int64_t kInitMessage = 2;
-constexpr int64_t kAccepted = 1;
-constexpr int64_t kRejected = 2;
 constexpr int64_t kAlign = 16;
 // init_remote formats (header mode field).
 constexpr int64_t kInitConsolidated = 0;
 constexpr int64_t kInitLayout = 1;
-// Header fields.
-enum : int { kHMagic, kHKind, kHHash, kHMode, kHFlatBytes, kHExtraBytes, kHLeaves, kHCount = 8 };
+// Fields of init_remote's header.
+enum : int { kHMagic, kHKind, kHMode, kHFlatBytes, kHExtraBytes, kHCount = 8 };
 
 using json = nlohmann::json;
 
@@ -168,14 +167,17 @@ at::Tensor bytes_of(const at::Tensor& t) {
   return at::from_blob(t.data_ptr(), {t.numel() * t.element_size()}, at::kByte);
 }
 
-at::Tensor pack(const Layout& layout) {
-  at::Tensor buffer = at::empty({layout.flat_bytes}, at::kByte);
-  auto* base = static_cast<uint8_t*>(buffer.data_ptr());
+void pack_into(const Layout& layout, uint8_t* base) {
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.nbytes == 0) continue;
     at::Tensor t = contiguous_cpu(leaf.tensor);
     std::memcpy(base + leaf.offset, t.data_ptr(), leaf.nbytes);
   }
+}
+
+at::Tensor pack(const Layout& layout) {
+  at::Tensor buffer = at::empty({layout.flat_bytes}, at::kByte);
+  pack_into(layout, static_cast<uint8_t*>(buffer.data_ptr()));
   return buffer;
 }
 
@@ -332,51 +334,82 @@ std::string entry_text(const json& entry) {
                        std::move(key));
 }
 
-constexpr const char* kFromRemoteInit = "from_remote_init";
+// ---- point to point ------------------------------------------------------------
+// Receiver-driven: the receiver first tells the sender what it expects (its
+// structure's hash, flat size, leaf count, mode, the length of its
+// description), and the sender always answers with messages of the sizes the
+// receiver posted, so that a mismatch never gives Gloo a message of the wrong
+// size (which aborts the process) and never leaves a receive pending.
+
+// Declared kinds of the receiver's expectation.
+constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
+constexpr int64_t kExpectInit = 2;  // from_remote_init(): structure and data
+enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kEDescBytes, kECount = 8 };
+// The sender's status, in the trailer of the data message (Consolidated) or
+// a message of its own (PerLeaf).
+constexpr int64_t kStatusOk = 1;
+constexpr int64_t kStatusMismatch = 2;
+constexpr int64_t kStatusInitRemote = 3;  // the sender called init_remote()
+enum : int { kTMagic, kTStatus, kTExtraBytes, kTDescBytes, kTCount = 4 };
+constexpr int64_t kTrailerBytes = kTCount * 8;
+
+at::Tensor recv_expectation(Channel& ch, int dst) {
+  at::Tensor e = at::empty({kECount}, at::kLong);
+  ch.recv_now(e, dst);
+  if (e.data_ptr<int64_t>()[kEMagic] != kMagic)
+    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+  return e;
+}
+
+// The status message recv() waits for, of the size it posted: the flat buffer
+// plus the trailer (Consolidated), or the trailer alone.
+at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes,
+                          int64_t desc_bytes) {
+  const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
+  const int64_t data = flat ? e[kEFlatBytes] : 0;
+  at::Tensor msg = at::empty({data + kTrailerBytes}, at::kByte);
+  int64_t trailer[kTCount] = {kMagic, status, extra_bytes, desc_bytes};
+  std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + data, trailer, kTrailerBytes);
+  return msg;
+}
 
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                const TransferOptions& options) {
   check_peer(pg, dst, "send", "destination");
   Channel ch(pg, options, "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  const std::string extra = non_tensor_payload(td, layout);
-  const TransferMode mode = choose_mode(layout, options);
-
-  at::Tensor header = at::zeros({kHCount}, at::kLong);
-  int64_t* h = header.data_ptr<int64_t>();
-  h[kHMagic] = kMagic;
-  h[kHKind] = kSendMessage;
-  h[kHHash] = layout.hash;
-  h[kHMode] = static_cast<int64_t>(mode);
-  h[kHFlatBytes] = layout.flat_bytes;
-  h[kHExtraBytes] = static_cast<int64_t>(extra.size());
-  h[kHLeaves] = static_cast<int64_t>(layout.leaves.size());
-
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  works.push_back(ch.send(header, dst));
-  at::Tensor extra_t = bytes_tensor(extra);
-  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
-  // Consolidated: the buffer goes right behind the header (a rejecting
-  // receiver drains it), so the answer costs no extra round trip.
-  at::Tensor buffer;
-  if (mode == TransferMode::Consolidated && layout.flat_bytes > 0) {
-    buffer = pack(layout);
-    works.push_back(ch.send(buffer, dst));
+  const at::Tensor expectation = recv_expectation(ch, dst);
+  const int64_t* e = expectation.data_ptr<int64_t>();
+  if (e[kEKind] == kExpectInit) {
+    // from_remote_init() waits for an init header: say "send" in its place.
+    at::Tensor header = at::zeros({kHCount}, at::kLong);
+    header.data_ptr<int64_t>()[kHMagic] = kMagic;
+    header.data_ptr<int64_t>()[kHKind] = kSendMessage;
+    ch.send_now(header, dst);
+    throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
+                     " called from_remote_init(), which pairs with init_remote()");
   }
-  at::Tensor answer = at::empty({2}, at::kLong);
-  ch.recv_now(answer, dst);
-  if (answer.data_ptr<int64_t>()[0] != kAccepted) {
+  const bool match = e[kEHash] == layout.hash && e[kEFlatBytes] == layout.flat_bytes &&
+                     e[kELeaves] == static_cast<int64_t>(layout.leaves.size());
+  // The receiver's mode decides (they agree unless the options differ).
+  const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
+  const std::string extra = match ? non_tensor_payload(td, layout) : std::string();
+  at::Tensor message =
+      status_message(e, match ? kStatusOk : kStatusMismatch, static_cast<int64_t>(extra.size()),
+                     match ? 0 : static_cast<int64_t>(layout.text.size()));
+  if (match && flat) pack_into(layout, static_cast<uint8_t*>(message.data_ptr()));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(ch.send(message, dst));
+  if (!match) {
     ch.wait_all(works);
-    const std::string theirs = ch.recv_string(answer.data_ptr<int64_t>()[1], dst);
-    ch.send_now(at::full({1}, static_cast<int64_t>(layout.text.size()), at::kLong), dst);
     ch.send_now(bytes_tensor(layout.text), dst);
-    if (theirs == kFromRemoteInit)
-      throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
-                       " called from_remote_init(), which pairs with init_remote()");
+    const std::string theirs = ch.recv_string(e[kEDescBytes], dst);
     throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(dst), theirs);
   }
+  at::Tensor extra_t = bytes_tensor(extra);
+  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
   std::vector<at::Tensor> keep;  // contiguous copies must outlive their sends
-  if (mode == TransferMode::PerLeaf) {
+  if (!flat) {
     for (const Leaf& leaf : layout.leaves) {
       if (leaf.nbytes == 0) continue;
       keep.push_back(contiguous_cpu(leaf.tensor));
@@ -386,55 +419,43 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   ch.wait_all(works);
 }
 
-// Refuses the transfer announced by `header`: drains what the sender sent
-// unasked, exchanges structures, returns the sender's.
-std::string reject(Channel& ch, const at::Tensor& header, const std::string& mine, int src) {
-  const int64_t* h = header.data_ptr<int64_t>();
-  if (h[kHMode] == static_cast<int64_t>(TransferMode::Consolidated) && h[kHFlatBytes] > 0)
-    ch.recv_now(at::empty({h[kHFlatBytes]}, at::kByte), src);
-  at::Tensor answer = at::empty({2}, at::kLong);
-  answer.data_ptr<int64_t>()[0] = kRejected;
-  answer.data_ptr<int64_t>()[1] = static_cast<int64_t>(mine.size());
-  ch.send_now(answer, src);
-  ch.send_now(bytes_tensor(mine), src);
-  at::Tensor len = at::empty({1}, at::kLong);
-  ch.recv_now(len, src);
-  return ch.recv_string(len.item<int64_t>(), src);
-}
-
-// The receiver of an init_remote() message that expected something else.
-[[noreturn]] void refuse_init(Channel& ch, const at::Tensor& header, int src) {
-  const int64_t* h = header.data_ptr<int64_t>();
-  ch.recv_string(h[kHExtraBytes], src);
-  if (h[kHFlatBytes] > 0) ch.recv_now(at::empty({h[kHFlatBytes]}, at::kByte), src);
-  throw ValueError(ch.what() + ": rank " + std::to_string(src) +
-                   " called init_remote(), which pairs with from_remote_init()");
-}
-
 void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
                const TransferOptions& options) {
   check_peer(pg, src, "recv", "source");
   Channel ch(pg, options, "recv from rank " + std::to_string(src));
   const Layout layout = describe(td);
-  at::Tensor header = ch.recv_header(src);
-  const int64_t* h = header.data_ptr<int64_t>();
-  if (h[kHKind] == kInitMessage) refuse_init(ch, header, src);
-  const std::string extra = ch.recv_string(h[kHExtraBytes], src);
-  const bool match = h[kHHash] == layout.hash && h[kHFlatBytes] == layout.flat_bytes &&
-                     h[kHLeaves] == static_cast<int64_t>(layout.leaves.size());
-  if (!match) {
-    const std::string theirs = reject(ch, header, layout.text, src);
+  const TransferMode mode = choose_mode(layout, options);
+  const bool flat = mode == TransferMode::Consolidated;
+  at::Tensor expectation = at::zeros({kECount}, at::kLong);
+  int64_t* e = expectation.data_ptr<int64_t>();
+  e[kEMagic] = kMagic;
+  e[kEKind] = kExpectRecv;
+  e[kEHash] = layout.hash;
+  e[kEFlatBytes] = layout.flat_bytes;
+  e[kEMode] = static_cast<int64_t>(mode);
+  e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
+  e[kEDescBytes] = static_cast<int64_t>(layout.text.size());
+  auto announced = ch.send(expectation, src);
+
+  at::Tensor message = at::empty({(flat ? layout.flat_bytes : 0) + kTrailerBytes}, at::kByte);
+  ch.recv_now(message, src);
+  int64_t t[kTCount];
+  std::memcpy(t, static_cast<uint8_t*>(message.data_ptr()) + message.numel() - kTrailerBytes,
+              kTrailerBytes);
+  if (t[kTMagic] != kMagic)
+    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+  if (t[kTStatus] == kStatusInitRemote)
+    throw ValueError(ch.what() + ": rank " + std::to_string(src) +
+                     " called init_remote(), which pairs with from_remote_init()");
+  if (t[kTStatus] != kStatusOk) {
+    const std::string theirs = ch.recv_string(t[kTDescBytes], src);
+    ch.send_now(bytes_tensor(layout.text), src);
+    ch.wait(announced);
     throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(src), theirs);
   }
-  at::Tensor answer = at::zeros({2}, at::kLong);
-  answer.data_ptr<int64_t>()[0] = kAccepted;
-  auto answered = ch.send(answer, src);
-  if (h[kHMode] == static_cast<int64_t>(TransferMode::Consolidated)) {
-    if (layout.flat_bytes > 0) {
-      at::Tensor buffer = at::empty({layout.flat_bytes}, at::kByte);
-      ch.recv_now(buffer, src);
-      unpack(layout, buffer, td);
-    }
+  const std::string extra = ch.recv_string(t[kTExtraBytes], src);
+  if (flat) {
+    unpack(layout, message, td);
   } else {
     // In place where the leaf is an in-memory contiguous tensor; otherwise a
     // temporary written with set_ (memmap, lazy stacks, other storages).
@@ -455,10 +476,10 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     }
     ch.wait_all(works);
     TensorDictBase out = td;
-    for (auto& [leaf, t] : staged) out.set_(leaf->key, t);
+    for (auto& [leaf, tensor] : staged) out.set_(leaf->key, tensor);
   }
   apply_non_tensors(td, extra);
-  ch.wait(answered);
+  ch.wait(announced);
 }
 
 // ---- collectives -------------------------------------------------------------
@@ -570,6 +591,13 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   check_peer(pg, dst, "init_remote", "destination");
   Channel ch(pg, options, "init_remote to rank " + std::to_string(dst));
   const Layout layout = describe(td);
+  const at::Tensor expectation = recv_expectation(ch, dst);
+  if (expectation.data_ptr<int64_t>()[kEKind] != kExpectInit) {
+    // recv() waits for a status message of its own size: say "init_remote".
+    ch.send_now(status_message(expectation.data_ptr<int64_t>(), kStatusInitRemote, 0, 0), dst);
+    throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
+                     " called recv(), which pairs with send()");
+  }
   // Python's consolidated format keeps the class (a lazy stack stays one) but
   // has no NonTensorStack yet; then the structure travels as our own layout
   // (every level a TensorDict).
@@ -653,11 +681,13 @@ TensorDictBase build_from_layout(const json& structure, const at::Tensor& storag
 TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferOptions& options) {
   check_peer(pg, src, "from_remote_init", "source");
   Channel ch(pg, options, "from_remote_init from rank " + std::to_string(src));
+  at::Tensor expectation = at::zeros({kECount}, at::kLong);
+  expectation.data_ptr<int64_t>()[kEMagic] = kMagic;
+  expectation.data_ptr<int64_t>()[kEKind] = kExpectInit;
+  ch.send_now(expectation, src);
   at::Tensor header = ch.recv_header(src);
   const int64_t* h = header.data_ptr<int64_t>();
   if (h[kHKind] != kInitMessage) {
-    ch.recv_string(h[kHExtraBytes], src);
-    reject(ch, header, kFromRemoteInit, src);
     throw ValueError(ch.what() + ": rank " + std::to_string(src) +
                      " called send(), which pairs with recv() into an existing tensordict");
   }
