@@ -128,15 +128,16 @@ TEST(Map, TheFirstErrorOfAWorkerIsRethrown) {
                    },
                    opts),
                std::runtime_error);
-  // A result of the wrong shape fails in cat, naming what differs.
+  // Results that do not concatenate (other keys per chunk) fail in cat.
   EXPECT_THROW(td::map(
                    data,
                    [](const td::TensorDictBase& chunk) {
-                     return td::TensorDictBase(td::TensorDict(
-                         {{"y", torch::zeros({chunk.size(0) + 1})}}, {chunk.size(0) + 1}));
+                     const bool odd = chunk.get("id")[0].item<int64_t>() % 2 == 1;
+                     return td::TensorDictBase(
+                         td::TensorDict({{odd ? "odd" : "even", chunk.get("id")}}, {1}));
                    },
                    opts),
-               td::Error);
+               td::KeyError);
 }
 
 TEST(Map, BadOptionsAreErrors) {
