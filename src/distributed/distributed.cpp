@@ -51,14 +51,41 @@ struct NonTensorEntry {
   bool stack = false;
 };
 
-// The structure of one tensordict, in sorted key order.
+// One entry of a structure: its key, what it is ("Tensor(dtype=..., shape=...)")
+// and, for a tensor or a tensordict, its dims.
+struct EntryDesc {
+  NestedKey key;
+  std::string what;
+  EntryKind kind = EntryKind::Tensor;
+  std::vector<int64_t> dims;  // a tensor's shape, a tensordict's batch size
+  const Leaf* leaf = nullptr;
+};
+
+// The structure of one tensordict, in sorted key order. The JSON description
+// (for messages naming a difference, and init_remote's layout format) is only
+// built when needed: describe() runs on every transfer.
 struct Layout {
   std::vector<Leaf> leaves;
   std::vector<NonTensorEntry> non_tensors;
-  json description = json::array();  // [[key parts, "what"], ...]
-  std::string text;                  // description.dump()
+  std::vector<EntryDesc> entries;  // entries[0] is the root
   int64_t hash = 0;
   int64_t flat_bytes = 0;
+
+  // [[key parts, what, {"batch"|"dtype","shape","offset"}], ...]
+  json description() const {
+    json d = json::array();
+    for (const EntryDesc& e : entries) {
+      json info = json::object();
+      if (e.kind == EntryKind::TensorDict) info = json{{"batch", e.dims}};
+      if (e.leaf)
+        info = json{{"dtype", dtype_to_string(e.leaf->dtype)},
+                    {"shape", e.dims},
+                    {"offset", e.leaf->offset}};
+      d.push_back(json::array({e.key.to_vector(), e.what, std::move(info)}));
+    }
+    return d;
+  }
+  std::string text() const { return description().dump(); }
 };
 
 std::string shape_string(at::IntArrayRef shape) {
@@ -67,61 +94,67 @@ std::string shape_string(at::IntArrayRef shape) {
   return s + "]";
 }
 
-int64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
+void fnv1a(uint64_t& h, std::string_view s) {
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  // Positive, so that {h, -h} under MAX detects any disagreement.
-  return static_cast<int64_t>(h >> 1);
 }
 
 Layout describe(const TensorDictBase& td) {
   if (!td.defined()) throw ValueError("distributed transfer of a null tensordict handle");
   Layout out;
-  out.description.push_back(
-      json::array({json::array(), "root batch " + shape_string(td.batch_size()),
-                   json{{"batch", td.batch_size().vec()}}}));
+  out.entries.push_back({NestedKey(), "root batch " + shape_string(td.batch_size()),
+                         EntryKind::TensorDict, td.batch_size().vec()});
   KeysOptions opts;
   opts.include_nested = true;
   opts.sort = true;
   td.for_each(
       [&](const NestedKey& key, const Value& value) {
-        std::string what;
-        json info = json::object();
+        EntryDesc e{key, {}, value.kind(), {}};
         switch (value.kind()) {
           case EntryKind::Tensor: {
             const at::Tensor& t = value.tensor();
             Leaf leaf{key, t, t.scalar_type(), t.sizes().vec(), t.numel() * t.element_size(), 0};
-            what = "Tensor(dtype=" + dtype_to_string(leaf.dtype) +
-                   ", shape=" + shape_string(t.sizes()) + ")";
+            e.what = "Tensor(dtype=" + dtype_to_string(leaf.dtype) +
+                     ", shape=" + shape_string(t.sizes()) + ")";
+            e.dims = leaf.shape;
             out.flat_bytes = (out.flat_bytes + kAlign - 1) / kAlign * kAlign;
             leaf.offset = out.flat_bytes;
             out.flat_bytes += leaf.nbytes;
-            info = json{{"dtype", dtype_to_string(leaf.dtype)},
-                        {"shape", leaf.shape},
-                        {"offset", leaf.offset}};
             out.leaves.push_back(std::move(leaf));
             break;
           }
           case EntryKind::TensorDict:
             // The class is not part of the structure: a lazy stack and a
             // TensorDict of the same shape exchange data.
-            what = "TensorDict(batch=" + shape_string(value.tensordict().batch_size()) + ")";
-            info = json{{"batch", value.tensordict().batch_size().vec()}};
+            e.dims = value.tensordict().batch_size().vec();
+            e.what = "TensorDict(batch=" + shape_string(e.dims) + ")";
             break;
           case EntryKind::NonTensor:
-            what = "NonTensorData";
+            e.what = "NonTensorData";
             out.non_tensors.push_back({key, false});
             break;
           case EntryKind::NonTensorStack:
-            what = "NonTensorStack";
+            e.what = "NonTensorStack";
             out.non_tensors.push_back({key, true});
             break;
         }
-        out.description.push_back(json::array({key.to_vector(), what, std::move(info)}));
+        out.entries.push_back(std::move(e));
       },
       opts);
-  out.text = out.description.dump();
-  out.hash = fnv1a(out.text);
+  // Leaves are final now: point the entries at them.
+  std::size_t next_leaf = 0;
+  uint64_t h = 1469598103934665603ULL;
+  for (EntryDesc& e : out.entries) {
+    if (&e != &out.entries.front() && e.kind == EntryKind::Tensor)
+      e.leaf = &out.leaves[next_leaf++];
+    for (const auto& part : e.key) {
+      fnv1a(h, part);
+      fnv1a(h, std::string_view("\x1f", 1));
+    }
+    fnv1a(h, e.what);
+    fnv1a(h, std::string_view("\n", 1));
+  }
+  // Positive, so that {h, -h} under MAX detects any disagreement.
+  out.hash = static_cast<int64_t>(h >> 1);
   return out;
 }
 
@@ -181,14 +214,20 @@ at::Tensor pack(const Layout& layout) {
   return buffer;
 }
 
-// Writes the leaves of `buffer` into `td` (set_ per leaf, so every storage
-// keeps its own: a memmap receives into its files, a lazy stack into its
-// members).
+// Writes the leaves of `buffer` into `td`: a memcpy into an in-memory
+// contiguous leaf, set_ otherwise (so every storage keeps its own: a memmap
+// receives into its files, a lazy stack into its members).
 void unpack(const Layout& layout, const at::Tensor& buffer, const TensorDictBase& td) {
   TensorDictBase target = td;
   auto* base = static_cast<uint8_t*>(buffer.data_ptr());
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.nbytes == 0) continue;
+    const at::Tensor* own =
+        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+    if (own && own->is_contiguous() && own->device().is_cpu() && own->scalar_type() == leaf.dtype) {
+      std::memcpy(own->data_ptr(), base + leaf.offset, leaf.nbytes);
+      continue;
+    }
     at::Tensor view =
         at::from_blob(base + leaf.offset, leaf.shape, at::TensorOptions().dtype(leaf.dtype));
     target.set_(leaf.key, view);
@@ -344,14 +383,28 @@ std::string entry_text(const json& entry) {
 // Declared kinds of the receiver's expectation.
 constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
 constexpr int64_t kExpectInit = 2;  // from_remote_init(): structure and data
-enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kEDescBytes, kECount = 8 };
+enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kECount = 8 };
 // The sender's status, in the trailer of the data message (Consolidated) or
 // a message of its own (PerLeaf).
 constexpr int64_t kStatusOk = 1;
 constexpr int64_t kStatusMismatch = 2;
 constexpr int64_t kStatusInitRemote = 3;  // the sender called init_remote()
-enum : int { kTMagic, kTStatus, kTExtraBytes, kTDescBytes, kTCount = 4 };
+enum : int { kTMagic, kTStatus, kTExtraBytes, kTReserved, kTCount = 4 };
 constexpr int64_t kTrailerBytes = kTCount * 8;
+
+// After a mismatch: each side sends its description (length first), and
+// gets the other's.
+std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer) {
+  auto sent_len = ch.send(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong), peer);
+  at::Tensor mine_t = bytes_tensor(mine);
+  auto sent = ch.send(mine_t, peer);
+  at::Tensor len = at::empty({1}, at::kLong);
+  ch.recv_now(len, peer);
+  std::string theirs = ch.recv_string(len.item<int64_t>(), peer);
+  ch.wait(sent_len);
+  ch.wait(sent);
+  return theirs;
+}
 
 at::Tensor recv_expectation(Channel& ch, int dst) {
   at::Tensor e = at::empty({kECount}, at::kLong);
@@ -363,12 +416,11 @@ at::Tensor recv_expectation(Channel& ch, int dst) {
 
 // The status message recv() waits for, of the size it posted: the flat buffer
 // plus the trailer (Consolidated), or the trailer alone.
-at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes,
-                          int64_t desc_bytes) {
+at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes) {
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
   const int64_t data = flat ? e[kEFlatBytes] : 0;
   at::Tensor msg = at::empty({data + kTrailerBytes}, at::kByte);
-  int64_t trailer[kTCount] = {kMagic, status, extra_bytes, desc_bytes};
+  int64_t trailer[kTCount] = {kMagic, status, extra_bytes, 0};
   std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + data, trailer, kTrailerBytes);
   return msg;
 }
@@ -395,16 +447,15 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
   const std::string extra = match ? non_tensor_payload(td, layout) : std::string();
   at::Tensor message =
-      status_message(e, match ? kStatusOk : kStatusMismatch, static_cast<int64_t>(extra.size()),
-                     match ? 0 : static_cast<int64_t>(layout.text.size()));
+      status_message(e, match ? kStatusOk : kStatusMismatch, static_cast<int64_t>(extra.size()));
   if (match && flat) pack_into(layout, static_cast<uint8_t*>(message.data_ptr()));
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.push_back(ch.send(message, dst));
   if (!match) {
     ch.wait_all(works);
-    ch.send_now(bytes_tensor(layout.text), dst);
-    const std::string theirs = ch.recv_string(e[kEDescBytes], dst);
-    throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(dst), theirs);
+    const std::string mine = layout.text();
+    const std::string theirs = exchange_descriptions(ch, mine, dst);
+    throw_mismatch(ch.what(), mine, "rank " + std::to_string(dst), theirs);
   }
   at::Tensor extra_t = bytes_tensor(extra);
   if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
@@ -434,7 +485,6 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kEFlatBytes] = layout.flat_bytes;
   e[kEMode] = static_cast<int64_t>(mode);
   e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
-  e[kEDescBytes] = static_cast<int64_t>(layout.text.size());
   auto announced = ch.send(expectation, src);
 
   at::Tensor message = at::empty({(flat ? layout.flat_bytes : 0) + kTrailerBytes}, at::kByte);
@@ -448,10 +498,10 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     throw ValueError(ch.what() + ": rank " + std::to_string(src) +
                      " called init_remote(), which pairs with from_remote_init()");
   if (t[kTStatus] != kStatusOk) {
-    const std::string theirs = ch.recv_string(t[kTDescBytes], src);
-    ch.send_now(bytes_tensor(layout.text), src);
     ch.wait(announced);
-    throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(src), theirs);
+    const std::string mine = layout.text();
+    const std::string theirs = exchange_descriptions(ch, mine, src);
+    throw_mismatch(ch.what(), mine, "rank " + std::to_string(src), theirs);
   }
   const std::string extra = ch.recv_string(t[kTExtraBytes], src);
   if (flat) {
@@ -523,16 +573,17 @@ void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
     throw ValueError(ch.what() + ": the ranks use different TransferOptions::mode values");
   if (same_structure) return;
 
-  const std::vector<std::string> descriptions = gather_strings(ch, layout.text);
+  const std::string mine = layout.text();
+  const std::vector<std::string> descriptions = gather_strings(ch, mine);
   const std::string& reference = descriptions[root];
   for (int r = 0; r < pg.getSize(); ++r) {
     const std::string& theirs = descriptions[r];
     if (theirs == reference) continue;
-    if (pg.getRank() == root || theirs != layout.text)
+    if (pg.getRank() == root || theirs != mine)
       throw_mismatch(
           ch.what() + " (rank " + std::to_string(root) + " against rank " + std::to_string(r) + ")",
           reference, "rank " + std::to_string(r), theirs);
-    throw_mismatch(ch.what(), layout.text, "rank " + std::to_string(root), reference);
+    throw_mismatch(ch.what(), mine, "rank " + std::to_string(root), reference);
   }
   throw StructureError(ch.what() + ": the ranks' structures differ", NestedKey());
 }
@@ -594,7 +645,7 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   const at::Tensor expectation = recv_expectation(ch, dst);
   if (expectation.data_ptr<int64_t>()[kEKind] != kExpectInit) {
     // recv() waits for a status message of its own size: say "init_remote".
-    ch.send_now(status_message(expectation.data_ptr<int64_t>(), kStatusInitRemote, 0, 0), dst);
+    ch.send_now(status_message(expectation.data_ptr<int64_t>(), kStatusInitRemote, 0), dst);
     throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
                      " called recv(), which pairs with send()");
   }
@@ -613,7 +664,7 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   } else {
     format = kInitLayout;
     const std::string extra = non_tensor_payload(td, layout);
-    structure = json{{"layout", layout.description},
+    structure = json{{"layout", layout.description()},
                      {"non_tensors", extra.empty() ? json() : json::parse(extra)}}
                     .dump();
     storage = pack(layout);
