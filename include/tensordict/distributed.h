@@ -61,6 +61,7 @@ struct TransferOptions {
   /// Wait at most this long for each message; zero uses the group's own
   /// timeout (ProcessGroupGloo::Options::timeout).
   std::chrono::milliseconds timeout{0};
+  /// On a point-to-point transfer the receiver's mode decides.
   TransferMode mode = TransferMode::Auto;
   /// Auto sends tensordicts of at most this many bytes consolidated (see
   /// docs/distributed.md for the measurements behind the default).
@@ -85,13 +86,14 @@ class Work {
 
 // ---- point to point ----------------------------------------------------------
 /// Sends the tensor leaves and non-tensor values of `td` to rank `dst`, which
-/// must call recv() into a tensordict of the same structure. Returns when the
-/// receiver has accepted the structure and the data is sent. Lazy stacks are
-/// sent densified (each stacked leaf as one tensor).
+/// must call recv() into a tensordict of the same structure. The receiver
+/// speaks first (it announces the structure it expects), so a send() waits
+/// for its recv(); it returns once the data is handed to the group. Lazy
+/// stacks are sent densified (each stacked leaf as one tensor).
 void send(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
           const TransferOptions& options = {});
-/// Receives from rank `src` into `td` in place (set_ per leaf, non-tensor
-/// values replaced where they differ). `td` keeps its storage: a memmap or
+/// Receives from rank `src` into `td` in place (set_ per leaf; non-tensor
+/// values replaced where they differ, unless `td` is locked). `td` keeps its storage: a memmap or
 /// shared tensordict receives into its files or segments.
 void recv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
           const TransferOptions& options = {});
