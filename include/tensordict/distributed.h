@@ -1,0 +1,137 @@
+#pragma once
+/// @file distributed.h
+/// Whole tensordicts over a c10d process group (Python's td.send / recv /
+/// isend / irecv / init_remote / from_remote_init / broadcast / all_reduce /
+/// all_gather). Component tensordict::distributed (-DTENSORDICT_WITH_DISTRIBUTED=ON,
+/// find_package(tensordict COMPONENTS distributed)). See docs/distributed.md.
+///
+/// Every call is collective between the ranks it names: a send() needs a
+/// matching recv() (or an isend() an irecv()) with the same tag on the peer.
+/// Before any data moves, both sides check that their structures agree (keys,
+/// kinds, dtypes, shapes, batch sizes); on a mismatch both throw StructureError
+/// naming the first differing entry on each side, and the group stays usable.
+/// Failures of the group itself (timeouts, a peer that went away) are
+/// TimeoutError / ConnectionError.
+
+#include <tensordict/errors.h>
+#include <tensordict/nested_key.h>
+#include <tensordict/tensor_dict.h>
+#include <tensordict/tensor_dict_base.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <string>
+
+namespace tensordict {
+
+/// The structures of two ranks disagree. Thrown on both sides of the transfer;
+/// what() names the first differing entry as each side sees it.
+class StructureError : public SchemaError {
+ public:
+  StructureError(const std::string& message, NestedKey key)
+      : SchemaError(message), key_(std::move(key)) {}
+  /// The first entry (in sorted key order) where the structures differ; the
+  /// empty key when the roots differ (batch size, or one side is empty).
+  const NestedKey& key() const noexcept { return key_; }
+
+ private:
+  NestedKey key_;
+};
+
+/// How the tensor data of one transfer travels.
+enum class TransferMode : std::uint8_t {
+  /// Consolidated below TransferOptions::flat_max_bytes, per leaf above.
+  Auto,
+  /// One flat buffer: every leaf packed at 16-byte aligned offsets (one copy
+  /// on each side, one message).
+  Consolidated,
+  /// One message per tensor leaf, straight from and (for in-memory
+  /// tensordicts) into the leaves' own storage.
+  PerLeaf,
+};
+
+struct TransferOptions {
+  /// The c10d tag of every message of the transfer; concurrent transfers
+  /// between the same two ranks need distinct tags.
+  int tag = 0;
+  /// Wait at most this long for each message; zero uses the group's own
+  /// timeout (ProcessGroupGloo::Options::timeout).
+  std::chrono::milliseconds timeout{0};
+  /// On a point-to-point transfer the receiver's mode decides.
+  TransferMode mode = TransferMode::Auto;
+  /// Auto sends tensordicts of at most this many bytes consolidated (see
+  /// docs/distributed.md for the measurements behind the default).
+  std::int64_t flat_max_bytes = std::int64_t{4} << 20;
+};
+
+/// The handle isend / irecv return: the transfer runs on its own thread;
+/// wait() blocks until it has finished and rethrows its error. Destroying the
+/// last copy of a handle also waits for the transfer (as std::async does).
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_future<void> future) : future_(std::move(future)) {}
+  /// Blocks until the transfer has finished; throws what it threw.
+  void wait() const;
+  /// True once the transfer has finished (successfully or not).
+  bool is_completed() const;
+
+ private:
+  std::shared_future<void> future_;
+};
+
+// ---- point to point ----------------------------------------------------------
+/// Sends the tensor leaves and non-tensor values of `td` to rank `dst`, which
+/// must call recv() into a tensordict of the same structure. The receiver
+/// speaks first (it announces the structure it expects), so a send() waits
+/// for its recv(); it returns once the data is handed to the group. Lazy
+/// stacks are sent densified (each stacked leaf as one tensor).
+void send(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+          const TransferOptions& options = {});
+/// Receives from rank `src` into `td` in place (set_ per leaf; non-tensor
+/// values replaced where they differ, unless `td` is locked). `td` keeps its storage: a memmap or
+/// shared tensordict receives into its files or segments.
+void recv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+          const TransferOptions& options = {});
+/// send() on a thread of its own. `td` must stay unchanged, and `pg` alive,
+/// until wait().
+Work isend(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+           const TransferOptions& options = {});
+/// recv() on a thread of its own. Do not touch `td` (and keep `pg` alive)
+/// until wait().
+Work irecv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+           const TransferOptions& options = {});
+
+/// Python's init_remote: sends the structure (keys, shapes, dtypes, class,
+/// non-tensor values) and the data to `dst`, which calls from_remote_init().
+/// The data is td.consolidate()'s buffer (the tensordict's own buffer when it
+/// is already consolidated).
+void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+                 const TransferOptions& options = {});
+/// Python's from_remote_init: a new tensordict built from what rank `src`'s
+/// init_remote() sent, its leaves views of one received buffer. The class is
+/// the sender's (a lazy stack stays a LazyStackedTensorDict).
+TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src,
+                                const TransferOptions& options = {});
+
+// ---- collectives -------------------------------------------------------------
+/// Every rank's `td` receives rank `root`'s data in place (non-tensor values
+/// included). Structures are checked on every rank first.
+void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
+               const TransferOptions& options = {});
+/// Reduces every tensor leaf over the ranks in place (sum by default): one
+/// collective per dtype. Non-tensor entries are left alone. TypeError for a
+/// bool leaf (Gloo does not reduce bools), on every rank before any data moves.
+void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg,
+                c10d::ReduceOp op = c10d::ReduceOp::SUM, const TransferOptions& options = {});
+/// Every rank's tensordict, stacked along a new first dim in rank order
+/// (batch [world_size, *batch]); non-tensor values that differ between ranks
+/// become a NonTensorStack, as in stack().
+TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
+                      const TransferOptions& options = {});
+
+}  // namespace tensordict

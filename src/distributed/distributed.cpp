@@ -1,0 +1,858 @@
+// Whole tensordicts over a c10d process group. The wire protocol is described
+// in docs/distributed.md ("Protocol"); in short, a point-to-point transfer is
+//   receiver -> expectation (8 x int64: its structure's hash, sizes, mode)
+//   sender -> the flat buffer with a status trailer (or the status alone,
+//             then one message per leaf), [non-tensor values as JSON]
+// where every message has the size the receiver posted; a mismatch makes
+// both sides exchange their structures and name the first differing entry.
+// Collectives check structures with one allreduce.
+
+#include <tensordict/distributed.h>
+#include <tensordict/dtype.h>
+#include <tensordict/stack.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tensordict {
+namespace {
+
+constexpr int64_t kMagic = 0x0054'4443'5431'0001;  // "TDCT1", protocol 1
+constexpr int64_t kSendMessage = 1;
+constexpr int64_t kInitMessage = 2;
+constexpr int64_t kAlign = 16;
+// init_remote formats (header mode field).
+constexpr int64_t kInitConsolidated = 0;
+constexpr int64_t kInitLayout = 1;
+// Fields of init_remote's header.
+enum : int { kHMagic, kHKind, kHMode, kHFlatBytes, kHExtraBytes, kHCount = 8 };
+
+using json = nlohmann::json;
+
+struct Leaf {
+  NestedKey key;
+  at::Tensor tensor;  // the sender's data (or the receiver's current value)
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  int64_t nbytes = 0;
+  int64_t offset = 0;  // in the flat buffer
+};
+
+struct NonTensorEntry {
+  NestedKey key;
+  bool stack = false;
+};
+
+// One entry of a structure: its key, what it is ("Tensor(dtype=..., shape=...)")
+// and, for a tensor or a tensordict, its dims.
+struct EntryDesc {
+  NestedKey key;
+  std::string what;
+  EntryKind kind = EntryKind::Tensor;
+  std::vector<int64_t> dims;  // a tensor's shape, a tensordict's batch size
+  const Leaf* leaf = nullptr;
+};
+
+// The structure of one tensordict, in sorted key order. The JSON description
+// (for messages naming a difference, and init_remote's layout format) is only
+// built when needed: describe() runs on every transfer.
+struct Layout {
+  std::vector<Leaf> leaves;
+  std::vector<NonTensorEntry> non_tensors;
+  std::vector<EntryDesc> entries;  // entries[0] is the root
+  int64_t hash = 0;
+  int64_t flat_bytes = 0;
+
+  // [[key parts, what, {"batch"|"dtype","shape","offset"}], ...]
+  json description() const {
+    json d = json::array();
+    for (const EntryDesc& e : entries) {
+      json info = json::object();
+      if (e.kind == EntryKind::TensorDict) info = json{{"batch", e.dims}};
+      if (e.leaf)
+        info = json{{"dtype", dtype_to_string(e.leaf->dtype)},
+                    {"shape", e.dims},
+                    {"offset", e.leaf->offset}};
+      d.push_back(json::array({e.key.to_vector(), e.what, std::move(info)}));
+    }
+    return d;
+  }
+  std::string text() const { return description().dump(); }
+};
+
+std::string shape_string(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void fnv1a(uint64_t& h, std::string_view s) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+}
+
+Layout describe(const TensorDictBase& td) {
+  if (!td.defined()) throw ValueError("distributed transfer of a null tensordict handle");
+  Layout out;
+  out.entries.push_back({NestedKey(), "root batch " + shape_string(td.batch_size()),
+                         EntryKind::TensorDict, td.batch_size().vec()});
+  KeysOptions opts;
+  opts.include_nested = true;
+  opts.sort = true;
+  td.for_each(
+      [&](const NestedKey& key, const Value& value) {
+        EntryDesc e{key, {}, value.kind(), {}};
+        switch (value.kind()) {
+          case EntryKind::Tensor: {
+            const at::Tensor& t = value.tensor();
+            Leaf leaf{key, t, t.scalar_type(), t.sizes().vec(), t.numel() * t.element_size(), 0};
+            e.what = "Tensor(dtype=" + dtype_to_string(leaf.dtype) +
+                     ", shape=" + shape_string(t.sizes()) + ")";
+            e.dims = leaf.shape;
+            out.flat_bytes = (out.flat_bytes + kAlign - 1) / kAlign * kAlign;
+            leaf.offset = out.flat_bytes;
+            out.flat_bytes += leaf.nbytes;
+            out.leaves.push_back(std::move(leaf));
+            break;
+          }
+          case EntryKind::TensorDict:
+            // The class is not part of the structure: a lazy stack and a
+            // TensorDict of the same shape exchange data.
+            e.dims = value.tensordict().batch_size().vec();
+            e.what = "TensorDict(batch=" + shape_string(e.dims) + ")";
+            break;
+          case EntryKind::NonTensor:
+            e.what = "NonTensorData";
+            out.non_tensors.push_back({key, false});
+            break;
+          case EntryKind::NonTensorStack:
+            e.what = "NonTensorStack";
+            out.non_tensors.push_back({key, true});
+            break;
+        }
+        out.entries.push_back(std::move(e));
+      },
+      opts);
+  // Leaves are final now: point the entries at them.
+  std::size_t next_leaf = 0;
+  uint64_t h = 1469598103934665603ULL;
+  for (EntryDesc& e : out.entries) {
+    if (&e != &out.entries.front() && e.kind == EntryKind::Tensor)
+      e.leaf = &out.leaves[next_leaf++];
+    for (const auto& part : e.key) {
+      fnv1a(h, part);
+      fnv1a(h, std::string_view("\x1f", 1));
+    }
+    fnv1a(h, e.what);
+    fnv1a(h, std::string_view("\n", 1));
+  }
+  // Positive, so that {h, -h} under MAX detects any disagreement.
+  out.hash = static_cast<int64_t>(h >> 1);
+  return out;
+}
+
+std::string non_tensor_payload(const TensorDictBase& td, const Layout& layout) {
+  if (layout.non_tensors.empty()) return {};
+  json values = json::array();
+  for (const auto& e : layout.non_tensors)
+    values.push_back(json::array({e.key.to_vector(), e.stack, td.get_non_tensor(e.key)}));
+  return values.dump();
+}
+
+// Replaces the non-tensor values that differ. A locked tensordict (a memmap
+// one included) keeps its own: their storage is fixed, and the tensors have
+// been received already.
+void apply_non_tensors(const TensorDictBase& td, const std::string& payload) {
+  if (payload.empty() || td.is_locked()) return;
+  TensorDictBase target = td;
+  for (const auto& item : json::parse(payload)) {
+    NestedKey key(item[0].get<std::vector<std::string>>());
+    const json& value = item[2];
+    // Only where it differs: equal values leave a locked tensordict alone.
+    if (td.get_non_tensor(key) == value) continue;
+    if (item[1].get<bool>())
+      target.set_non_tensor_stack(key, value);
+    else
+      target.set_non_tensor(key, value);
+  }
+}
+
+TransferMode choose_mode(const Layout& layout, const TransferOptions& options) {
+  if (options.mode != TransferMode::Auto) return options.mode;
+  return layout.flat_bytes <= options.flat_max_bytes ? TransferMode::Consolidated
+                                                     : TransferMode::PerLeaf;
+}
+
+at::Tensor contiguous_cpu(const at::Tensor& t) {
+  return t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
+}
+
+// A 1-D uint8 alias of a contiguous CPU tensor: Gloo moves bytes of any
+// dtype this way (its broadcast refuses bool, complex and bfloat16 tensors).
+at::Tensor bytes_of(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), {t.numel() * t.element_size()}, at::kByte);
+}
+
+void pack_into(const Layout& layout, uint8_t* base) {
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.nbytes == 0) continue;
+    at::Tensor t = contiguous_cpu(leaf.tensor);
+    std::memcpy(base + leaf.offset, t.data_ptr(), leaf.nbytes);
+  }
+}
+
+at::Tensor pack(const Layout& layout) {
+  at::Tensor buffer = at::empty({layout.flat_bytes}, at::kByte);
+  pack_into(layout, static_cast<uint8_t*>(buffer.data_ptr()));
+  return buffer;
+}
+
+// Writes the leaves of `buffer` into `td`: a memcpy into an in-memory
+// contiguous leaf, set_ otherwise (so every storage keeps its own: a memmap
+// receives into its files, a lazy stack into its members).
+void unpack(const Layout& layout, const at::Tensor& buffer, const TensorDictBase& td) {
+  TensorDictBase target = td;
+  auto* base = static_cast<uint8_t*>(buffer.data_ptr());
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.nbytes == 0) continue;
+    const at::Tensor* own =
+        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+    if (own && own->is_contiguous() && own->device().is_cpu() && own->scalar_type() == leaf.dtype) {
+      std::memcpy(own->data_ptr(), base + leaf.offset, leaf.nbytes);
+      continue;
+    }
+    at::Tensor view =
+        at::from_blob(base + leaf.offset, leaf.shape, at::TensorOptions().dtype(leaf.dtype));
+    target.set_(leaf.key, view);
+  }
+}
+
+at::Tensor bytes_tensor(const std::string& s) {
+  at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
+  if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
+  return t;
+}
+
+std::string tensor_string(const at::Tensor& t) {
+  const auto* p = static_cast<const char*>(t.data_ptr());
+  std::string s(p, p + t.numel());
+  // all_gather pads descriptions with NULs.
+  if (auto nul = s.find('\0'); nul != std::string::npos) s.resize(nul);
+  return s;
+}
+
+bool contains_ci(std::string haystack, const char* needle) {
+  std::transform(haystack.begin(), haystack.end(), haystack.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Messages of one operation over the group, with c10d/Gloo failures turned
+// into tensordict errors naming the operation.
+class Channel {
+  // c10d/Gloo errors out of `f` as tensordict errors (defined first: its
+  // return type is deduced).
+  template <class F>
+  decltype(auto) guarded(F&& f) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::Error& e) {
+      translate(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      translate(e.what());
+    }
+  }
+
+ public:
+  Channel(c10d::ProcessGroup& pg, const TransferOptions& options, std::string what)
+      : pg_(pg), options_(options), what_(std::move(what)) {}
+
+  c10::intrusive_ptr<c10d::Work> send(const at::Tensor& t, int dst) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.send(v, dst, options_.tag); });
+  }
+  c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& t, int src) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.recv(v, src, options_.tag); });
+  }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) {
+    guarded([&] {
+      if (options_.timeout.count() > 0)
+        work->wait(options_.timeout);
+      else
+        work->wait();
+      return 0;
+    });
+  }
+  void wait_all(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+    for (auto& w : works) wait(w);
+    works.clear();
+  }
+  void send_now(const at::Tensor& t, int dst) { wait(send(t, dst)); }
+  void recv_now(const at::Tensor& t, int src) { wait(recv(t, src)); }
+
+  at::Tensor recv_header(int src) {
+    at::Tensor h = at::empty({kHCount}, at::kLong);
+    recv_now(h, src);
+    if (h.data_ptr<int64_t>()[kHMagic] != kMagic)
+      throw FormatError(what_ + ": the message is not a tensordict transfer (bad magic number)");
+    return h;
+  }
+  std::string recv_string(int64_t size, int src) {
+    if (size <= 0) return {};
+    at::Tensor t = at::empty({size}, at::kByte);
+    recv_now(t, src);
+    return tensor_string(t);
+  }
+  // A collective op, waited for.
+  template <class F>
+  void collective(F&& post) {
+    wait(guarded(std::forward<F>(post)));
+  }
+
+  const std::string& what() const { return what_; }
+  c10d::ProcessGroup& pg() { return pg_; }
+  const TransferOptions& options() const { return options_; }
+
+ private:
+  [[noreturn]] void translate(const std::string& error) const {
+    const std::string msg = what_ + ": " + error;
+    if (contains_ci(error, "timed out") || contains_ci(error, "timeout")) throw TimeoutError(msg);
+    if (contains_ci(error, "connection") || contains_ci(error, "closed by peer"))
+      throw ConnectionError(msg);
+    throw StorageError(msg);
+  }
+
+  c10d::ProcessGroup& pg_;
+  TransferOptions options_;
+  std::string what_;
+};
+
+void check_peer(c10d::ProcessGroup& pg, int peer, const char* op, const char* role) {
+  if (peer < 0 || peer >= pg.getSize() || peer == pg.getRank())
+    throw ValueError(std::string(op) + ": " + role + " rank " + std::to_string(peer) +
+                     " is not another rank of the group (rank " + std::to_string(pg.getRank()) +
+                     " of " + std::to_string(pg.getSize()) + ")");
+}
+
+std::string entry_text(const json& entry) {
+  return NestedKey(entry[0].get<std::vector<std::string>>()).repr() + ": " +
+         entry[1].get<std::string>();
+}
+
+// The StructureError naming the first entry where `here` and `there` differ.
+[[noreturn]] void throw_mismatch(const std::string& what, const std::string& here,
+                                 const std::string& there_name, const std::string& there) {
+  const json a = json::parse(here);
+  const json b = json::parse(there);
+  std::size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  std::string mine = i < a.size() ? entry_text(a[i]) : std::string("nothing more");
+  std::string theirs = i < b.size() ? entry_text(b[i]) : std::string("nothing more");
+  NestedKey key;
+  if (i < a.size() && i < b.size()) {
+    NestedKey ka(a[i][0].get<std::vector<std::string>>());
+    NestedKey kb(b[i][0].get<std::vector<std::string>>());
+    key = ka.join() <= kb.join() ? ka : kb;
+  } else if (i < a.size()) {
+    key = NestedKey(a[i][0].get<std::vector<std::string>>());
+  } else if (i < b.size()) {
+    key = NestedKey(b[i][0].get<std::vector<std::string>>());
+  }
+  throw StructureError(what + ": the tensordicts differ; first differing entry: here " + mine +
+                           ", on " + there_name + " " + theirs,
+                       std::move(key));
+}
+
+// ---- point to point ------------------------------------------------------------
+// Receiver-driven: the receiver first tells the sender what it expects (its
+// structure's hash, flat size, leaf count, mode, the length of its
+// description), and the sender always answers with messages of the sizes the
+// receiver posted, so that a mismatch never gives Gloo a message of the wrong
+// size (which aborts the process) and never leaves a receive pending.
+
+// Declared kinds of the receiver's expectation.
+constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
+constexpr int64_t kExpectInit = 2;  // from_remote_init(): structure and data
+enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kECount = 8 };
+// The sender's status, in the trailer of the data message (Consolidated) or
+// a message of its own (PerLeaf).
+constexpr int64_t kStatusOk = 1;
+constexpr int64_t kStatusMismatch = 2;
+constexpr int64_t kStatusInitRemote = 3;  // the sender called init_remote()
+enum : int { kTMagic, kTStatus, kTExtraBytes, kTReserved, kTCount = 4 };
+constexpr int64_t kTrailerBytes = kTCount * 8;
+
+// After a mismatch: each side sends its description (length first), and
+// gets the other's.
+std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer) {
+  auto sent_len = ch.send(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong), peer);
+  at::Tensor mine_t = bytes_tensor(mine);
+  auto sent = ch.send(mine_t, peer);
+  at::Tensor len = at::empty({1}, at::kLong);
+  ch.recv_now(len, peer);
+  std::string theirs = ch.recv_string(len.item<int64_t>(), peer);
+  ch.wait(sent_len);
+  ch.wait(sent);
+  return theirs;
+}
+
+at::Tensor recv_expectation(Channel& ch, int dst) {
+  at::Tensor e = at::empty({kECount}, at::kLong);
+  ch.recv_now(e, dst);
+  if (e.data_ptr<int64_t>()[kEMagic] != kMagic)
+    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+  return e;
+}
+
+// The status message recv() waits for, of the size it posted: the flat buffer
+// plus the trailer (Consolidated), or the trailer alone.
+at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes) {
+  const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
+  const int64_t data = flat ? e[kEFlatBytes] : 0;
+  at::Tensor msg = at::empty({data + kTrailerBytes}, at::kByte);
+  int64_t trailer[kTCount] = {kMagic, status, extra_bytes, 0};
+  std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + data, trailer, kTrailerBytes);
+  return msg;
+}
+
+void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+               const TransferOptions& options) {
+  check_peer(pg, dst, "send", "destination");
+  Channel ch(pg, options, "send to rank " + std::to_string(dst));
+  const Layout layout = describe(td);
+  const at::Tensor expectation = recv_expectation(ch, dst);
+  const int64_t* e = expectation.data_ptr<int64_t>();
+  if (e[kEKind] == kExpectInit) {
+    // from_remote_init() waits for an init header: say "send" in its place.
+    at::Tensor header = at::zeros({kHCount}, at::kLong);
+    header.data_ptr<int64_t>()[kHMagic] = kMagic;
+    header.data_ptr<int64_t>()[kHKind] = kSendMessage;
+    ch.send_now(header, dst);
+    throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
+                     " called from_remote_init(), which pairs with init_remote()");
+  }
+  const bool match = e[kEHash] == layout.hash && e[kEFlatBytes] == layout.flat_bytes &&
+                     e[kELeaves] == static_cast<int64_t>(layout.leaves.size());
+  // The receiver's mode decides (they agree unless the options differ).
+  const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
+  const std::string extra = match ? non_tensor_payload(td, layout) : std::string();
+  at::Tensor message =
+      status_message(e, match ? kStatusOk : kStatusMismatch, static_cast<int64_t>(extra.size()));
+  if (match && flat) pack_into(layout, static_cast<uint8_t*>(message.data_ptr()));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(ch.send(message, dst));
+  if (!match) {
+    ch.wait_all(works);
+    const std::string mine = layout.text();
+    const std::string theirs = exchange_descriptions(ch, mine, dst);
+    throw_mismatch(ch.what(), mine, "rank " + std::to_string(dst), theirs);
+  }
+  at::Tensor extra_t = bytes_tensor(extra);
+  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
+  std::vector<at::Tensor> keep;  // contiguous copies must outlive their sends
+  if (!flat) {
+    for (const Leaf& leaf : layout.leaves) {
+      if (leaf.nbytes == 0) continue;
+      keep.push_back(contiguous_cpu(leaf.tensor));
+      works.push_back(ch.send(bytes_of(keep.back()), dst));
+    }
+  }
+  ch.wait_all(works);
+}
+
+void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+               const TransferOptions& options) {
+  check_peer(pg, src, "recv", "source");
+  Channel ch(pg, options, "recv from rank " + std::to_string(src));
+  const Layout layout = describe(td);
+  const TransferMode mode = choose_mode(layout, options);
+  const bool flat = mode == TransferMode::Consolidated;
+  at::Tensor expectation = at::zeros({kECount}, at::kLong);
+  int64_t* e = expectation.data_ptr<int64_t>();
+  e[kEMagic] = kMagic;
+  e[kEKind] = kExpectRecv;
+  e[kEHash] = layout.hash;
+  e[kEFlatBytes] = layout.flat_bytes;
+  e[kEMode] = static_cast<int64_t>(mode);
+  e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
+  auto announced = ch.send(expectation, src);
+
+  at::Tensor message = at::empty({(flat ? layout.flat_bytes : 0) + kTrailerBytes}, at::kByte);
+  ch.recv_now(message, src);
+  int64_t t[kTCount];
+  std::memcpy(t, static_cast<uint8_t*>(message.data_ptr()) + message.numel() - kTrailerBytes,
+              kTrailerBytes);
+  if (t[kTMagic] != kMagic)
+    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+  if (t[kTStatus] == kStatusInitRemote)
+    throw ValueError(ch.what() + ": rank " + std::to_string(src) +
+                     " called init_remote(), which pairs with from_remote_init()");
+  if (t[kTStatus] != kStatusOk) {
+    ch.wait(announced);
+    const std::string mine = layout.text();
+    const std::string theirs = exchange_descriptions(ch, mine, src);
+    throw_mismatch(ch.what(), mine, "rank " + std::to_string(src), theirs);
+  }
+  const std::string extra = ch.recv_string(t[kTExtraBytes], src);
+  if (flat) {
+    unpack(layout, message, td);
+  } else {
+    // In place where the leaf is an in-memory contiguous tensor; otherwise a
+    // temporary written with set_ (memmap, lazy stacks, other storages).
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::pair<const Leaf*, at::Tensor>> staged;
+    for (const Leaf& leaf : layout.leaves) {
+      if (leaf.nbytes == 0) continue;
+      const at::Tensor* own =
+          detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+      at::Tensor target;
+      if (own && own->is_contiguous() && own->device().is_cpu()) {
+        target = *own;
+      } else {
+        target = at::empty(leaf.shape, at::TensorOptions().dtype(leaf.dtype));
+        staged.emplace_back(&leaf, target);
+      }
+      works.push_back(ch.recv(bytes_of(target), src));
+    }
+    ch.wait_all(works);
+    TensorDictBase out = td;
+    for (auto& [leaf, tensor] : staged) out.set_(leaf->key, tensor);
+  }
+  apply_non_tensors(td, extra);
+  ch.wait(announced);
+}
+
+// ---- collectives -------------------------------------------------------------
+
+// Strings of every rank (padded to the longest), in rank order.
+std::vector<std::string> gather_strings(Channel& ch, const std::string& mine) {
+  c10d::ProcessGroup& pg = ch.pg();
+  std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(mine.size()), at::kLong)};
+  c10d::AllreduceOptions max_opts;
+  max_opts.reduceOp = c10d::ReduceOp::MAX;
+  ch.collective([&] { return pg.allreduce(len, max_opts); });
+  const int64_t max_len = len[0].item<int64_t>();
+  std::vector<std::string> result(pg.getSize());
+  if (max_len == 0) return result;
+  std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};
+  std::memcpy(in[0].data_ptr(), mine.data(), mine.size());
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < pg.getSize(); ++r) out[0].push_back(at::empty({max_len}, at::kByte));
+  ch.collective([&] { return pg.allgather(out, in); });
+  for (int r = 0; r < pg.getSize(); ++r) result[r] = tensor_string(out[0][r]);
+  return result;
+}
+
+// Every rank checks that all structures (and transfer modes) equal rank
+// `root`'s with one allreduce; on a mismatch, the descriptions are gathered so
+// that every rank names the first rank and entry that differ.
+void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
+  c10d::ProcessGroup& pg = ch.pg();
+  at::Tensor check = at::empty({4}, at::kLong);
+  int64_t* c = check.data_ptr<int64_t>();
+  c[0] = layout.hash;
+  c[1] = -layout.hash;
+  c[2] = static_cast<int64_t>(mode);
+  c[3] = -static_cast<int64_t>(mode);
+  std::vector<at::Tensor> v{check};
+  c10d::AllreduceOptions max_opts;
+  max_opts.reduceOp = c10d::ReduceOp::MAX;
+  ch.collective([&] { return pg.allreduce(v, max_opts); });
+  const bool same_structure = c[0] == -c[1];
+  if (same_structure && c[2] != -c[3])
+    throw ValueError(ch.what() + ": the ranks use different TransferOptions::mode values");
+  if (same_structure) return;
+
+  const std::string mine = layout.text();
+  const std::vector<std::string> descriptions = gather_strings(ch, mine);
+  const std::string& reference = descriptions[root];
+  for (int r = 0; r < pg.getSize(); ++r) {
+    const std::string& theirs = descriptions[r];
+    if (theirs == reference) continue;
+    if (pg.getRank() == root || theirs != mine)
+      throw_mismatch(
+          ch.what() + " (rank " + std::to_string(root) + " against rank " + std::to_string(r) + ")",
+          reference, "rank " + std::to_string(r), theirs);
+    throw_mismatch(ch.what(), mine, "rank " + std::to_string(root), reference);
+  }
+  throw StructureError(ch.what() + ": the ranks' structures differ", NestedKey());
+}
+
+}  // namespace
+
+// ---- Work ----------------------------------------------------------------------
+
+void Work::wait() const {
+  if (!future_.valid()) throw ValueError("Work::wait() on a default-constructed handle");
+  future_.get();
+}
+
+bool Work::is_completed() const {
+  return future_.valid() && future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+// ---- point to point ------------------------------------------------------------
+
+void send(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+          const TransferOptions& options) {
+  send_impl(td, pg, dst, options);
+}
+
+void recv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+          const TransferOptions& options) {
+  recv_impl(td, pg, src, options);
+}
+
+namespace {
+using Transfer = void (*)(const TensorDictBase&, c10d::ProcessGroup&, int, const TransferOptions&);
+
+// `transfer` on a thread of its own (the arguments checked first, here).
+Work run_async(Transfer transfer, const TensorDictBase& td, c10d::ProcessGroup& pg, int peer,
+               const TransferOptions& options, const char* op, const char* role) {
+  check_peer(pg, peer, op, role);
+  c10d::ProcessGroup* group = &pg;
+  return Work(std::async(std::launch::async, [transfer, td, group, peer, options] {
+                transfer(td, *group, peer, options);
+              }).share());
+}
+}  // namespace
+
+Work isend(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+           const TransferOptions& options) {
+  return run_async(send_impl, td, pg, dst, options, "isend", "destination");
+}
+
+Work irecv(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+           const TransferOptions& options) {
+  return run_async(recv_impl, td, pg, src, options, "irecv", "source");
+}
+
+void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+                 const TransferOptions& options) {
+  check_peer(pg, dst, "init_remote", "destination");
+  Channel ch(pg, options, "init_remote to rank " + std::to_string(dst));
+  const Layout layout = describe(td);
+  const at::Tensor expectation = recv_expectation(ch, dst);
+  if (expectation.data_ptr<int64_t>()[kEKind] != kExpectInit) {
+    // recv() waits for a status message of its own size: say "init_remote".
+    ch.send_now(status_message(expectation.data_ptr<int64_t>(), kStatusInitRemote, 0), dst);
+    throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
+                     " called recv(), which pairs with send()");
+  }
+  // Python's consolidated format keeps the class (a lazy stack stays one) but
+  // has no NonTensorStack yet; then the structure travels as our own layout
+  // (every level a TensorDict).
+  const bool has_stack = std::any_of(layout.non_tensors.begin(), layout.non_tensors.end(),
+                                     [](const NonTensorEntry& e) { return e.stack; });
+  std::string structure;
+  at::Tensor storage;
+  int64_t format = kInitConsolidated;
+  if (!has_stack) {
+    const TensorDictBase consolidated = td.is_consolidated() ? td : td.consolidate();
+    structure = consolidated.consolidated_metadata().dump();
+    storage = consolidated.consolidated_storage();
+  } else {
+    format = kInitLayout;
+    const std::string extra = non_tensor_payload(td, layout);
+    structure = json{{"layout", layout.description()},
+                     {"non_tensors", extra.empty() ? json() : json::parse(extra)}}
+                    .dump();
+    storage = pack(layout);
+  }
+  const int64_t nbytes = storage.defined() ? storage.numel() : 0;
+
+  at::Tensor header = at::zeros({kHCount}, at::kLong);
+  int64_t* h = header.data_ptr<int64_t>();
+  h[kHMagic] = kMagic;
+  h[kHKind] = kInitMessage;
+  h[kHMode] = format;
+  h[kHFlatBytes] = nbytes;
+  h[kHExtraBytes] = static_cast<int64_t>(structure.size());
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(ch.send(header, dst));
+  at::Tensor structure_t = bytes_tensor(structure);
+  works.push_back(ch.send(structure_t, dst));
+  if (nbytes > 0) {
+    storage = storage.contiguous();
+    works.push_back(ch.send(storage, dst));
+  }
+  ch.wait_all(works);
+}
+
+namespace {
+
+// from_remote_init of the layout format: a TensorDict per level, leaves views
+// of `storage`.
+TensorDictBase build_from_layout(const json& structure, const at::Tensor& storage) {
+  const json& entries = structure.at("layout");
+  TensorDict out(entries.at(0).at(2).at("batch").get<std::vector<int64_t>>());
+  for (std::size_t i = 1; i < entries.size(); ++i) {
+    const json& e = entries[i];
+    NestedKey key(e.at(0).get<std::vector<std::string>>());
+    const json& info = e.at(2);
+    if (info.contains("batch")) {
+      if (!out.contains(key))
+        out.set(key, TensorDict(info.at("batch").get<std::vector<int64_t>>()));
+    } else if (info.contains("dtype")) {
+      const auto dtype = dtype_from_string(info.at("dtype").get<std::string>());
+      const auto shape = info.at("shape").get<std::vector<int64_t>>();
+      const int64_t numel = c10::multiply_integers(shape);
+      const int64_t nbytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+      at::Tensor leaf =
+          nbytes == 0
+              ? at::empty(shape, at::TensorOptions().dtype(dtype))
+              : storage.narrow(0, info.at("offset").get<int64_t>(), nbytes).view(dtype).view(shape);
+      out.set(key, leaf);
+    }
+  }
+  if (!structure.at("non_tensors").is_null()) {
+    for (const json& item : structure.at("non_tensors")) {
+      NestedKey key(item[0].get<std::vector<std::string>>());
+      if (item[1].get<bool>())
+        out.set_non_tensor_stack(key, item[2]);
+      else
+        out.set_non_tensor(key, item[2]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferOptions& options) {
+  check_peer(pg, src, "from_remote_init", "source");
+  Channel ch(pg, options, "from_remote_init from rank " + std::to_string(src));
+  at::Tensor expectation = at::zeros({kECount}, at::kLong);
+  expectation.data_ptr<int64_t>()[kEMagic] = kMagic;
+  expectation.data_ptr<int64_t>()[kEKind] = kExpectInit;
+  ch.send_now(expectation, src);
+  at::Tensor header = ch.recv_header(src);
+  const int64_t* h = header.data_ptr<int64_t>();
+  if (h[kHKind] != kInitMessage) {
+    throw ValueError(ch.what() + ": rank " + std::to_string(src) +
+                     " called send(), which pairs with recv() into an existing tensordict");
+  }
+  const std::string structure = ch.recv_string(h[kHExtraBytes], src);
+  at::Tensor storage = at::empty({h[kHFlatBytes]}, at::kByte);
+  if (h[kHFlatBytes] > 0) ch.recv_now(storage, src);
+  json parsed;
+  try {
+    parsed = json::parse(structure);
+    if (h[kHMode] == kInitLayout) return build_from_layout(parsed, storage);
+  } catch (const json::exception& e) {
+    throw FormatError(ch.what() + ": the structure message is not valid: " + e.what());
+  }
+  return TensorDict::from_consolidated(storage, nlohmann::ordered_json(parsed));
+}
+
+// ---- collectives ------------------------------------------------------------------
+
+void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
+               const TransferOptions& options) {
+  if (root < 0 || root >= pg.getSize())
+    throw ValueError("broadcast: root rank " + std::to_string(root) + " is not in the group of " +
+                     std::to_string(pg.getSize()));
+  Channel ch(pg, options, "broadcast from rank " + std::to_string(root));
+  const Layout layout = describe(td);
+  const TransferMode mode = choose_mode(layout, options);
+  agree(ch, layout, mode, root);
+  const bool is_root = pg.getRank() == root;
+
+  // Non-tensor values: the root's, length first.
+  const std::string extra = is_root ? non_tensor_payload(td, layout) : std::string();
+  c10d::BroadcastOptions bopts;
+  bopts.rootRank = root;
+  if (!layout.non_tensors.empty()) {
+    std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(extra.size()), at::kLong)};
+    ch.collective([&] { return pg.broadcast(len, bopts); });
+    std::vector<at::Tensor> bytes{is_root ? bytes_tensor(extra)
+                                          : at::empty({len[0].item<int64_t>()}, at::kByte)};
+    if (bytes[0].numel() > 0) ch.collective([&] { return pg.broadcast(bytes, bopts); });
+    if (!is_root) apply_non_tensors(td, tensor_string(bytes[0]));
+  }
+  if (mode == TransferMode::Consolidated) {
+    if (layout.flat_bytes == 0) return;
+    std::vector<at::Tensor> buffer{is_root ? pack(layout)
+                                           : at::empty({layout.flat_bytes}, at::kByte)};
+    ch.collective([&] { return pg.broadcast(buffer, bopts); });
+    if (!is_root) unpack(layout, buffer[0], td);
+    return;
+  }
+  TensorDictBase out = td;
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.nbytes == 0) continue;
+    const at::Tensor* own =
+        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+    const bool in_place = own && own->is_contiguous() && own->device().is_cpu();
+    at::Tensor data = in_place ? *own : contiguous_cpu(leaf.tensor);
+    std::vector<at::Tensor> t{bytes_of(data)};
+    ch.collective([&] { return pg.broadcast(t, bopts); });
+    if (!is_root && !in_place) out.set_(leaf.key, data);
+  }
+}
+
+void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op,
+                const TransferOptions& options) {
+  Channel ch(pg, options, "all_reduce");
+  const Layout layout = describe(td);
+  agree(ch, layout, TransferMode::Auto, 0);
+  // One flat tensor per dtype.
+  std::map<at::ScalarType, std::vector<const Leaf*>> groups;
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.dtype == at::kBool)
+      throw TypeError("all_reduce: the leaf " + leaf.key.repr() +
+                      " is a bool tensor, which process groups do not reduce; cast it first");
+    if (leaf.nbytes > 0) groups[leaf.dtype].push_back(&leaf);
+  }
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = op;
+  TensorDictBase out = td;
+  for (auto& [dtype, leaves] : groups) {
+    std::vector<at::Tensor> flat_parts;
+    for (const Leaf* leaf : leaves) flat_parts.push_back(contiguous_cpu(leaf->tensor).view({-1}));
+    std::vector<at::Tensor> flat{at::cat(flat_parts)};
+    ch.collective([&] { return pg.allreduce(flat, opts); });
+    int64_t offset = 0;
+    for (const Leaf* leaf : leaves) {
+      const int64_t n = leaf->tensor.numel();
+      out.set_(leaf->key, flat[0].narrow(0, offset, n).view(leaf->shape));
+      offset += n;
+    }
+  }
+}
+
+TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
+                      const TransferOptions& options) {
+  Channel ch(pg, options, "all_gather");
+  const Layout layout = describe(td);
+  agree(ch, layout, TransferMode::Auto, 0);
+  const int world = pg.getSize();
+  std::vector<std::string> extras;
+  if (!layout.non_tensors.empty()) extras = gather_strings(ch, non_tensor_payload(td, layout));
+  std::vector<std::vector<at::Tensor>> buffers(1);
+  if (layout.flat_bytes > 0) {
+    std::vector<at::Tensor> in{pack(layout)};
+    for (int r = 0; r < world; ++r) buffers[0].push_back(at::empty({layout.flat_bytes}, at::kByte));
+    ch.collective([&] { return pg.allgather(buffers, in); });
+  }
+  std::vector<TensorDictBase> members;
+  for (int r = 0; r < world; ++r) {
+    TensorDict member = td.to_tensordict();
+    if (layout.flat_bytes > 0) unpack(layout, buffers[0][r], member);
+    if (!extras.empty()) apply_non_tensors(member, extras[r]);
+    members.push_back(member);
+  }
+  return stack(members, 0);
+}
+
+}  // namespace tensordict
