@@ -96,8 +96,9 @@ class PersistentTensorDict : public TensorDictBase {
       const std::string& filename, const std::string& mode = "r",
       std::optional<std::vector<int64_t>> batch_size = std::nullopt);
   /// Python's from_dict / from_tensordict: writes every entry of `td` into a
-  /// new file `filename` (truncated: mode "w") and returns the handle, opened
-  /// "r+", with td's batch size and device.
+  /// new file that replaces `filename` once complete (an error, such as a
+  /// bfloat16 leaf, leaves an existing file as it was) and returns the
+  /// handle, opened "r+", with td's batch size and device.
   static PersistentTensorDict from_tensordict(const TensorDictBase& td, const std::string& filename,
                                               const H5DatasetOptions& options = {});
   static PersistentTensorDict from_dict(const TensorDictBase& td, const std::string& filename,
