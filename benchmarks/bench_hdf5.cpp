@@ -121,6 +121,16 @@ struct RawFile {
     c[0] = rows;
     return H5Screate_simple(static_cast<int>(c.size()), c.data(), nullptr);
   }
+  // A memory dataspace of one row of each leaf, made once.
+  std::vector<hid_t> row_memspaces() const {
+    std::vector<hid_t> mem;
+    for (const auto& l : leaves) {
+      std::vector<hsize_t> c(l.dims.begin() + 1, l.dims.end());
+      mem.push_back(c.empty() ? H5Screate(H5S_SCALAR)
+                              : H5Screate_simple(static_cast<int>(c.size()), c.data(), nullptr));
+    }
+    return mem;
+  }
   static std::vector<int64_t> shape(const Leaf& l, int64_t rows) {
     std::vector<int64_t> s(l.dims.begin(), l.dims.end());
     s[0] = rows;
@@ -155,12 +165,7 @@ void BM_h5_row_read_td(benchmark::State& state) {
 void BM_h5_row_read_floor(benchmark::State& state) {
   (void)data_file();
   RawFile f(file_path(), H5F_ACC_RDONLY);
-  std::vector<hid_t> mem;
-  for (auto& l : f.leaves) {
-    std::vector<hsize_t> c(l.dims.begin() + 1, l.dims.end());
-    mem.push_back(c.empty() ? H5Screate(H5S_SCALAR)
-                            : H5Screate_simple(static_cast<int>(c.size()), c.data(), nullptr));
-  }
+  std::vector<hid_t> mem = f.row_memspaces();
   auto rows = random_rows(1024, 1);
   std::size_t i = 0;
   for (auto _ : state) {
@@ -196,14 +201,11 @@ void BM_h5_row_write_floor(benchmark::State& state) {
   const char* names[] = {"action", "done", "id",        "obs",      "pixels",
                          "reward", "step", "next/done", "next/obs", "next/reward"};
   std::vector<torch::Tensor> values;
-  std::vector<hid_t> mem;
+  std::vector<hid_t> mem = f.row_memspaces();
   for (std::size_t k = 0; k < f.leaves.size(); ++k) {
     std::string n = names[k];
     values.push_back(n.rfind("next/", 0) == 0 ? row.get({"next", n.substr(5)}).contiguous()
                                               : row.get(n).contiguous());
-    std::vector<hsize_t> c(f.leaves[k].dims.begin() + 1, f.leaves[k].dims.end());
-    mem.push_back(c.empty() ? H5Screate(H5S_SCALAR)
-                            : H5Screate_simple(static_cast<int>(c.size()), c.data(), nullptr));
   }
   auto rows = random_rows(1024, 2);
   std::size_t i = 0;

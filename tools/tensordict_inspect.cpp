@@ -128,9 +128,10 @@ int main(int argc, char** argv) {
   try {
     td::TensorDictBase data;
 #ifdef TENSORDICT_INSPECT_HDF5
-    // A file is an HDF5 file (batch sizes inferred, as from_h5); a directory
-    // is a memmap directory.
-    if (std::filesystem::is_regular_file(path))
+    // A file (or a name ending .h5/.hdf5) is an HDF5 file, batch sizes
+    // inferred as from_h5; a directory is a memmap directory.
+    const auto ext = std::filesystem::path(path).extension();
+    if (std::filesystem::is_regular_file(path) || ext == ".h5" || ext == ".hdf5")
       data = td::PersistentTensorDict::from_h5(path, "r");
     else
 #endif

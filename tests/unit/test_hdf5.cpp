@@ -136,6 +136,18 @@ TEST_F(H5Test, Bfloat16IsRefusedAndNothingIsWritten) {
   EXPECT_TRUE(h5.get("f32").equal(all_dtypes().get("f32")));
 }
 
+TEST_F(H5Test, ToH5ThatFailsLeavesTheFileAsItWas) {
+  td::to_h5(all_dtypes(), file()).close();
+  td::TensorDict bad = all_dtypes();
+  bad.set({"nested", "bf"}, torch::zeros({4}, torch::kBFloat16));
+  EXPECT_THROW(td::to_h5(bad, file()), td::TypeError);
+  auto back = td::PersistentTensorDict::from_h5(file());
+  EXPECT_TRUE(back.to_tensordict().equal(all_dtypes()));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path),
+                          std::filesystem::directory_iterator()),
+            1);  // no staging file left
+}
+
 TEST_F(H5Test, KeyWithSlashIsRefused) {
   auto h5 = td::to_h5(all_dtypes(), file());
   try {

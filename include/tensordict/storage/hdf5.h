@@ -64,12 +64,6 @@ struct H5OpenOptions {
   /// HDF5 file locking (flock on the file while open); false disables it as
   /// HDF5_USE_FILE_LOCKING=FALSE would. nullopt: HDF5's default (on).
   std::optional<bool> locking = std::nullopt;
-  /// Single-writer/multiple-reader mode (HDF5 1.10). For a writer ("r+",
-  /// "a", "w"): the file is switched to SWMR writing after open (new files
-  /// get the latest format); datasets may then not be added or removed,
-  /// only written. For a reader ("r"): opens with SWMR read and re-reads
-  /// dataset extents on every access.
-  bool swmr = false;
 };
 
 /// A handle to a tensordict stored in an HDF5 file (Python's
@@ -102,8 +96,9 @@ class PersistentTensorDict : public TensorDictBase {
       const std::string& filename, const std::string& mode = "r",
       std::optional<std::vector<int64_t>> batch_size = std::nullopt);
   /// Python's from_dict / from_tensordict: writes every entry of `td` into a
-  /// new file `filename` (truncated: mode "w") and returns the handle, opened
-  /// "r+", with td's batch size and device.
+  /// new file that replaces `filename` once complete (an error, such as a
+  /// bfloat16 leaf, leaves an existing file as it was) and returns the
+  /// handle, opened "r+", with td's batch size and device.
   static PersistentTensorDict from_tensordict(const TensorDictBase& td, const std::string& filename,
                                               const H5DatasetOptions& options = {});
   static PersistentTensorDict from_dict(const TensorDictBase& td, const std::string& filename,

@@ -62,9 +62,6 @@ File::File(const std::string& filename, const H5OpenOptions& options)
   Hid fapl = owned(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate", context);
   if (options.locking)
     check(H5Pset_file_locking(fapl.get(), *options.locking, true), "H5Pset_file_locking", context);
-  if (options.swmr)
-    check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST),
-          "H5Pset_libver_bounds", context);
   const bool present = exists(filename);
   auto open_existing = [&](unsigned flags) {
     if (!present)
@@ -74,7 +71,6 @@ File::File(const std::string& filename, const H5OpenOptions& options)
       H5Eclear2(H5E_DEFAULT);
       throw FormatError(context + " is not an HDF5 file (no HDF5 signature)");
     }
-    if (options.swmr) flags |= (flags & H5F_ACC_RDWR) ? H5F_ACC_SWMR_WRITE : H5F_ACC_SWMR_READ;
     hid_t id = H5Fopen(filename.c_str(), flags, fapl.get());
     if (id < 0)
       throw FormatError(context + " cannot be opened in mode '" + m +
@@ -86,7 +82,6 @@ File::File(const std::string& filename, const H5OpenOptions& options)
       throw StorageError(context + " already exists (mode '" + m + "' creates a new file)");
     file_ = owned(H5Fcreate(filename.c_str(), flags, H5P_DEFAULT, fapl.get()), H5Fclose,
                   "H5Fcreate", context);
-    if (options.swmr) check(H5Fstart_swmr_write(file_.get()), "H5Fstart_swmr_write", context);
   };
   if (m == "r") {
     open_existing(H5F_ACC_RDONLY);

@@ -130,24 +130,27 @@ std::vector<hsize_t> select_box(hid_t space, const RowSelection& rows,
   return count;
 }
 
-void read_into(const Dataset& d, hid_t mem, hid_t file_space, at::Tensor& out,
-               const std::string& context) {
+// One H5Dread or H5Dwrite of `t`'s bytes, counted.
+void transfer(bool write, const Dataset& d, hid_t mem, hid_t file_space, const at::Tensor& t,
+              const std::string& context) {
   auto& counters = call_counters();
-  ++counters.reads;
+  ++(write ? counters.writes : counters.reads);
   if (file_space != H5S_ALL) ++counters.selections;
-  check(H5Dread(d.id.get(), memory_type(out.scalar_type()), mem, file_space, H5P_DEFAULT,
-                out.data_ptr()),
-        "H5Dread", context);
+  const hid_t type = memory_type(t.scalar_type());
+  if (write)
+    check(H5Dwrite(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()), "H5Dwrite",
+          context);
+  else
+    check(H5Dread(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()), "H5Dread",
+          context);
 }
-
+void read_into(const Dataset& d, hid_t mem, hid_t file_space, const at::Tensor& out,
+               const std::string& context) {
+  transfer(false, d, mem, file_space, out, context);
+}
 void write_from(const Dataset& d, hid_t mem, hid_t file_space, const at::Tensor& value,
                 const std::string& context) {
-  auto& counters = call_counters();
-  ++counters.writes;
-  if (file_space != H5S_ALL) ++counters.selections;
-  check(H5Dwrite(d.id.get(), memory_type(value.scalar_type()), mem, file_space, H5P_DEFAULT,
-                 value.data_ptr()),
-        "H5Dwrite", context);
+  transfer(true, d, mem, file_space, value, context);
 }
 
 at::Tensor read_all(const Dataset& d, const std::string& context) {

@@ -4,6 +4,11 @@
 
 #include <tensordict/storage/hdf5.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
 namespace tensordict {
 
 using detail::h5::H5Node;
@@ -64,11 +69,30 @@ PersistentTensorDict PersistentTensorDict::from_tensordict(const TensorDictBase&
   o.batch_size = td.batch_size().vec();
   o.device = td.device();
   o.dataset = options;
-  PersistentTensorDict out = open(filename, o);
-  H5Node& root = h5_node(out);
-  const Node& src = td.node();
-  for (const auto& k : src.keys()) root.write(k, *src.find(k));
-  return out;
+  // Written beside the file and renamed over it once complete: a value HDF5
+  // cannot hold leaves an existing file as it was.
+  static std::atomic<int> counter{0};
+  const std::string staging =
+      filename + ".tdsave-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".h5";
+  try {
+    PersistentTensorDict out = open(staging, o);
+    H5Node& root = h5_node(out);
+    const Node& src = td.node();
+    for (const auto& k : src.keys()) root.write(k, *src.find(k));
+    out.close();
+    std::filesystem::rename(staging, filename);
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::error_code ec;
+    std::filesystem::remove(staging, ec);
+    throw StorageError("to_h5: cannot put '" + staging + "' in place of '" + filename +
+                       "': " + e.what());
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(staging, ec);
+    throw;
+  }
+  o.mode = "r+";
+  return open(filename, o);
 }
 
 void PersistentTensorDict::close() { h5_node(*this).file()->close(); }
