@@ -173,6 +173,8 @@ constexpr int64_t kMB = 1000 * 1000;
   void BM_send_##size_name##_td_per_leaf(benchmark::State& s) { run_send(s, kTdPerLeaf, bytes); }
 
 TD_SEND_BENCH(1MB, 1 * kMB)
+TD_SEND_BENCH(4MB, 4 * kMB)
+TD_SEND_BENCH(16MB, 16 * kMB)
 TD_SEND_BENCH(100MB, 100 * kMB)
 
 // ---- map over 1M rows on 2 threads ----------------------------------------------
@@ -230,6 +232,17 @@ void register_all() {
       {"BM_send_1MB/tensordict", BM_send_1MB_td},
       {"BM_send_1MB/tensordict_consolidated", BM_send_1MB_td_consolidated},
       {"BM_send_1MB/tensordict_per_leaf", BM_send_1MB_td_per_leaf},
+      // 4 MB and 16 MB: where one buffer stops beating one message per leaf.
+      {"BM_send_4MB/floor", BM_send_4MB_floor},
+      {"BM_send_4MB/floor_per_tensor", BM_send_4MB_per_tensor},
+      {"BM_send_4MB/tensordict", BM_send_4MB_td},
+      {"BM_send_4MB/tensordict_consolidated", BM_send_4MB_td_consolidated},
+      {"BM_send_4MB/tensordict_per_leaf", BM_send_4MB_td_per_leaf},
+      {"BM_send_16MB/floor", BM_send_16MB_floor},
+      {"BM_send_16MB/floor_per_tensor", BM_send_16MB_per_tensor},
+      {"BM_send_16MB/tensordict", BM_send_16MB_td},
+      {"BM_send_16MB/tensordict_consolidated", BM_send_16MB_td_consolidated},
+      {"BM_send_16MB/tensordict_per_leaf", BM_send_16MB_td_per_leaf},
       {"BM_send_100MB/floor", BM_send_100MB_floor},
       {"BM_send_100MB/floor_per_tensor", BM_send_100MB_per_tensor},
       {"BM_send_100MB/tensordict", BM_send_100MB_td},

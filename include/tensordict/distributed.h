@@ -65,7 +65,7 @@ struct TransferOptions {
   TransferMode mode = TransferMode::Auto;
   /// Auto sends tensordicts of at most this many bytes consolidated (see
   /// docs/distributed.md for the measurements behind the default).
-  std::int64_t flat_max_bytes = std::int64_t{4} << 20;
+  std::int64_t flat_max_bytes = std::int64_t{2} << 20;
 };
 
 /// The handle isend / irecv return: the transfer runs on its own thread;

@@ -58,7 +58,7 @@ struct EntryDesc {
   std::string what;
   EntryKind kind = EntryKind::Tensor;
   std::vector<int64_t> dims;  // a tensor's shape, a tensordict's batch size
-  const Leaf* leaf = nullptr;
+  int64_t leaf = -1;          // index in Layout::leaves (an index: layouts are moved)
 };
 
 // The structure of one tensordict, in sorted key order. The JSON description
@@ -77,10 +77,10 @@ struct Layout {
     for (const EntryDesc& e : entries) {
       json info = json::object();
       if (e.kind == EntryKind::TensorDict) info = json{{"batch", e.dims}};
-      if (e.leaf)
-        info = json{{"dtype", dtype_to_string(e.leaf->dtype)},
+      if (e.leaf >= 0)
+        info = json{{"dtype", dtype_to_string(leaves[e.leaf].dtype)},
                     {"shape", e.dims},
-                    {"offset", e.leaf->offset}};
+                    {"offset", leaves[e.leaf].offset}};
       d.push_back(json::array({e.key.to_vector(), e.what, std::move(info)}));
     }
     return d;
@@ -140,12 +140,10 @@ Layout describe(const TensorDictBase& td) {
         out.entries.push_back(std::move(e));
       },
       opts);
-  // Leaves are final now: point the entries at them.
-  std::size_t next_leaf = 0;
+  int64_t next_leaf = 0;
   uint64_t h = 1469598103934665603ULL;
   for (EntryDesc& e : out.entries) {
-    if (&e != &out.entries.front() && e.kind == EntryKind::Tensor)
-      e.leaf = &out.leaves[next_leaf++];
+    if (&e != &out.entries.front() && e.kind == EntryKind::Tensor) e.leaf = next_leaf++;
     for (const auto& part : e.key) {
       fnv1a(h, part);
       fnv1a(h, std::string_view("\x1f", 1));
@@ -175,7 +173,7 @@ void apply_non_tensors(const TensorDictBase& td, const std::string& payload) {
   for (const auto& item : json::parse(payload)) {
     NestedKey key(item[0].get<std::vector<std::string>>());
     const json& value = item[2];
-    // Only where it differs: equal values leave a locked tensordict alone.
+    // Only where it differs.
     if (td.get_non_tensor(key) == value) continue;
     if (item[1].get<bool>())
       target.set_non_tensor_stack(key, value);
