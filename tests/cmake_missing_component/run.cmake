@@ -1,7 +1,7 @@
 # find_package(tensordict CONFIG REQUIRED COMPONENTS hdf5 | redis) against an
 # installation without them must fail, naming -DTENSORDICT_WITH_<NAME>=ON;
 # with OPTIONAL_COMPONENTS the package is found without them.
-#   -DSOURCE_DIR -DBINARY_DIR -DPREFIX
+#   -DSOURCE_DIR -DBINARY_DIR -DPREFIX [-DBUILT=<components this build has>]
 function(configure component mode)
   set(dir ${BINARY_DIR}/${component}-${mode})
   file(REMOVE_RECURSE ${dir})
@@ -15,6 +15,9 @@ endfunction()
 
 string(REGEX REPLACE "([][+.*()^$?|\\])" "\\\\\\1" prefix_regex "${PREFIX}")
 foreach(component IN ITEMS hdf5 redis)
+  if(component IN_LIST BUILT)
+    continue()
+  endif()
   string(TOUPPER ${component} upper)
   configure(${component} REQUIRED)
   if(rc EQUAL 0)
