@@ -308,5 +308,9 @@ INSTANTIATE_TEST_SUITE_P(LazyStacked, StorageContract, ::testing::Values(lazy_st
 INSTANTIATE_TEST_SUITE_P(Memmap, StorageContract, ::testing::Values(memmap()), storage_name);
 INSTANTIATE_TEST_SUITE_P(SharedMemory, StorageContract, ::testing::Values(shared_memory()),
                          storage_name);
+#ifdef TENSORDICT_TEST_REDIS
+// storage_redis.cpp (built with tensordict::redis).
+INSTANTIATE_TEST_SUITE_P(Redis, StorageContract, ::testing::Values(redis_store()), storage_name);
+#endif
 
 }  // namespace conformance
