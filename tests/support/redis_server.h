@@ -10,7 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,8 +24,6 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
-
 namespace td_test {
 
 class RedisServer {
@@ -33,6 +31,7 @@ class RedisServer {
   struct Options {
     std::string password;
     bool persistent = false;  // AOF with fsync always, so a SIGKILL loses no acknowledged write
+    std::vector<std::string> extra;  // more redis-server arguments
   };
   RedisServer() : RedisServer(Options{}) {}
   explicit RedisServer(Options options) : options_(std::move(options)) {
@@ -180,12 +179,18 @@ class RedisServer {
       args.insert(args.end(), {"--appendonly", "no"});
     }
     if (!options_.password.empty()) args.insert(args.end(), {"--requirepass", options_.password});
+    args.insert(args.end(), options_.extra.begin(), options_.extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    if (posix_spawnp(&pid_, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
-      pid_ = -1;
-      return false;
+    pid_ = fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      // The server dies with the process that started it, even when that one
+      // is killed (a test timeout), so no server is left behind.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      execvp("redis-server", argv.data());
+      _exit(127);
     }
     for (int i = 0; i < 500; ++i) {  // up to 5 s
       int status = 0;

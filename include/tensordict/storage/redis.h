@@ -25,6 +25,7 @@
 
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,9 +53,10 @@ struct Redis {
   std::string prefix = "tensordict";
   /// The store's id; empty: a new random UUID (Python's uuid4()).
   std::string td_id;
-  /// Row writes of several leaves and whole-leaf writes are sent as
-  /// MULTI/EXEC (atomic for other clients). Row writes are one Lua script,
-  /// which is atomic anyway; this governs the multi-command pipelines.
+  /// The pipeline of one operation (row reads and writes of all leaves,
+  /// whole-leaf writes, allocation) is sent as MULTI/EXEC: atomic for other
+  /// clients, still one round trip. false: a plain pipeline (a concurrent
+  /// reader may then see a row written in some leaves and not yet in others).
   bool transaction = true;
 };
 
@@ -88,6 +90,9 @@ std::string server_key(const TensorDictBase& td, const std::string& suffix);
 /// Deletes every key of the store from the server (Python's clear_redis(),
 /// which keeps __tensorclass__). The handle then holds no entries.
 void clear(const TensorDictBase& td);
+/// Round trips this store object has made to its server (every level of it
+/// shares one connection): a user operation on rows adds one.
+std::int64_t round_trips(const TensorDictBase& td);
 /// Closes the connection; the next call reconnects.
 void close(const TensorDictBase& td);
 
