@@ -87,6 +87,18 @@ void BM_row_write_10_leaves_td(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The same without MULTI/EXEC (transaction = false): a plain pipeline.
+void BM_row_write_10_leaves_td_no_transaction(benchmark::State& state) {
+  auto opts = options("bench");
+  opts.transaction = false;
+  store();
+  auto s = td::redis::from_store(opts);
+  auto r = row();
+  int64_t i = 0;
+  for (auto _ : state) s.index_put_({(i++ * 7919) % kRows}, r);
+  state.SetItemsProcessed(state.iterations());
+}
+
 void BM_row_write_10_leaves_floor(benchmark::State& state) {
   store();
   Raw raw;
@@ -269,6 +281,8 @@ void BM_from_schema_100k_floor(benchmark::State& state) {
 void register_all() {
   static const NamedBench benchmarks[] = {
       {"BM_row_write_10_leaves/tensordict", BM_row_write_10_leaves_td},
+      {"BM_row_write_10_leaves/tensordict_no_transaction",
+       BM_row_write_10_leaves_td_no_transaction},
       {"BM_row_write_10_leaves/floor", BM_row_write_10_leaves_floor},
       {"BM_sample_256_10_leaves/tensordict", BM_sample_256_10_leaves_td},
       {"BM_sample_256_10_leaves/floor", BM_sample_256_10_leaves_floor},
