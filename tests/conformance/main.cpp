@@ -273,6 +273,7 @@ int main(int argc, char** argv) {
   bool print = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg.empty()) continue;  // an empty generator expression in the CTest command
     if (arg.rfind("--check-doc=", 0) == 0)
       check_doc = arg.substr(12);
     else if (arg.rfind("--update-doc=", 0) == 0)
