@@ -52,6 +52,14 @@ td::TensorDict row() {
   return r;
 }
 
+// The leaves of row() as tensors, for the floors.
+std::vector<at::Tensor> row_leaves() {
+  auto r = row();
+  std::vector<at::Tensor> leaves;
+  for (int l = 0; l < kLeaves; ++l) leaves.push_back(r.get("leaf" + std::to_string(l)));
+  return leaves;
+}
+
 // A raw hiredis connection for the floors.
 struct Raw {
   Raw() {
@@ -102,9 +110,7 @@ void BM_row_write_10_leaves_td_no_transaction(benchmark::State& state) {
 void BM_row_write_10_leaves_floor(benchmark::State& state) {
   store();
   Raw raw;
-  auto r = row();
-  std::vector<at::Tensor> leaves;
-  for (int l = 0; l < kLeaves; ++l) leaves.push_back(r.get("leaf" + std::to_string(l)));
+  const auto leaves = row_leaves();
   int64_t i = 0;
   for (auto _ : state) {
     const std::string off = std::to_string(((i++ * 7919) % kRows) * kRowBytes);
@@ -207,9 +213,7 @@ void BM_row_stream_64_td(benchmark::State& state) {
 void BM_row_stream_64_floor(benchmark::State& state) {
   store();
   Raw raw;
-  auto r = row();
-  std::vector<at::Tensor> leaves;
-  for (int l = 0; l < kLeaves; ++l) leaves.push_back(r.get("leaf" + std::to_string(l)));
+  const auto leaves = row_leaves();
   int64_t i = 0;
   std::vector<std::string> offs(64);
   for (auto _ : state) {

@@ -432,13 +432,8 @@ class RedisNode final : public Node {
     std::vector<std::string> paths;
     std::vector<LeafInfo> infos;
     for (auto* l : mine) {
-      auto* n = static_cast<const RedisNode*>(l->node);
-      paths.push_back(n->path(l->key()));
-      auto it = s_->leaves.find(paths.back());
-      if (it == s_->leaves.end() || it->second.non_tensor)
-        throw KeyError("Redis store " + s_->options.td_id + ": no tensor leaf '" + paths.back() +
-                       "'");
-      infos.push_back(it->second);
+      paths.push_back(static_cast<const RedisNode*>(l->node)->path(l->key()));
+      infos.push_back(tensor_leaf(paths.back()));
     }
     Batch b;
     const bool whole = rows.is_all();
@@ -557,14 +552,9 @@ class RedisNode final : public Node {
     std::vector<at::Tensor> values;
     bool general = rows.kind() == RowSelection::Kind::General;
     for (const auto* l : mine) {
-      auto* n = static_cast<const RedisNode*>(l->node);
-      paths.push_back(n->path(l->key()));
-      auto it = s_->leaves.find(paths.back());
-      if (it == s_->leaves.end() || it->second.non_tensor)
-        throw KeyError("Redis store " + s_->options.td_id + ": no tensor leaf '" + paths.back() +
-                       "'");
-      infos.push_back(it->second);
-      values.push_back(l->value.detach().to(at::kCPU).to(it->second.dtype).contiguous());
+      paths.push_back(static_cast<const RedisNode*>(l->node)->path(l->key()));
+      infos.push_back(tensor_leaf(paths.back()));
+      values.push_back(l->value.detach().to(at::kCPU).to(infos.back().dtype).contiguous());
     }
     if (general) {
       // Read the leaves whole (one round trip), patch here, write them back.
@@ -673,6 +663,14 @@ class RedisNode final : public Node {
   const std::string& level() const noexcept { return level_; }
 
  private:
+  // The cached metadata of the tensor leaf at `p` (a batched call's leaf).
+  const LeafInfo& tensor_leaf(const std::string& p) const {
+    auto it = s_->leaves.find(p);
+    if (it == s_->leaves.end() || it->second.non_tensor)
+      throw KeyError("Redis store " + s_->options.td_id + ": no tensor leaf '" + p + "'");
+    return it->second;
+  }
+
   std::optional<EntryKind> kind_cached(std::string_view key) const {
     const std::string p = path(key);
     auto it = s_->leaves.find(p);
