@@ -8,8 +8,11 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 namespace td = tensordict;
 
@@ -22,6 +25,20 @@ int main(int argc, char** argv) {
   const int64_t n = std::stoll(argv[4]);
   try {
     auto store = td::redis::from_store(opts);
+    if (mode == "label0" || mode == "label1") {
+      // Per-element non-tensor writes: element i of "label" becomes "row<i>",
+      // once each, both writers starting at the same moment (TD_START_MS,
+      // milliseconds since the epoch) so that they overlap.
+      if (const char* at = std::getenv("TD_START_MS"))
+        std::this_thread::sleep_until(
+            std::chrono::system_clock::time_point(std::chrono::milliseconds(std::stoll(at))));
+      for (int64_t i = mode == "label1"; i < n; i += 2) {
+        td::TensorDict row(std::vector<int64_t>{});
+        row.set_non_tensor("label", "row" + std::to_string(i));
+        store.index_put_({i}, row);
+      }
+      return 0;
+    }
     if (mode == "write0" || mode == "write1") {
       const int64_t parity = mode == "write1";
       std::vector<int64_t> pending;

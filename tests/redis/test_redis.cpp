@@ -452,4 +452,31 @@ TEST(Redis, TwoWritersAndAReaderLoseAndTearNoRow) {
   }
 }
 
+TEST(Redis, JsonArrayElementsWrittenByTwoProcessesAreAllKept) {
+  RedisServer server;
+  constexpr int64_t n = 400;
+  td::TensorDict data({{"x", torch::zeros({n})}}, {n});
+  data.set("label", td::NonTensorStack(std::vector<nlohmann::json>(n, "")));
+  auto store = td::redis::from_tensordict(data, on(server, "labels"));
+  // Both writers start at the same moment, so that they overlap.
+  const auto start =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          (std::chrono::system_clock::now() + std::chrono::seconds(2)).time_since_epoch())
+          .count();
+  auto spawn = [&](const std::string& mode) {
+    const std::string cmd = "TD_START_MS=" + std::to_string(start) + " " + TENSORDICT_REDIS_WORKER +
+                            " " + mode + " " + server.socket() + " labels " + std::to_string(n) +
+                            " > " + server.dir() + "/" + mode + ".out 2>&1";
+    return std::async(std::launch::async, [cmd] { return std::system(cmd.c_str()); });
+  };
+  auto a = spawn("label0"), b = spawn("label1");
+  EXPECT_EQ(a.get(), 0) << std::ifstream(server.dir() + "/label0.out").rdbuf();
+  EXPECT_EQ(b.get(), 0) << std::ifstream(server.dir() + "/label1.out").rdbuf();
+  auto again = td::redis::from_store(on(server, "labels"));
+  const auto labels = again.get_non_tensor("label");
+  ASSERT_EQ(labels.size(), static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(labels[i], "row" + std::to_string(i)) << i;
+  EXPECT_EQ(server.command({"HGET", "tensordict:{labels}:m:label", "encoding"}), "json_array");
+}
+
 }  // namespace

@@ -58,6 +58,17 @@ std::string uuid4() {
   return buf;
 }
 
+// Sets elements of a json_array payload on the server, so that two clients
+// writing different elements lose no update. ARGV: (index, JSON text) pairs.
+constexpr const char* kPatchJsonArray = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if not cur then return redis.error_reply('json_array ' .. KEYS[1] .. ' is missing') end
+local a = cjson.decode(cur)
+for j = 1, #ARGV, 2 do a[tonumber(ARGV[j]) + 1] = cjson.decode(ARGV[j + 1]) end
+redis.call('SET', KEYS[1], cjson.encode(a))
+return #ARGV / 2
+)lua";
+
 struct LeafInfo {
   bool non_tensor = false;
   std::string encoding;  // json | json_array | pickle
@@ -177,6 +188,8 @@ struct Store {
   // Nested levels are not stored on the server (Python's layout): levels
   // without leaves and nested batch sizes are known to this process only.
   std::set<std::string> empty_levels;  // "a.b."
+  // The json_array values as last read, to send only the changed elements.
+  std::map<std::string, nlohmann::json> last_array;
   std::map<std::string, std::vector<int64_t>> level_batch;
 };
 
@@ -403,6 +416,7 @@ class RedisNode final : public Node {
     }
     const std::vector<int64_t> batch = batch_size().vec();
     if (info.encoding == "json") return Value(NonTensorData(std::move(value), batch, s_->device));
+    if (value.is_array()) s_->last_array[p] = value;
     if (!value.is_array())
       throw FormatError("Redis store: '" + s_->data_key(p) +
                         "' has encoding json_array but is not a JSON list");
@@ -506,6 +520,7 @@ class RedisNode final : public Node {
     std::lock_guard lock(s_->mu);
     s_->ensure_loaded();
     const std::string p = path(key);
+    if (value.is_non_tensor_stack() && patch_json_array(p, value.non_tensor_stack())) return;
     Batch b;
     // Replacing a nested level or a leaf: drop what was there.
     std::vector<std::string> old;
@@ -663,6 +678,30 @@ class RedisNode final : public Node {
   const std::string& level() const noexcept { return level_; }
 
  private:
+  // A per-element write of a json_array read before (index_put_ of rows
+  // holding a non-tensor): only the changed elements are sent, and set on the
+  // server by a Lua script, atomically. False when it does not apply.
+  bool patch_json_array(const std::string& p, const NonTensorStack& stack) {
+    auto before = s_->last_array.find(p);
+    auto leaf = s_->leaves.find(p);
+    if (before == s_->last_array.end() || leaf == s_->leaves.end() ||
+        leaf->second.encoding != "json_array")
+      return false;
+    json now = stack.tolist();
+    if (!now.is_array() || now.size() != before->second.size()) return false;
+    Batch b;
+    std::vector<std::string_view> args{"EVAL", kPatchJsonArray, "1", b.own(s_->data_key(p))};
+    for (std::size_t i = 0; i < now.size(); ++i)
+      if (now[i] != before->second[i])
+        args.push_back(b.own(std::to_string(i))), args.push_back(b.own(now[i].dump()));
+    if (args.size() > 4) {
+      b.add(std::move(args));
+      s_->conn.send(b, "writing elements of '" + p + "'");
+    }
+    before->second = std::move(now);
+    return true;
+  }
+
   // The cached metadata of the tensor leaf at `p` (a batched call's leaf).
   const LeafInfo& tensor_leaf(const std::string& p) const {
     auto it = s_->leaves.find(p);
