@@ -122,6 +122,8 @@ StorageCase lazy_stacked();
 StorageCase memmap();
 StorageCase shared_memory();
 StorageCase typed_tensor_dict();
+/// storage_redis.cpp, when the Redis component is built.
+StorageCase redis_store();
 
 /// The name generator of INSTANTIATE_TEST_SUITE_P: the storage id.
 inline std::string storage_name(const ::testing::TestParamInfo<StorageCase>& info) {

@@ -314,5 +314,9 @@ INSTANTIATE_TEST_SUITE_P(SharedMemory, StorageContract, ::testing::Values(shared
 StorageCase h5();
 INSTANTIATE_TEST_SUITE_P(H5, StorageContract, ::testing::Values(h5()), storage_name);
 #endif
+#ifdef TENSORDICT_TEST_REDIS
+// storage_redis.cpp (built with tensordict::redis).
+INSTANTIATE_TEST_SUITE_P(Redis, StorageContract, ::testing::Values(redis_store()), storage_name);
+#endif
 
 }  // namespace conformance

@@ -1,0 +1,2 @@
+include(CMakeFindDependencyMacro)
+find_dependency(Hiredis 0.14)
