@@ -217,10 +217,6 @@ std::vector<std::string>& absent_rows() {
 
 /// Compares (or, with `update`, rewrites) the matrices of the page. Returns
 /// false when they differ (check) or the page cannot be used.
-/// Rows of storages this build lacks (--absent-row=TEXT: page rows whose
-/// label contains TEXT are not checked), e.g. Redis without hiredis.
-std::vector<std::string> absent_rows;
-
 bool sync_page(const Matrix& matrix, const std::string& path, bool update) {
   std::optional<std::string> text = read_file(path);
   if (!text) {
@@ -287,8 +283,6 @@ int main(int argc, char** argv) {
       check_doc = arg.substr(12);
     else if (arg.rfind("--update-doc=", 0) == 0)
       update_doc = arg.substr(13);
-    else if (arg.rfind("--absent-row=", 0) == 0)
-      conformance::absent_rows.push_back(arg.substr(13));
     else if (arg == "--matrix")
       print = true;
     else if (arg.rfind("--absent-row=", 0) == 0)
