@@ -122,7 +122,7 @@ int json_depth(const nlohmann::json& j, int limit) { return depth_of(j, limit); 
 std::string read_regular_file(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw FormatError("cannot read " + what + " " + path + ": " + std::strerror(errno));
+  if (fd < 0) throw FormatError("cannot open " + what + " " + path + ": " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
@@ -168,7 +168,8 @@ void replace_file_atomically(const std::string& path, const char* data, std::siz
                               std::to_string(::getpid()) + "-" + std::to_string(counter++));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0)
-    throw StorageError(op + ": cannot create " + tmp.string() + ": " + std::strerror(errno));
+    throw StorageError(op + ": cannot write " + path + " (creating " + tmp.string() +
+                       " beside it): " + std::strerror(errno));
   std::string error;
   std::size_t done = 0;
   while (done < size && error.empty()) {

@@ -2,6 +2,7 @@
 // dicts with Python through torch::pickle_save / torch::pickle_load.
 #include "core/internal.h"
 #include "formats/json_io.h"
+#include "formats/pickle_reader.h"
 
 #include <tensordict/state_dict.h>
 
@@ -938,17 +939,14 @@ StateDict load_state_dict_file(const std::string& path) {
   } catch (const FormatError& e) {
     throw FormatError(std::string("load_state_dict_file: ") + e.what());
   }
-  std::vector<char> bytes(text.begin(), text.end());
+  // Read by the library's own bounded reader: a crafted file never reaches
+  // LibTorch's unpickler.
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    value = detail::read_torch_archive(text, "load_state_dict_file: " + path);
   } catch (const c10::Error& e) {
     std::throw_with_nested(
-        FormatError("load_state_dict_file: " + path +
-                    " is not a pickle archive of a plain dict written by torch.save or "
-                    "torch::pickle_save (Python's OrderedDict and torch.Size cannot be read; "
-                    "see docs/state_dict.md): " +
-                    e.what_without_backtrace()));
+        FormatError("load_state_dict_file: " + path + ": " + e.what_without_backtrace()));
   }
   try {
     return state_dict_from_ivalue(value);
