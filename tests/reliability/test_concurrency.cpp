@@ -11,7 +11,9 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 
 extern char** environ;
 
@@ -97,13 +99,16 @@ void expect_disjoint(const td::TensorDictBase& back, int writers, bool nontensor
   }
 }
 
-// Every row written whole by one of the writers (values 1..writers).
-void expect_untorn(const td::TensorDictBase& back, int writers, bool nontensor) {
+// Every element written by one of the writers (values 1..writers; rows of
+// tensors written at once may mix writers, docs/errors.md); every
+// non-tensor value whole.
+void expect_whole_values(const td::TensorDictBase& back, int writers, bool nontensor) {
   const auto tags = nontensor ? tags_of(back) : std::vector<std::string>();
   for (int64_t r = 0; r < kRows; ++r) {
     const auto row = back.get("x")[r];
-    const double v = row[0].item<double>();
-    EXPECT_TRUE(v >= 1 && v <= writers && row.equal(torch::full({4}, v))) << "row " << r;
+    EXPECT_TRUE((row >= 1).all().item<bool>() && (row <= writers).all().item<bool>() &&
+                row.equal(row.round()))
+        << "row " << r;
     if (nontensor) {
       std::set<std::string> allowed;
       for (int w = 1; w <= writers; ++w) allowed.insert("v" + std::to_string(w));
@@ -128,7 +133,7 @@ TEST_F(Reliability, TwoProcessesWritingNonTensorRowsOfOneMemmapLoseNothing) {
   expect_disjoint(td::load_memmap(prefix), 2, true);
 }
 
-TEST_F(Reliability, ThreeProcessesWritingTheSameRowsOfOneMemmapTearNothing) {
+TEST_F(Reliability, ThreeProcessesWritingTheSameRowsOfOneMemmapWriteWholeValues) {
   const std::string prefix = (root / "p").string();
   rows_td(true).memmap(prefix);
   std::vector<pid_t> pids;
@@ -136,7 +141,7 @@ TEST_F(Reliability, ThreeProcessesWritingTheSameRowsOfOneMemmapTearNothing) {
     pids.push_back(spawn_child(
         {"rows", prefix, "0", std::to_string(kRows), std::to_string(w + 1), "nontensor"}));
   for (int rc : wait_all(pids)) ASSERT_EQ(rc, 0);
-  expect_untorn(td::load_memmap(prefix), 3, true);
+  expect_whole_values(td::load_memmap(prefix), 3, true);
 }
 
 TEST_F(Reliability, ProcessesWritingRowsOfOneSharedTensordictLoseNothing) {
@@ -149,6 +154,35 @@ TEST_F(Reliability, ProcessesWritingRowsOfOneSharedTensordictLoseNothing) {
   for (int w = 0; w < 3; ++w)
     pids.push_back(spawn_child({"rows", name, "0", std::to_string(kRows), std::to_string(w + 1)}));
   for (int rc : wait_all(pids)) ASSERT_EQ(rc, 0);
-  expect_untorn(shared, 3, false);
+  expect_whole_values(shared, 3, false);
   td::unlink_shared(shared.shared_name());
+}
+
+// The threads promise (docs/errors.md): const operations from many threads at
+// once on one tensordict, none writing, see consistent data.
+TEST_F(Reliability, ConstOperationsFromManyThreadsAgree) {
+  td::TensorDict t(std::vector<int64_t>{8});
+  t.set("x", torch::arange(32, torch::kFloat).reshape({8, 4}));
+  t.set({"sub", "y"}, torch::arange(8, torch::kLong));
+  t.set("tag", td::NonTensorStack(nlohmann::json(std::vector<std::string>(8, "t"))));
+  const td::TensorDict& shared = t;
+  // What one thread sees, the reference for all.
+  const auto keys = shared.keys(true, true);
+  const auto tags = shared.get_non_tensor("tag");
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      for (int n = 0; n < 200; ++n) {
+        const int64_t r = (i + n) % 8;
+        auto row = shared.index({r});
+        if (!row.get("x").equal(torch::arange(4 * r, 4 * r + 4, torch::kFloat))) ++bad;
+        if (row.get({"sub", "y"}).item<int64_t>() != r) ++bad;
+        if (shared.keys(true, true) != keys) ++bad;
+        if (shared.get_non_tensor("tag") != tags) ++bad;
+        if (!shared.clone().get("x").equal(shared.get("x"))) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
 }
