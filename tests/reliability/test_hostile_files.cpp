@@ -208,3 +208,25 @@ TEST_F(Reliability, LoadMemmapDoesNotMapASymlinkTargetWritable) {
   t.get("a").fill_(7);
   EXPECT_EQ(read_text(root / "elsewhere.bin"), before);
 }
+
+// Directories of a save that are symbolic links (to an ancestor: a loop; two
+// per level: exponential) are refused rather than followed.
+TEST_F(Reliability, SymlinkedDirectoriesInASaveAreNotFollowed) {
+  const fs::path dir = root / "p";
+  // The layout before 0.4 scans sub-directories.
+  write_text(dir / "meta.json", "{\"shape\": [], \"device\": \"cpu\"}");
+  fs::create_directory_symlink(dir, dir / "a");
+  fs::create_directory_symlink(dir, dir / "b");
+  EXPECT_TRUE(
+      finishes_within(20, [&] { EXPECT_THROW(td::load_memmap(dir.string()), td::FormatError); }));
+  // Listed entries (0.4 on).
+  write_text(dir / "meta.json", plain_meta("\"a\": {\"type\": \"TensorDict\"}, \"b\": "
+                                           "{\"type\": \"TensorDict\"}"));
+  EXPECT_TRUE(
+      finishes_within(20, [&] { EXPECT_THROW(td::load_memmap(dir.string()), td::FormatError); }));
+  // The prefix itself may be a link.
+  const fs::path real = saved(root / "r");
+  fs::create_directory_symlink(real, root / "link");
+  EXPECT_TRUE(
+      td::load_memmap((root / "link").string()).get("a").equal(torch::arange(3, torch::kFloat)));
+}

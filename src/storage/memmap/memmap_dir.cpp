@@ -772,6 +772,13 @@ Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
     throw FormatError(dir.string() + " (key " + key.repr() + "): directories nested deeper than " +
                       std::to_string(kMaxNestingDepth) +
                       " levels (the limit of this library, docs/errors.md)");
+  // A directory inside a save that is a symbolic link is not followed: links
+  // to an ancestor or to siblings would make the load loop or grow
+  // exponentially (the prefix itself may be a link).
+  std::error_code ec;
+  if (L.depth > 1 && fs::is_symlink(dir, ec))
+    throw FormatError(dir.string() + " (key " + key.repr() +
+                      "): a directory inside a save is a symbolic link, which is not followed");
   try {
     return load_entry_dir_impl(dir, L, key, parent_batch);
   } catch (const nlohmann::json::exception& e) {
