@@ -1,25 +1,19 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of fuzz/ with clang (ASan + UBSan) and runs
+# Builds the libFuzzer targets of fuzz/ (ASan + UBSan, the build of
+# run-sanitizers.sh: scripts/sanitizers/configure.sh) and runs
 # each for FUZZ_SECONDS (default 30) from seeds the library writes itself and
 # the Python fixtures in tests/data, plus the inputs kept in
 # fuzz/regressions/<target>/. A finding (crash, sanitizer report, non-
 # tensordict exception) fails the run; its input is left in
-# $FUZZ_BUILD_DIR/findings/: add it to fuzz/regressions/<target>/ with the fix.
+# $SAN_BUILD_DIR/findings/: add it to fuzz/regressions/<target>/ with the fix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+BUILD_DIR=${SAN_BUILD_DIR:-build-sanitize}
 JOBS=${JOBS:-$(nproc)}
 SECONDS_EACH=${FUZZ_SECONDS:-30}
 TARGETS=${FUZZ_TARGETS:-"load_memmap from_consolidated state_dict schema"}
-CXX_FUZZ=${CXX_FUZZ:-clang++}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_CXX_COMPILER="$CXX_FUZZ" -DCMAKE_BUILD_TYPE= \
-  -DCMAKE_CXX_FLAGS="-O1 -g1" -DTENSORDICT_SANITIZE=address,undefined -DTENSORDICT_BUILD_FUZZERS=ON \
-  -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF \
-  -DTENSORDICT_BUILD_TOOLS=OFF >/dev/null
+source scripts/sanitizers/configure.sh
 cmake --build "$BUILD_DIR" -j "$JOBS" --target $(for t in $TARGETS; do printf 'fuzz_%s ' "$t"; done)
-export ASAN_OPTIONS=${ASAN_OPTIONS:-"abort_on_error=1:detect_leaks=1"}
-export LSAN_OPTIONS=${LSAN_OPTIONS:-"suppressions=$PWD/scripts/sanitizers/lsan.supp:print_suppressions=0"}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-"print_stacktrace=1:halt_on_error=1:suppressions=$PWD/scripts/sanitizers/ubsan.supp"}
 export TD_FUZZ_FIXTURES="$PWD/tests/data/python-0.3.2/memmap:$PWD/tests/data/hand-built:$PWD/tests/data/upstream-artifact"
 mkdir -p "$BUILD_DIR/findings"
 status=0

@@ -12,8 +12,14 @@
 #include <string>
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <vector>
+
+extern char** environ;
 
 namespace td_rel {
 
@@ -79,5 +85,27 @@ inline void poke_fifo(const fs::path& fifo) {
   int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
   if (fd >= 0) ::close(fd);
 }
+
+/// Starts tensordict_reliability_child with `args`; -1 when it cannot start.
+inline pid_t spawn_child(const std::vector<std::string>& args) {
+  std::string exe = TD_RELIABILITY_CHILD;
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv{exe.data()};
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+/// The exit status of a child (1000 + the signal that killed it).
+inline int wait_child(pid_t pid) {
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFSIGNALED(status) ? 1000 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+/// Runs the child to its end.
+inline int run_child(const std::vector<std::string>& args) { return wait_child(spawn_child(args)); }
 
 }  // namespace td_rel

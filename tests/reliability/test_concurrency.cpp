@@ -8,14 +8,10 @@
 #include <torch/torch.h>
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <atomic>
 #include <set>
 #include <thread>
-
-extern char** environ;
 
 namespace td = tensordict;
 using namespace td_rel;
@@ -23,18 +19,6 @@ using namespace td_rel;
 namespace {
 
 constexpr int64_t kRows = 48;
-
-pid_t spawn_child(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  std::string exe = TD_RELIABILITY_CHILD;
-  argv.push_back(exe.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
-}
 
 // Waits for every child, at most `seconds` in all (then kills them): the
 // exit statuses, 1000 + signal for a killed one.

@@ -6,11 +6,6 @@
 
 #include <torch/torch.h>
 
-#include <spawn.h>
-#include <sys/wait.h>
-
-extern char** environ;
-
 namespace td = tensordict;
 using namespace td_rel;
 
@@ -32,21 +27,6 @@ template <class E, class F>
     return ::testing::AssertionFailure() << "wrong exception type: " << e.what();
   }
   return ::testing::AssertionFailure() << "no exception";
-}
-
-int run_child(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  std::string exe = TD_RELIABILITY_CHILD;
-  argv.push_back(exe.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  if (::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFSIGNALED(status)) return 1000 + WTERMSIG(status);
-  return WEXITSTATUS(status);
 }
 
 }  // namespace
