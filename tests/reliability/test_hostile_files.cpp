@@ -224,6 +224,12 @@ TEST_F(Reliability, SymlinkedDirectoriesInASaveAreNotFollowed) {
                                            "{\"type\": \"TensorDict\"}"));
   EXPECT_TRUE(
       finishes_within(20, [&] { EXPECT_THROW(td::load_memmap(dir.string()), td::FormatError); }));
+  // A link to itself (ELOOP when examined).
+  fs::remove(dir / "a");
+  fs::remove(dir / "b");
+  fs::create_symlink("a", dir / "a");
+  EXPECT_TRUE(
+      finishes_within(20, [&] { EXPECT_THROW(td::load_memmap(dir.string()), td::FormatError); }));
   // The prefix itself may be a link.
   const fs::path real = saved(root / "r");
   fs::create_directory_symlink(real, root / "link");

@@ -784,6 +784,9 @@ Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
   } catch (const nlohmann::json::exception& e) {
     throw FormatError((dir / "meta.json").string() + " (key " + key.repr() +
                       "): unexpected JSON content: " + e.what());
+  } catch (const fs::filesystem_error& e) {
+    // A path that cannot be examined (a link loop: ELOOP, a name too long).
+    throw FormatError(dir.string() + " (key " + key.repr() + "): " + e.what());
   }
 }
 
@@ -967,7 +970,10 @@ TensorDictBase write_tensorclass_dir(const TensorDictBase& tensors, const std::s
 TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options) {
   namespace d = detail;
   fs::path dir(prefix);
-  if (!fs::is_directory(dir)) throw FormatError("load_memmap: " + prefix + " is not a directory");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw FormatError("load_memmap: " + prefix + " is not a directory" +
+                      (ec ? " (" + ec.message() + ")" : std::string()));
   d::Loader L{options};
   Value v = d::load_entry_dir(dir, L, NestedKey(), {});
   if (!v.is_tensordict())
