@@ -6,6 +6,8 @@
 
 #include <tensordict/tensordict.h>
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
