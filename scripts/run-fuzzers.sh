@@ -23,7 +23,7 @@ for t in $TARGETS; do
   TD_FUZZ_WRITE_SEEDS="$corpus" "$BUILD_DIR/fuzz/fuzz_$t"
   echo "== fuzz_$t: $(ls "$corpus" | wc -l) inputs in the corpus, ${SECONDS_EACH}s"
   if ! "$BUILD_DIR/fuzz/fuzz_$t" "$corpus" "fuzz/regressions/$t" -max_total_time="$SECONDS_EACH" \
-      -timeout=10 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
+      -timeout=10 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 -use_value_profile=1 \
       -artifact_prefix="$BUILD_DIR/findings/$t-" 2> "$BUILD_DIR/fuzz_$t.log"; then
     echo "fuzz_$t: FINDING (log: $BUILD_DIR/fuzz_$t.log, input: $BUILD_DIR/findings/)"
     tail -40 "$BUILD_DIR/fuzz_$t.log"
