@@ -12,6 +12,7 @@ PACKAGES=(
   libhdf5-dev python3-h5py
   libhiredis-dev redis-server python3-redis
   libgloo-dev
+  libclang-rt-14-dev
 )
 
 missing=()

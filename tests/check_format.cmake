@@ -5,7 +5,8 @@ file(GLOB_RECURSE _sources
   ${SOURCE_DIR}/include/*.h ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cpp
   ${SOURCE_DIR}/tests/*.h ${SOURCE_DIR}/tests/*.cpp ${SOURCE_DIR}/tests/*.c
   ${SOURCE_DIR}/tools/*.cpp ${SOURCE_DIR}/examples/*.h ${SOURCE_DIR}/examples/*.cpp
-  ${SOURCE_DIR}/benchmarks/*.h ${SOURCE_DIR}/benchmarks/*.cpp)
+  ${SOURCE_DIR}/benchmarks/*.h ${SOURCE_DIR}/benchmarks/*.cpp
+  ${SOURCE_DIR}/fuzz/*.h ${SOURCE_DIR}/fuzz/*.cpp)
 list(FILTER _sources EXCLUDE REGEX "/tests/data/")
 execute_process(COMMAND ${CLANG_FORMAT} --dry-run --Werror ${_sources}
                 WORKING_DIRECTORY ${SOURCE_DIR} RESULT_VARIABLE rc ERROR_VARIABLE err)

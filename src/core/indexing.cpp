@@ -728,9 +728,12 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
                               "is fixed); store a NonTensorStack there before memmapping");
           if (dry_run) break;
           // Replacing the entry is how a non-tensor is written in place; like
-          // Python, this is allowed on a locked tensordict.
-          dest->write(k, *updated);
-          detail::persist_non_tensor(*dest, k, *updated);
+          // Python, this is allowed on a locked tensordict. Behind files, the
+          // rows are put into the value on disk (other processes' rows kept).
+          updated = detail::persist_non_tensor_rows(*dest, k, *dv, [&](const Value& current) {
+            return detail::put_non_tensor(current, *plan.t, vv, key);
+          });
+          if (updated) dest->write(k, *updated);
           break;
         }
         refuse_new();

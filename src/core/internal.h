@@ -8,6 +8,8 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -290,6 +292,15 @@ inline bool backs_files(const Node& node) {
 /// `key` of `parent`, rewrites that file (nothing unless backs_files(parent)).
 /// Defined in src/memmap/memmap_dir.cpp.
 void persist_non_tensor(const Node& parent, std::string_view key, const Value& value);
+
+/// persist_non_tensor for a write into part of the entry (index_put_):
+/// under an exclusive lock (flock) on the entry's directory, `apply` runs on
+/// the value in the file, which another process may have changed since this
+/// one read it, and its result is written. Returns that result (nullopt:
+/// nothing changed). Without files behind `parent`: apply(in_memory).
+std::optional<Value> persist_non_tensor_rows(
+    const Node& parent, std::string_view key, const Value& in_memory,
+    const std::function<std::optional<Value>(const Value&)>& apply);
 
 /// Python's repr of a JSON value: 'a', 1, 1.5, True, None, [1, 2], {'k': 'v'}.
 std::string python_repr(const nlohmann::json& value);

@@ -551,8 +551,16 @@ TensorDictBase TensorDictBase::to(at::Device device, bool non_blocking) const {
   };
   TensorDictBase out = map_leaves(
       *this, B_of(*this), batch_size(),
-      [&](const at::Tensor& t, const NestedKey&) { return t.to(device, non_blocking); }, "to",
-      std::optional<at::Device>(device), &on_lazy);
+      [&](const at::Tensor& t, const NestedKey& key) {
+        try {
+          return t.to(device, non_blocking);
+        } catch (const c10::Error& e) {
+          // A device this build lacks (CUDA without CUDA) is a device error.
+          throw DeviceError("to: cannot move the entry " + key.repr() + " to " + device.str() +
+                            ": " + e.what_without_backtrace());
+        }
+      },
+      "to", std::optional<at::Device>(device), &on_lazy);
   detail::propagate_lock(*this, out);
   return out;
 }

@@ -82,6 +82,10 @@ void collect_leaves(const TensorDictBase& td, const NestedKey& path,
       if (t.is_nested())
         throw ValueError("consolidate: the leaf " + key.repr() +
                          " is a nested tensor, which is not supported");
+      if (t.layout() != at::kStrided)
+        throw TypeError("consolidate: the leaf " + key.repr() + " is a " + c10::str(t.layout()) +
+                        " tensor; only dense (strided) tensors can be "
+                        "consolidated (call to_dense() first)");
       leaves.push_back(t);
     } else if (v.is_tensordict()) {
       for (const char* r : kReserved)
@@ -565,7 +569,8 @@ TensorDictBase TensorDict::from_consolidated(const std::string& path) {
   ojson metadata;
   try {
     metadata = detail::parse_python_json(
-        std::string(reinterpret_cast<const char*>(bytes + s), static_cast<std::size_t>(m)));
+        std::string(reinterpret_cast<const char*>(bytes + s), static_cast<std::size_t>(m)),
+        context + ": the metadata");
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(context + ": the " + std::to_string(m) +
                       " bytes of metadata before the "
@@ -580,6 +585,11 @@ TensorDictBase TensorDict::from_consolidated(const at::Tensor& storage,
   if (!storage.defined() || storage.dim() != 1 || storage.scalar_type() != at::kByte ||
       !storage.device().is_cpu() || !storage.is_contiguous())
     throw TypeError("from_consolidated: the storage must be a contiguous 1-D uint8 CPU tensor");
+  // The reader recurses once per level.
+  if (detail::json_depth(metadata) > detail::kMaxNestingDepth)
+    throw FormatError("consolidated metadata: nested deeper than " +
+                      std::to_string(detail::kMaxNestingDepth) +
+                      " levels (the limit of this library, docs/errors.md)");
   return Reader{"consolidated metadata", storage}.node(metadata, NestedKey());
 }
 

@@ -1,8 +1,19 @@
 // JSON as Python writes it (formats spec §0.4): see json_io.h.
 #include "formats/json_io.h"
 
+#include <tensordict/errors.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace tensordict::detail {
 
@@ -63,9 +74,129 @@ void restore_special_numbers(ojson& j) {
   }
 }
 
+// The deepest nesting of lists/objects in `text`, stopping past `limit`:
+// checked before parsing, as the copies, conversions and loaders after the
+// parse recurse once per level.
+int text_depth(const std::string& text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+template <class Json>
+int depth_of(const Json& root, int limit) {
+  std::vector<std::pair<const Json*, int>> todo{{&root, 0}};
+  int deepest = 0;
+  while (!todo.empty()) {
+    auto [j, d] = todo.back();
+    todo.pop_back();
+    if (!j->is_structured()) continue;
+    deepest = std::max(deepest, d + 1);
+    if (deepest > limit) return deepest;
+    for (const auto& v : *j) todo.emplace_back(&v, d + 1);
+  }
+  return deepest;
+}
+
 }  // namespace
 
-ojson parse_python_json(const std::string& text) {
+int json_depth(const ojson& j, int limit) { return depth_of(j, limit); }
+int json_depth(const nlohmann::json& j, int limit) { return depth_of(j, limit); }
+
+std::string read_regular_file(const std::string& path, const std::string& what) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw FormatError("cannot open " + what + " " + path + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw FormatError("cannot read " + what + " " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw FormatError("cannot read " + what + " " + path + ": not a regular file (" +
+                      (S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a special file") +
+                      ")");
+  std::string out(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw FormatError("cannot read " + what + " " + path + ": " + std::strerror(errno));
+    if (n == 0) break;  // shrunk meanwhile: what is there
+    done += static_cast<std::size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+void replace_file_atomically(const std::string& path, const char* data, std::size_t size,
+                             const std::string& op) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    std::error_code ec;
+    target = fs::weakly_canonical(target, ec);
+    if (ec) throw StorageError(op + ": cannot resolve " + path + ": " + ec.message());
+  }
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp =
+      target.parent_path() / ("." + target.filename().string() + ".tdtmp-" +
+                              std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0)
+    throw StorageError(op + ": cannot write " + path + " (creating " + tmp.string() +
+                       " beside it): " + std::strerror(errno));
+  std::string error;
+  std::size_t done = 0;
+  while (done < size && error.empty()) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      error = "cannot write " + tmp.string() + " (" + std::to_string(done) + " of " +
+              std::to_string(size) + " bytes written): " + std::strerror(errno);
+    else
+      done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0 && error.empty())
+    error = "cannot write " + tmp.string() + ": " + std::strerror(errno);
+  if (error.empty() && ::rename(tmp.c_str(), target.c_str()) != 0)
+    error =
+        "cannot rename " + tmp.string() + " to " + target.string() + ": " + std::strerror(errno);
+  if (!error.empty()) {
+    ::unlink(tmp.c_str());
+    throw StorageError(op + ": " + error + " (" + path + " is left as it was)");
+  }
+}
+
+ojson parse_python_json(const std::string& text, const std::string& where) {
+  if (text_depth(text, kMaxNestingDepth) > kMaxNestingDepth)
+    throw FormatError((where.empty() ? std::string("JSON") : where) + ": nested deeper than " +
+                      std::to_string(kMaxNestingDepth) +
+                      " levels (the limit of this library, docs/errors.md)");
   ojson j = ojson::parse(quote_special_numbers(text));
   restore_special_numbers(j);
   return j;

@@ -8,10 +8,36 @@
 
 namespace tensordict::detail {
 
+/// The deepest nesting (of JSON lists/objects, of nested tensordicts in a
+/// file or a schema) any loader accepts; deeper input is a FormatError (a
+/// SchemaError for schemas) instead of a stack overflow in a recursive
+/// reader. Python's own json cannot write much deeper (recursion limit 1000).
+/// Documented in docs/errors.md.
+inline constexpr int kMaxNestingDepth = 512;
+
 /// Parses JSON text written by Python's json or orjson, including the
 /// NaN / Infinity / -Infinity tokens that nlohmann does not read. Object keys
-/// keep their order. Throws nlohmann::json::exception on malformed text.
-nlohmann::ordered_json parse_python_json(const std::string& text);
+/// keep their order. Throws nlohmann::json::exception on malformed text and
+/// FormatError (naming `where`) on text nested deeper than kMaxNestingDepth.
+nlohmann::ordered_json parse_python_json(const std::string& text, const std::string& where = "");
+
+/// The nesting depth of a parsed value (a scalar is 0), counted without
+/// recursion; stops counting past `limit`.
+int json_depth(const nlohmann::ordered_json& j, int limit = kMaxNestingDepth);
+int json_depth(const nlohmann::json& j, int limit = kMaxNestingDepth);
+
+/// The bytes of the regular file `path`, refusing anything else (a FIFO, a
+/// device such as /dev/zero behind a symbolic link, a directory) with a
+/// FormatError naming `what`, instead of blocking or reading forever.
+std::string read_regular_file(const std::string& path, const std::string& what);
+
+/// Writes `size` bytes to a new file beside `path`, then renames it over
+/// `path` (through a symbolic link, over the file it names): a reader, a
+/// crash or a full disk leaves the old file or the new one, never a
+/// truncated one. StorageError (prefixed by `op`) on failure, the temporary
+/// file removed.
+void replace_file_atomically(const std::string& path, const char* data, std::size_t size,
+                             const std::string& op);
 
 /// `j` as a plain nlohmann::json (objects sorted by key), NaN and infinities
 /// kept.

@@ -1,6 +1,8 @@
 // state_dict / load_state_dict (formats spec §5) and the exchange of state
 // dicts with Python through torch::pickle_save / torch::pickle_load.
 #include "core/internal.h"
+#include "formats/json_io.h"
+#include "formats/pickle_reader.h"
 
 #include <tensordict/state_dict.h>
 
@@ -927,27 +929,24 @@ StateDict state_dict_from_ivalue(const c10::IValue& value) { return from_ivalue(
 
 void save_state_dict(const StateDict& state_dict, const std::string& path) {
   const std::vector<char> bytes = torch::pickle_save(state_dict_to_ivalue(state_dict));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw StorageError("save_state_dict: cannot create " + path);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) throw StorageError("save_state_dict: cannot write " + path);
+  detail::replace_file_atomically(path, bytes.data(), bytes.size(), "save_state_dict");
 }
 
 StateDict load_state_dict_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError("load_state_dict_file: cannot open " + path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text = detail::read_regular_file(path, "the state dict file");
+  } catch (const FormatError& e) {
+    throw FormatError(std::string("load_state_dict_file: ") + e.what());
+  }
+  // Read by the library's own bounded reader: a crafted file never reaches
+  // LibTorch's unpickler.
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    value = detail::read_torch_archive(text, "load_state_dict_file: " + path);
   } catch (const c10::Error& e) {
     std::throw_with_nested(
-        FormatError("load_state_dict_file: " + path +
-                    " is not a pickle archive of a plain dict written by torch.save or "
-                    "torch::pickle_save (Python's OrderedDict and torch.Size cannot be read; "
-                    "see docs/state_dict.md): " +
-                    e.what_without_backtrace()));
+        FormatError("load_state_dict_file: " + path + ": " + e.what_without_backtrace()));
   }
   try {
     return state_dict_from_ivalue(value);

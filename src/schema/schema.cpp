@@ -1,6 +1,7 @@
 // Schema and from_schema: pre-allocated, zero-filled tensordicts of any
 // registered storage.
 #include "core/internal.h"
+#include "formats/json_io.h"
 
 #include <tensordict/schema.h>
 #include <tensordict/storage/memmap.h>
@@ -10,7 +11,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <exception>
+#include <limits>
 #include <mutex>
+#include <new>
 
 namespace tensordict {
 
@@ -127,13 +131,26 @@ void parse_level(const Json& j, const NestedKey& path, Schema& out) {
 
 }  // namespace
 
+namespace {
+template <class Json>
+void check_depth(const Json& j) {
+  // parse_level recurses once per level.
+  if (detail::json_depth(j) > detail::kMaxNestingDepth)
+    throw SchemaError("schema: the JSON is nested deeper than " +
+                      std::to_string(detail::kMaxNestingDepth) +
+                      " levels (the limit of this library, docs/errors.md)");
+}
+}  // namespace
+
 Schema Schema::from_json(const nlohmann::json& j) {
+  check_depth(j);
   Schema out;
   parse_level(j, NestedKey(), out);
   return out;
 }
 
 Schema Schema::from_json(const nlohmann::ordered_json& j) {
+  check_depth(j);
   Schema out;
   parse_level(j, NestedKey(), out);
   return out;
@@ -153,15 +170,26 @@ nlohmann::ordered_json Schema::to_json() const {
 
 namespace {
 
-void check_batch(const std::vector<int64_t>& batch_size) {
-  for (auto d : batch_size)
-    if (d < 0) throw SchemaError("from_schema: invalid batch size " + format_shape(batch_size));
-}
-
 std::vector<int64_t> full_shape(const std::vector<int64_t>& batch, const FieldSpec& spec) {
   std::vector<int64_t> out = batch;
   out.insert(out.end(), spec.shape.begin(), spec.shape.end());
   return out;
+}
+
+// Every leaf's byte count must fit an int64 (before any storage sees it).
+void check_batch(const std::vector<int64_t>& batch_size, const Schema& schema) {
+  for (auto d : batch_size)
+    if (d < 0) throw SchemaError("from_schema: invalid batch size " + format_shape(batch_size));
+  for (const auto& [k, spec] : schema.entries()) {
+    const auto shape = full_shape(batch_size, spec);
+    int64_t bytes = static_cast<int64_t>(c10::elementSize(spec.dtype));
+    for (auto d : shape) {
+      if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+        throw SchemaError("from_schema: the entry " + k.repr() + " of shape " +
+                          format_shape(shape) + " holds more bytes than an int64 counts");
+      bytes *= d;
+    }
+  }
 }
 
 // A tensordict whose leaves are one zero each, expanded to the full shapes:
@@ -245,16 +273,32 @@ void allocate_schema(const TensorDictBase& td, const Schema& schema) {
                                 at::TensorOptions().dtype(spec.dtype).device(device)});
     levels.push_back(std::move(parent));
   }
+  if (device.type() != at::kCPU && device.type() != at::kMeta) {
+    // A device this build or machine lacks (CUDA without CUDA): a
+    // DeviceError here rather than LibTorch's error from the first leaf.
+    try {
+      (void)at::empty({0}, at::TensorOptions().device(device));
+    } catch (const c10::Error& e) {
+      throw DeviceError("from_schema: the device " + device.str() +
+                        " is not available: " + e.what_without_backtrace());
+    }
+  }
   try {
     td.node().create_leaves(leaves);
   } catch (const StorageError&) {
     detail::rethrow_storage_error(NestedKey(), "from_schema: allocating the leaves of");
+  } catch (const c10::Error& e) {
+    // The allocator's refusal (a petabyte in RAM).
+    std::throw_with_nested(StorageError(std::string("from_schema: cannot allocate the leaves: ") +
+                                        e.what_without_backtrace()));
+  } catch (const std::bad_alloc&) {
+    std::throw_with_nested(StorageError("from_schema: cannot allocate the leaves: out of memory"));
   }
 }
 
 TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
                            const storage::Memory& storage) {
-  check_batch(batch_size);
+  check_batch(batch_size, schema);
   TensorDict out(batch_size, storage.device);
   allocate_schema(out, schema);
   return out;
@@ -262,7 +306,7 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
 
 TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
                            const storage::Memmap& storage) {
-  check_batch(batch_size);
+  check_batch(batch_size, schema);
   if (storage.prefix.empty())
     throw SchemaError("from_schema: storage::Memmap needs a prefix (the directory to create)");
   MemmapOptions opt;
@@ -273,7 +317,7 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
 
 TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
                            const storage::Shared&) {
-  check_batch(batch_size);
+  check_batch(batch_size, schema);
   TensorDictBase out = from_schema(schema, batch_size, storage::Memory{});
   out.share_memory_();
   return out;

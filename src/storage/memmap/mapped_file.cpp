@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 namespace tensordict {
 namespace detail {
@@ -76,23 +77,54 @@ int64_t numel_of(at::IntArrayRef shape) {
   return n;
 }
 
+int64_t checked_numel(at::IntArrayRef shape, const std::string& what) {
+  int64_t n = 1;
+  for (auto s : shape)
+    if (s < 0)
+      throw ShapeError(what + ": the shape " + format_shape(shape) + " has a negative size");
+  for (auto s : shape) {
+    if (s == 0) return 0;
+    if (n > std::numeric_limits<int64_t>::max() / s)
+      throw ShapeError(what + ": the shape " + format_shape(shape) +
+                       " has more elements than an int64 counts");
+    n *= s;
+  }
+  return n;
+}
+
+std::size_t checked_nbytes(int64_t numel, at::ScalarType dtype, const std::string& what) {
+  const auto item = static_cast<int64_t>(c10::elementSize(dtype));
+  if (numel > std::numeric_limits<int64_t>::max() / item)
+    throw ShapeError(what + ": " + std::to_string(numel) + " elements of " +
+                     torch_dtype_repr(dtype) + " are more bytes than an int64 counts");
+  return static_cast<std::size_t>(numel * item);
+}
+
 at::Tensor map_file(const std::string& path, at::ScalarType dtype, at::IntArrayRef shape,
-                    bool writable, const std::string& what) {
-  const int64_t numel = numel_of(shape);
-  const std::size_t nbytes = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
+                    bool writable, const std::string& what, bool write_through_links) {
+  const int64_t numel = checked_numel(shape, "cannot map " + path + what);
+  const std::size_t nbytes = checked_nbytes(numel, dtype, "cannot map " + path + what);
   if (nbytes == 0) return at::empty(shape, at::TensorOptions().dtype(dtype));
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer (it is
+  // refused below, as everything that is not a regular file).
+  const int flags = O_CLOEXEC | O_NONBLOCK;
   Fd f;
-  f.fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-  if (f.fd < 0 && writable && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+  f.fd = ::open(path.c_str(),
+                (writable ? O_RDWR : O_RDONLY) | flags | (write_through_links ? 0 : O_NOFOLLOW));
+  if (f.fd < 0 && writable &&
+      (errno == EACCES || errno == EROFS || errno == EPERM || errno == ELOOP)) {
     // A file we may not write (read-only fixture, read-only mount) is mapped
-    // copy-on-write, as Python's from_file(shared=<file writable>) does.
-    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // copy-on-write, as Python's from_file(shared=<file writable>) does. So
+    // is a symbolic link in a loaded directory: its target may lie anywhere,
+    // and writes through the tensordict must not reach it.
+    f.fd = ::open(path.c_str(), O_RDONLY | flags);
     writable = false;
   }
   if (f.fd < 0) throw FormatError("cannot open " + path + what + ": " + errno_text());
   struct stat st {};
   if (::fstat(f.fd, &st) != 0)
     throw StorageError("cannot stat " + path + what + ": " + errno_text());
+  if (!S_ISREG(st.st_mode)) throw FormatError("cannot map " + path + what + ": not a regular file");
   if (static_cast<std::size_t>(st.st_size) < nbytes)
     throw FormatError("truncated file " + path + what + ": it has " + std::to_string(st.st_size) +
                       " bytes, " + std::to_string(nbytes) + " are needed for shape " +
@@ -123,8 +155,19 @@ void write_file(const std::string& path, const at::Tensor& tensor, bool copy_dat
   if (f.fd < 0) throw StorageError("cannot create " + path + what + ": " + errno_text());
   const std::size_t nbytes = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
   if (!copy_data) {
-    if (::ftruncate(f.fd, static_cast<off_t>(nbytes)) != 0)
-      throw StorageError("cannot size " + path + what + ": " + errno_text());
+    // The blocks are reserved now (they still read as zeros): a sparse file
+    // on a full disk would be a SIGBUS at the first write to an unbacked
+    // page, long after this call. posix_fallocate returns the error itself.
+    if (nbytes > 0) {
+      int rc;
+      do rc = ::posix_fallocate(f.fd, 0, static_cast<off_t>(nbytes));
+      while (rc == EINTR);
+      if (rc != 0) {
+        ::unlink(path.c_str());
+        throw StorageError("cannot allocate " + std::to_string(nbytes) + " bytes for " + path +
+                           what + ": " + std::strerror(rc));
+      }
+    }
     return;
   }
   at::Tensor src = tensor.detach();
@@ -197,6 +240,9 @@ at::Tensor MemoryMappedTensor::from_filename(const std::string& filename, at::Sc
 
 at::Tensor MemoryMappedTensor::empty(const std::string& filename, at::IntArrayRef shape,
                                      at::ScalarType dtype) {
+  detail::checked_nbytes(
+      detail::checked_numel(shape, "MemoryMappedTensor::empty(" + filename + ")"), dtype,
+      "MemoryMappedTensor::empty(" + filename + ")");
   at::Tensor meta = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
   detail::write_file(filename, meta, /*copy_data=*/false, "");
   return detail::map_file(filename, dtype, shape, true, "");

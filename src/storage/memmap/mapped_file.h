@@ -10,10 +10,19 @@ namespace tensordict::detail {
 
 int64_t numel_of(at::IntArrayRef shape);
 
+/// The element count of `shape`; ShapeError (prefixed by `what`) for a
+/// negative size or a count that overflows int64.
+int64_t checked_numel(at::IntArrayRef shape, const std::string& what);
+/// numel elements of dtype in bytes; ShapeError when that overflows int64.
+std::size_t checked_nbytes(int64_t numel, at::ScalarType dtype, const std::string& what);
+
 /// Maps `path` as `shape` elements of `dtype` (numel 0: an empty tensor, no
 /// file needed). `what` is appended to error messages (" for key 'a'").
+/// Anything but a regular file is a FormatError. With write_through_links
+/// false, a symbolic link is mapped copy-on-write (a loaded directory does
+/// not write where its links point).
 at::Tensor map_file(const std::string& path, at::ScalarType dtype, at::IntArrayRef shape,
-                    bool writable, const std::string& what);
+                    bool writable, const std::string& what, bool write_through_links = true);
 
 /// Creates `path` holding `tensor`'s bytes (copy_data) or its size in zeros
 /// (sparse). Refuses symbolic links.

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <atomic>
@@ -113,13 +114,10 @@ namespace {
 // ---- JSON ---------------------------------------------------------------------------
 
 ojson read_json(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw FormatError("cannot read " + file.string() + ": missing or unreadable");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_regular_file(file.string(), "the metadata file");
   ojson j;
   try {
-    j = parse_python_json(ss.str());
+    j = parse_python_json(text, file.string());
   } catch (const nlohmann::json::exception& e) {
     throw FormatError("malformed JSON in " + file.string() + ": " + e.what());
   }
@@ -208,6 +206,15 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
     switch (v.kind()) {
       case EntryKind::Tensor: {
         const at::Tensor& t = v.tensor();
+        // Refused before anything is written (a file holds dense bytes).
+        if (t.layout() != at::kStrided)
+          throw TypeError("memmap: the leaf " + full.repr() + " is a " + c10::str(t.layout()) +
+                          " tensor; only dense (strided) tensors can be saved (call "
+                          "to_dense() first)");
+        if (copy_data && t.device().type() == at::kMeta)
+          throw DeviceError("memmap: the leaf " + full.repr() +
+                            " is on the meta device and holds no data to save (memmap_like "
+                            "saves its shape)");
         ojson entry = ojson::object();
         entry["device"] = t.device().str();
         entry["shape"] = t.sizes().vec();
@@ -265,6 +272,11 @@ void plan_dir(const TensorDictBase& td, const fs::path& dir, bool copy_data,
 TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool copy_data,
                          const MemmapOptions& opt, std::vector<LeafJob>& jobs,
                          std::vector<std::pair<fs::path, ojson>>& metas, const NestedKey& path) {
+  // What load_memmap would refuse is not written.
+  if (static_cast<int>(path.size()) >= kMaxNestingDepth)
+    throw ValueError("memmap: the tensordict at " + path.repr() + " is nested deeper than " +
+                     std::to_string(kMaxNestingDepth) +
+                     " levels (the limit of this library, docs/errors.md)");
   if (const auto* ls = as_lazy_stack(td)) {
     // Python's layout: meta.json with the stack dim, one directory per member.
     std::vector<TensorDictBase> members;
@@ -474,6 +486,9 @@ TensorDictBase write_dir(const TensorDictBase& td, const std::string& prefix, bo
 
 struct Loader {
   LoadOptions opt;
+  // Directories entered (nested tensordicts, stack members): bounded by
+  // kMaxNestingDepth, as the loader recurses once per level.
+  mutable int depth = 0;
   bool meta_device() const { return opt.device && opt.device->type() == at::kMeta; }
 };
 
@@ -551,6 +566,11 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
   // const operator[] on a missing key is undefined behaviour in nlohmann.
   if (!entry.contains("shape")) throw FormatError(where + ": missing 'shape'");
   auto shape = read_shape(entry["shape"], where);
+  try {
+    checked_nbytes(checked_numel(shape, where), dtype, where);
+  } catch (const ShapeError& e) {
+    throw FormatError(e.what());
+  }
   if (entry.contains("is_nested") && !entry["is_nested"].is_boolean())
     throw FormatError(where + ": 'is_nested' is not a boolean");
   if (entry.value("is_nested", false))
@@ -565,7 +585,8 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
     if (!fs::exists(file))
       throw FormatError("missing file " + file.string() + " for key " + key.repr() + " listed in " +
                         meta_file);
-    t = map_file(file.string(), dtype, shape, L.opt.writable, " for key " + key.repr());
+    t = map_file(file.string(), dtype, shape, L.opt.writable, " for key " + key.repr(),
+                 /*write_through_links=*/false);
   }
   if (L.opt.device && L.opt.device->type() != at::kCPU) {
     try {
@@ -743,11 +764,29 @@ Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta, const Lo
 // (nlohmann::json::type_error) is reported as a FormatError naming the file.
 Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
                      at::IntArrayRef parent_batch) {
+  struct Enter {
+    const Loader& L;
+    ~Enter() { --L.depth; }
+  } enter{L};
+  if (++L.depth > kMaxNestingDepth)
+    throw FormatError(dir.string() + " (key " + key.repr() + "): directories nested deeper than " +
+                      std::to_string(kMaxNestingDepth) +
+                      " levels (the limit of this library, docs/errors.md)");
+  // A directory inside a save that is a symbolic link is not followed: links
+  // to an ancestor or to siblings would make the load loop or grow
+  // exponentially (the prefix itself may be a link).
+  std::error_code ec;
+  if (L.depth > 1 && fs::is_symlink(dir, ec))
+    throw FormatError(dir.string() + " (key " + key.repr() +
+                      "): a directory inside a save is a symbolic link, which is not followed");
   try {
     return load_entry_dir_impl(dir, L, key, parent_batch);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError((dir / "meta.json").string() + " (key " + key.repr() +
                       "): unexpected JSON content: " + e.what());
+  } catch (const fs::filesystem_error& e) {
+    // A path that cannot be examined (a link loop: ELOOP, a name too long).
+    throw FormatError(dir.string() + " (key " + key.repr() + "): " + e.what());
   }
 }
 
@@ -808,9 +847,50 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
 
 }  // namespace
 
-void persist_non_tensor(const Node& parent, std::string_view key, const Value& value) {
-  if (!backs_files(parent) || parent.saved_path().empty()) return;
-  const fs::path dir = fs::path(parent.saved_path()) / encode_key_for_filesystem(key);
+namespace {
+
+// The directory of the non-tensor entry `key` of `parent` (created when
+// missing). A directory of the save replaced by a symbolic link is refused:
+// writes would land wherever it points.
+fs::path non_tensor_dir(const Node& parent, std::string_view key) {
+  const fs::path pdir(parent.saved_path());
+  const fs::path dir = pdir / encode_key_for_filesystem(key);
+  std::error_code ec;
+  // (The top directory of a save may be a link the user gave as prefix; a
+  // nested one, whose parent holds a meta.json, may not.)
+  if (fs::is_symlink(dir, ec) ||
+      (fs::is_symlink(pdir, ec) && fs::exists(pdir.parent_path() / "meta.json", ec)))
+    throw StorageError("refusing to write the non-tensor entry '" + std::string(key) + "' to " +
+                       dir.string() + ": a directory of the save is a symbolic link");
+  fs::create_directories(dir, ec);
+  if (ec) throw StorageError("cannot create directory " + dir.string() + ": " + ec.message());
+  return dir;
+}
+
+// An exclusive flock on a directory, for a read-modify-write of its files
+// by several processes (or threads: each lock has its own open file).
+class DirLock {
+ public:
+  explicit DirLock(const fs::path& dir) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd_ < 0)
+      throw StorageError("cannot open the directory " + dir.string() + ": " + errno_message());
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      const std::string why = errno_message();
+      ::close(fd_);
+      throw StorageError("cannot lock the directory " + dir.string() + ": " + why);
+    }
+  }
+  ~DirLock() { ::close(fd_); }  // releases the lock
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+void write_non_tensor_files(const fs::path& dir, std::string_view key, const Value& value) {
   std::string text;
   try {
     text = non_tensor_meta(value).dump();
@@ -818,12 +898,10 @@ void persist_non_tensor(const Node& parent, std::string_view key, const Value& v
     throw ValueError("cannot write the non-tensor entry '" + std::string(key) + "' to " +
                      dir.string() + ": not valid UTF-8 (" + e.what() + ")");
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw StorageError("cannot create directory " + dir.string() + ": " + ec.message());
   write_json_atomic((dir / "meta.json").string(), text);
   if (value.is_non_tensor()) {
     // Kept for Python 0.3.2, which requires it (see non_tensor_batch_meta).
+    std::error_code ec;
     fs::create_directories(dir / "_tensordict", ec);
     if (ec)
       throw StorageError("cannot create directory " + (dir / "_tensordict").string() + ": " +
@@ -831,6 +909,52 @@ void persist_non_tensor(const Node& parent, std::string_view key, const Value& v
     write_json_atomic((dir / "_tensordict" / "meta.json").string(),
                       non_tensor_batch_meta(value.non_tensor().batch_size()).dump());
   }
+}
+
+// The value in `dir`/meta.json, as `like` (its batch size and device); `like`
+// itself when the file holds no inline data.
+Value read_non_tensor_file(const fs::path& dir, const Value& like) {
+  const fs::path file = dir / "meta.json";
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return like;
+  const ojson meta = read_json(file);
+  const auto data = meta.find("data");
+  if (data == meta.end() || data->is_string()) return like;
+  const std::string type = meta.value("_type", std::string());
+  try {
+    if (type == kNonTensorStackType && data->is_array()) {
+      const auto device = like.is_non_tensor_stack() ? like.non_tensor_stack().device()
+                                                     : like.non_tensor().device();
+      return NonTensorStack::from_list(to_plain(*data), device);
+    }
+    if (type == kNonTensorDataType && like.is_non_tensor())
+      return NonTensorData(to_plain(*data), like.non_tensor().batch_size().vec(),
+                           like.non_tensor().device());
+  } catch (const Error& e) {
+    throw FormatError(file.string() + ": cannot read the non-tensor value: " + e.what());
+  }
+  return like;
+}
+
+}  // namespace
+
+void persist_non_tensor(const Node& parent, std::string_view key, const Value& value) {
+  if (!backs_files(parent) || parent.saved_path().empty()) return;
+  const fs::path dir = non_tensor_dir(parent, key);
+  DirLock lock(dir);
+  write_non_tensor_files(dir, key, value);
+}
+
+std::optional<Value> persist_non_tensor_rows(
+    const Node& parent, std::string_view key, const Value& in_memory,
+    const std::function<std::optional<Value>(const Value&)>& apply) {
+  if (!backs_files(parent) || parent.saved_path().empty()) return apply(in_memory);
+  const fs::path dir = non_tensor_dir(parent, key);
+  DirLock lock(dir);
+  Value current = read_non_tensor_file(dir, in_memory);
+  auto updated = apply(current);
+  if (updated) write_non_tensor_files(dir, key, *updated);
+  return updated;
 }
 
 TensorDictBase write_tensorclass_dir(const TensorDictBase& tensors, const std::string& prefix,
@@ -846,7 +970,10 @@ TensorDictBase write_tensorclass_dir(const TensorDictBase& tensors, const std::s
 TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options) {
   namespace d = detail;
   fs::path dir(prefix);
-  if (!fs::is_directory(dir)) throw FormatError("load_memmap: " + prefix + " is not a directory");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw FormatError("load_memmap: " + prefix + " is not a directory" +
+                      (ec ? " (" + ec.message() + ")" : std::string()));
   d::Loader L{options};
   Value v = d::load_entry_dir(dir, L, NestedKey(), {});
   if (!v.is_tensordict())

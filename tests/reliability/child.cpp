@@ -1,0 +1,158 @@
+// tensordict_reliability_child: the other process of the reliability tests.
+//
+//   fulldisk <dir>      mounts a 2 MiB tmpfs at <dir> in a private mount
+//                       namespace, asks from_schema for 10 MB of memmap there
+//                       and writes rows. Exit 0: a StorageError at allocation;
+//                       3: no error (rows were written); 4: another exception;
+//                       77: no small file system could be made here.
+//   fullsave <dir>      saves over earlier saves on a 2 MiB tmpfs (see below).
+//   rows <where> <first> <count> <value> [nontensor]
+//                       opens the memmap directory <where> (or the shared
+//                       tensordict "shm:<name>") and writes rows
+//                       [first, first+count) of "x" (and, with `nontensor`,
+//                       of the NonTensorStack "tag") one index_put_ each.
+#include <tensordict/tensordict.h>
+
+#include <torch/torch.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+namespace td = tensordict;
+
+namespace {
+
+bool write_file(const char* path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  return static_cast<bool>(out.flush());
+}
+
+// A private mount namespace, as root or through a user namespace.
+bool private_mounts() {
+  const uid_t uid = ::getuid();
+  const gid_t gid = ::getgid();
+  if (::unshare(CLONE_NEWNS) != 0) {
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
+    write_file("/proc/self/setgroups", "deny");
+    if (!write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1\n") ||
+        !write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1\n"))
+      return false;
+  }
+  return ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+}
+
+int fulldisk(const std::string& dir) {
+  if (!private_mounts() || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=2m") != 0) {
+    std::perror("fulldisk: cannot mount a small tmpfs");
+    return 77;
+  }
+  try {
+    td::Schema schema{{"x", td::FieldSpec{{1250}, at::kDouble}}};  // 10 MB for 1000 rows
+    auto t = td::from_schema(schema, {1000}, td::storage::Memmap{.prefix = dir + "/p"});
+    for (int64_t i = 0; i < 1000; ++i) t.get("x")[i].fill_(1.0);
+    std::cerr << "fulldisk: no error, 10 MB written on a 2 MiB file system\n";
+    return 3;
+  } catch (const td::StorageError& e) {
+    std::cerr << "fulldisk: StorageError: " << e.what() << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "fulldisk: other exception: " << e.what() << "\n";
+    return 4;
+  }
+}
+
+// Saves over earlier saves on a 2 MiB file system: the second save does not
+// fit, the first must stay whole. Exit 0 when both survive; 5: the memmap
+// directory does not, 6: the state dict file does not; 77: no tmpfs.
+int fullsave(const std::string& dir) {
+  if (!private_mounts() || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=2m") != 0) {
+    std::perror("fullsave: cannot mount a small tmpfs");
+    return 77;
+  }
+  const auto small = torch::arange(100000, torch::kFloat);  // 400 kB
+  const auto big = torch::ones({450000}, torch::kFloat);    // 1.8 MB
+  const std::string prefix = dir + "/p";
+  td::TensorDict a;
+  a.set("x", small);
+  a.memmap(prefix);
+  td::TensorDict b;
+  b.set("x", big);
+  try {
+    b.memmap(prefix);
+    std::cerr << "fullsave: the big memmap fitted\n";
+    return 5;
+  } catch (const td::StorageError& e) {
+    std::cerr << "fullsave: memmap: StorageError: " << e.what() << "\n";
+  }
+  try {
+    if (!td::load_memmap(prefix).get("x").equal(small)) return 5;
+  } catch (const std::exception& e) {
+    std::cerr << "fullsave: the earlier memmap does not load: " << e.what() << "\n";
+    return 5;
+  }
+  td::TensorDict().memmap(prefix);  // frees the space (an empty save)
+  const std::string file = dir + "/sd.pt";
+  td::save_state_dict(a.state_dict(), file);
+  try {
+    td::save_state_dict(b.state_dict(), file);
+    std::cerr << "fullsave: the big state dict fitted\n";
+    return 6;
+  } catch (const td::StorageError& e) {
+    std::cerr << "fullsave: save_state_dict: StorageError: " << e.what() << "\n";
+  }
+  try {
+    if (!td::load_state_dict_file(file).tensor("x").equal(small)) return 6;
+  } catch (const std::exception& e) {
+    std::cerr << "fullsave: the earlier state dict does not load: " << e.what() << "\n";
+    return 6;
+  }
+  return 0;
+}
+
+// Rows [first, first + count) of "x" (float [N, 4]) set to `value` and, with
+// `nontensor`, of the NonTensorStack "tag" set to "v<value>", one index_put_
+// per row. `where` is a memmap directory or ("shm:" + name) a shared-memory
+// tensordict.
+int rows(const std::string& where, int64_t first, int64_t count, double value, bool nontensor) {
+  try {
+    td::TensorDictBase t =
+        where.rfind("shm:", 0) == 0 ? td::attach_shared(where.substr(4)) : td::load_memmap(where);
+    t.lock_();
+    const std::string tag = "v" + std::to_string(static_cast<int64_t>(value));
+    for (int64_t i = first; i < first + count; ++i) {
+      if (nontensor)
+        t.index_put_({i}, td::TensorDict({{"x", torch::full({4}, value)}, {"tag", tag}}, {}));
+      else
+        t.index_put_({i}, td::TensorDict({{"x", torch::full({4}, value)}}, {}));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "rows: " << e.what() << "\n";
+    return 4;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: tensordict_reliability_child fulldisk <dir> | rows ...\n";
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "fulldisk" && argc == 3) return fulldisk(argv[2]);
+  if (cmd == "fullsave" && argc == 3) return fullsave(argv[2]);
+  if (cmd == "rows" && (argc == 6 || argc == 7))
+    return rows(argv[2], std::stoll(argv[3]), std::stoll(argv[4]), std::stod(argv[5]),
+                argc == 7 && std::string(argv[6]) == "nontensor");
+  std::cerr << "unknown command " << cmd << "\n";
+  return 2;
+}

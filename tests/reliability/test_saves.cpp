@@ -1,0 +1,119 @@
+// Saves that fail or meet hostile directories (issue #19, group 3): the
+// earlier save survives whole, nothing is written outside the prefix.
+#include "reliability/reliability.h"
+
+#include <tensordict/tensordict.h>
+
+#include <torch/torch.h>
+
+namespace td = tensordict;
+using namespace td_rel;
+
+namespace {
+
+td::TensorDict first_save() {
+  td::TensorDict t(std::vector<int64_t>{4});
+  t.set("a", torch::arange(4, torch::kFloat));
+  t.set({"sub", "b"}, torch::ones({4, 2}, torch::kLong));
+  t.set("s", td::NonTensorData("old"));
+  return t;
+}
+
+void expect_first_save(const fs::path& dir) {
+  auto back = td::load_memmap(dir.string());
+  EXPECT_TRUE(back.get("a").equal(torch::arange(4, torch::kFloat)));
+  EXPECT_TRUE(back.get({"sub", "b"}).equal(torch::ones({4, 2}, torch::kLong)));
+  EXPECT_EQ(back.at("s").non_tensor().data(), "old");
+  EXPECT_FALSE(back.contains("z"));
+}
+
+// Nothing but the save itself in `parent`: no staging directory left behind.
+void expect_no_leftovers(const fs::path& parent, const std::string& name) {
+  for (const auto& e : fs::directory_iterator(parent))
+    EXPECT_TRUE(e.path().filename() == name || e.path().filename().string()[0] != '.')
+        << "left behind: " << e.path();
+}
+
+}  // namespace
+
+// A save over an earlier one that fails on one key (after other keys were
+// written) leaves the earlier save as it was, loadable.
+TEST_F(Reliability, ASaveFailingOnOneKeyLeavesTheEarlierSave) {
+  const fs::path dir = root / "p";
+  first_save().memmap(dir.string());
+  auto attempt = [&](const std::string& key, const at::Tensor& leaf) {
+    td::TensorDict t(std::vector<int64_t>{4});
+    t.set("a", torch::full({4}, 9.0));
+    t.set("z", torch::zeros({4}));
+    t.set(key, leaf);
+    EXPECT_THROW(t.memmap(dir.string()), td::Error) << key;
+    expect_first_save(dir);
+    expect_no_leftovers(root, "p");
+  };
+  attempt(std::string(300, 'k'), torch::ones({4}));  // file name too long
+  attempt("m", torch::empty({4}, torch::TensorOptions().device(at::kMeta)));
+  attempt("sp", torch::eye(4).to_sparse());
+}
+
+// memmap() into a prefix whose nested directory is a symbolic link to
+// elsewhere writes nothing there.
+TEST_F(Reliability, MemmapDoesNotWriteThroughASymlinkedNestedDirectory) {
+  const fs::path dir = root / "p";
+  first_save().memmap(dir.string());
+  fs::create_directories(root / "elsewhere");
+  write_text(root / "elsewhere" / "keep.txt", "keep");
+  fs::remove_all(dir / "sub");
+  fs::create_directory_symlink(root / "elsewhere", dir / "sub");
+  td::TensorDict t(std::vector<int64_t>{4});
+  t.set({"sub", "b"}, torch::full({4, 2}, 5, torch::kLong));
+  t.memmap(dir.string());
+  EXPECT_EQ(std::vector<fs::path>(fs::directory_iterator(root / "elsewhere"), {}),
+            std::vector<fs::path>{root / "elsewhere" / "keep.txt"});
+  EXPECT_TRUE(
+      td::load_memmap(dir.string()).get({"sub", "b"}).equal(torch::full({4, 2}, 5, torch::kLong)));
+}
+
+// A non-tensor written in place into a loaded directory whose nested
+// directory was replaced by a symbolic link: refused, nothing written there.
+TEST_F(Reliability, NonTensorWritesDoNotFollowASymlinkedDirectory) {
+  const fs::path dir = root / "p";
+  td::TensorDict t(std::vector<int64_t>{4});
+  t.set({"sub", "s"}, td::NonTensorData("old"));
+  t.memmap(dir.string());
+  auto loaded = td::load_memmap(dir.string());
+  loaded.lock_();  // writes in place reach the files
+  fs::rename(dir / "sub", root / "elsewhere");
+  fs::create_directory_symlink(root / "elsewhere", dir / "sub");
+  const std::string before = read_text(root / "elsewhere" / "s" / "meta.json");
+  EXPECT_THROW(loaded.update_(td::TensorDict(
+                   {{"sub", td::TensorDict({{"s", td::NonTensorData("new")}}, {4})}}, {4})),
+               td::StorageError);
+  EXPECT_EQ(read_text(root / "elsewhere" / "s" / "meta.json"), before);
+}
+
+// A full disk while saving over earlier saves (a memmap directory, a state
+// dict file): the earlier ones stay whole. The child process does it on a
+// 2 MiB tmpfs of its own.
+TEST_F(Reliability, AFullDiskLeavesTheEarlierSavesWhole) {
+  fs::create_directories(root / "small");
+  const int rc = run_child({"fullsave", (root / "small").string()});
+  ASSERT_NE(rc, 77) << "the child could not mount a small file system";
+  EXPECT_EQ(rc, 0) << "child status " << rc;
+}
+
+// save_state_dict writes beside the file and renames: no temporary is left,
+// and the file is replaced whole.
+TEST_F(Reliability, SaveStateDictReplacesTheFileWhole) {
+  const std::string file = (root / "sd.pt").string();
+  td::TensorDict t;
+  t.set("a", torch::arange(5, torch::kFloat));
+  td::save_state_dict(t.state_dict(), file);
+  t.set("a", torch::arange(7, torch::kFloat));
+  td::save_state_dict(t.state_dict(), file);
+  EXPECT_TRUE(td::load_state_dict_file(file).tensor("a").equal(torch::arange(7, torch::kFloat)));
+  EXPECT_EQ(std::distance(fs::directory_iterator(root), {}), 1);
+  // Through a symbolic link, the file it names is replaced, not the link.
+  fs::create_symlink(root / "sd.pt", root / "link.pt");
+  td::save_state_dict(t.state_dict(), (root / "link.pt").string());
+  EXPECT_TRUE(fs::is_symlink(root / "link.pt"));
+}
