@@ -910,12 +910,12 @@ std::optional<NestedKey> update_entry(TensorDictBase& root, const TensorDictBase
 // True when `v` can be stored as it is in the in-memory level `dst`: a defined tensor on dst's
 // device whose leading dims are dst's batch size (what validate_value would accept unchanged).
 // Anything else goes through set(), which reports errors.
-bool storable_as_is(const Value& v, const detail::MemoryNode& dst) {
+bool storable_as_is(const Value& v, at::IntArrayRef batch,
+                    const std::optional<at::Device>& device) {
   if (!v.is_tensor()) return false;
   const at::Tensor& t = std::get<0>(v.variant());
   if (!t.defined()) return false;
-  if (const auto& device = dst.device(); device && t.device() != *device) return false;
-  const at::IntArrayRef batch = dst.batch_size();
+  if (device && t.device() != *device) return false;
   const at::IntArrayRef sizes = t.sizes();
   if (sizes.size() < batch.size() || !std::equal(batch.begin(), batch.end(), sizes.begin()))
     return false;
@@ -932,9 +932,17 @@ std::optional<NestedKey> update_walk(TensorDictBase& root, const TensorDictBase&
       other.node().is_memory_node() && (opt.ignore_lock || !self.node().locked())) {
     auto& dst = static_cast<detail::MemoryNode&>(self.node());
     const auto& src = static_cast<const detail::MemoryNode&>(other.node());
+    const at::IntArrayRef batch = dst.batch_size();  // not changed by the writes below
+    const std::optional<at::Device> device = dst.device();
     for (const auto& [k, v] : src.entries()) {
-      if (storable_as_is(v, dst)) {
-        if (!dry_run) dst.write(k, v);
+      if (storable_as_is(v, batch, device)) {
+        if (dry_run) continue;
+        // Replacing a tensor: assign the tensor itself, not the whole Value.
+        Value* existing = dst.peek_mut(k);
+        if (existing && existing->is_tensor())
+          std::get<0>(existing->variant()) = std::get<0>(v.variant());
+        else
+          dst.write(k, v);
         continue;
       }
       if (auto refused = update_entry(root, self, other, k, opt, filter, path, dry_run))
