@@ -46,6 +46,8 @@ std::shared_ptr<Node> walk_parent(const std::shared_ptr<Node>& root, const Neste
 
 /// Checks that `value` starts with `batch` (ShapeError naming the key).
 void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch, const NestedKey& key);
+/// The same check of a shape (a storage's metadata).
+void check_leaf_batch(at::IntArrayRef sizes, at::IntArrayRef batch, const NestedKey& key);
 
 /// Makes `value` fit into a node with batch size `batch` and device `device`
 /// (moves tensors, resizes nested tensordicts, broadcasts non-tensors).

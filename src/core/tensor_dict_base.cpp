@@ -35,7 +35,10 @@ void throw_locked(const NestedKey& key, const char* operation) {
 }
 
 void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch, const NestedKey& key) {
-  auto sizes = value.sizes();
+  check_leaf_batch(value.sizes(), batch, key);
+}
+
+void check_leaf_batch(at::IntArrayRef sizes, at::IntArrayRef batch, const NestedKey& key) {
   bool ok = sizes.size() >= batch.size() && std::equal(batch.begin(), batch.end(), sizes.begin());
   if (!ok)
     throw ShapeError("batch dimension mismatch for key " + key.repr() + ": got batch_size=" +
@@ -884,7 +887,10 @@ std::optional<NestedKey> update_entry(TensorDictBase& root, const TensorDictBase
     if (!inplace && locked) return key;
     // Tensors are checked before anything is written (metadata only), so a
     // refused update leaves the destination as it was.
-    if (src_kind == EntryKind::Tensor || src_kind == EntryKind::TensorDict) {
+    if (src_kind == EntryKind::Tensor && !inplace && !other.node().holds_values()) {
+      // A storage's leaf is checked from its metadata: it is read once, by the write.
+      detail::check_leaf_batch(other.node().tensor_meta(k)->shape, self.batch_size(), key);
+    } else if (src_kind == EntryKind::Tensor || src_kind == EntryKind::TensorDict) {
       const Value v = *other.node().find(k);
       if (inplace)
         check_inplace(root.node_ptr(), key, v.tensor(), "update()");
