@@ -112,6 +112,21 @@ class RedisServer {
     return pos == std::string::npos ? -1 : std::stol(info.substr(pos + name.size() + 1));
   }
 
+  /// A TCP port on 127.0.0.1 that the kernel says is free now.
+  static int free_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    const int port = ntohs(addr.sin_port);
+    ::close(fd);
+    return port;
+  }
+
  private:
   static std::string render(const redisReply* r) {
     switch (r->type) {
@@ -140,19 +155,6 @@ class RedisServer {
       if (r) freeReplyObject(r);
     }
     return c;
-  }
-  static int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    const int port = ntohs(addr.sin_port);
-    ::close(fd);
-    return port;
   }
   bool start() {
     socket_ = dir_ + "/redis.sock";

@@ -58,6 +58,14 @@ struct Redis {
   /// clients, still one round trip. false: a plain pipeline (a concurrent
   /// reader may then see a row written in some leaves and not yet in others).
   bool transaction = true;
+  /// A Redis Cluster: host:port (or `seeds`) is a node to read the slot map
+  /// from; each command goes to the node owning its key's slot, MOVED and
+  /// ASK redirections are followed, one connection per node. A store's keys
+  /// share the hash tag {td_id}, so one store lives on one node.
+  bool cluster = false;
+  /// Cluster nodes ("host:port") tried in order to read the slot map; not
+  /// empty implies `cluster`. Empty: host:port.
+  std::vector<std::string> seeds;
 };
 
 }  // namespace storage

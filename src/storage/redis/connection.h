@@ -1,15 +1,27 @@
 #pragma once
-// One hiredis connection with checked calls: every failure becomes a
-// tensordict:: error naming the server (ConnectionError, TimeoutError,
-// StorageError for error replies). The only place that calls hiredis.
+// The client of one Redis server or of one Redis Cluster, with checked
+// calls: every failure becomes a tensordict:: error naming the server
+// (ConnectionError, TimeoutError, StorageError for error replies). The only
+// place that calls hiredis.
+//
+// Cluster mode (storage::Redis::cluster or seeds): the slot map is read with
+// CLUSTER SLOTS, each command goes to the node owning the slot of its key
+// (CRC16 of the key or of its {hash tag}), one connection per node. A batch
+// is one pipeline per node, written to every node before any reply is read
+// (the nodes work in parallel). MOVED refreshes the slot map and re-sends
+// the commands it refused; ASK re-sends them once to the importing node after
+// ASKING. With a transaction, MULTI/EXEC wraps the commands of each slot.
 
 #include <tensordict/storage/redis.h>
 
 #include <hiredis/hiredis.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +51,13 @@ class Batch {
   std::deque<std::string> kept_;
 };
 
+/// The cluster hash slot of a key (CRC16/XMODEM of the key, or of the part
+/// between the first '{' and the next '}' when that part is not empty).
+int key_slot(std::string_view key) noexcept;
+
+/// One hiredis connection to one server (a node of a cluster, or the server).
+class Link;
+
 class Connection {
  public:
   explicit Connection(storage::Redis options);
@@ -46,27 +65,52 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  /// Sends every command of `batch` and reads every reply: one round trip.
-  /// With `transaction`, the commands are wrapped in MULTI/EXEC and the
-  /// replies returned are EXEC's elements (one per command). Connects first
-  /// when not connected (also after a failure: the next call reconnects).
-  /// Error replies are thrown as StorageError naming `what`.
+  /// Sends every command of `batch` and reads every reply: one round trip per
+  /// node (plus one per redirection followed on a cluster). With
+  /// `transaction`, the commands (of each slot, on a cluster) are wrapped in
+  /// MULTI/EXEC and the replies returned are EXEC's elements. Replies come in
+  /// the order of the commands. Connects first when not connected (also after
+  /// a failure: the next call reconnects). Error replies are thrown as
+  /// StorageError naming `what`, after every reply was read.
   std::vector<Reply> send(const Batch& batch, const std::string& what, bool transaction = false);
   /// One command.
   Reply call(std::vector<std::string_view> args, const std::string& what);
+  /// A keyless command (CONFIG GET, INFO...) sent to every master of a
+  /// cluster, or to the server: one reply per node, in the order of nodes().
+  std::vector<Reply> call_each_node(std::vector<std::string_view> args, const std::string& what);
+  /// "host:port" of every master (the server alone when not a cluster).
+  std::vector<std::string> nodes();
+  /// "host:port" of the node that owns `key` (where() when not a cluster).
+  std::string node_of(std::string_view key);
   void close() noexcept;
-  /// "host:port" or "unix:<path>".
+  /// "host:port" or "unix:<path>"; "cluster at host:port,..." for a cluster.
   std::string where() const;
+  bool cluster() const noexcept { return cluster_; }
   const storage::Redis& options() const noexcept { return options_; }
-  /// Round trips made so far (for tests and benchmarks).
+  /// Round trips made so far (for tests and benchmarks): a pipeline sent to
+  /// k nodes at once counts k.
   std::int64_t round_trips() const noexcept { return round_trips_; }
 
  private:
-  void connect();
-  [[noreturn]] void fail(const std::string& what);
+  struct Group;
+  Link& link(const std::string& address);
+  Link& owner(int slot);
+  void refresh_slots();
+  void ensure_slots();
+  /// Sends `groups` (one pipeline per node, all written before any reply is
+  /// read) and leaves in `groups` what must be sent again (redirected or not
+  /// ready). Returns the first "not ready" error (LOADING, TRYAGAIN...).
+  std::string run(std::vector<Group>& groups, const Batch& batch, std::vector<Reply>& out,
+                  std::vector<std::string>& errors, const std::string& what);
+
   storage::Redis options_;
-  redisContext* ctx_ = nullptr;
+  bool cluster_ = false;
+  std::vector<std::string> seeds_;  // "host:port"
+  std::map<std::string, std::unique_ptr<Link>> links_;
+  std::array<Link*, 16384> slots_{};
+  bool slots_known_ = false;
   std::int64_t round_trips_ = 0;
+  std::recursive_mutex mu_;  // several stores (blocks of a sharded store) share one client
 };
 
 /// The text of a string or status reply; FormatError naming `what` otherwise.

@@ -85,7 +85,12 @@ struct LeafInfo {
 
 /// Shared by every level of one store object: the connection and the cache.
 struct Store {
-  explicit Store(storage::Redis opts) : conn(opts), options(std::move(opts)) {
+  /// `shared`: a client shared with other stores (the blocks of a sharded
+  /// store), else a new one.
+  explicit Store(storage::Redis opts, std::shared_ptr<Connection> shared = nullptr)
+      : client(shared ? std::move(shared) : std::make_shared<Connection>(opts)),
+        conn(*client),
+        options(std::move(opts)) {
     if (options.td_id.empty()) options.td_id = uuid4();
     base = options.prefix + ":{" + options.td_id + "}:";
   }
@@ -176,7 +181,8 @@ struct Store {
            empty_levels.count(level);
   }
 
-  Connection conn;
+  std::shared_ptr<Connection> client;
+  Connection& conn;
   storage::Redis options;
   std::string base;
   std::recursive_mutex mu;
@@ -867,9 +873,10 @@ namespace {
 
 TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batch_size,
                           const StorageOptions& options) {
-  check_storage_options(options, "redis",
-                        {"host", "port", "unix_socket", "db", "username", "password",
-                         "connect_timeout", "timeout", "prefix", "td_id", "transaction"});
+  check_storage_options(
+      options, "redis",
+      {"host", "port", "unix_socket", "db", "username", "password", "connect_timeout", "timeout",
+       "prefix", "td_id", "transaction", "cluster", "seeds"});
   storage::Redis r;
   r.host = storage_option<std::string>(options, "redis", "host", r.host);
   r.port = storage_option<int>(options, "redis", "port", r.port);
@@ -883,6 +890,18 @@ TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batc
   r.prefix = storage_option<std::string>(options, "redis", "prefix", r.prefix);
   r.td_id = storage_option<std::string>(options, "redis", "td_id", r.td_id);
   r.transaction = storage_option<bool>(options, "redis", "transaction", r.transaction);
+  r.cluster = storage_option<bool>(options, "redis", "cluster", r.cluster);
+  // seeds: a list of "host:port", or one string of them separated by commas.
+  if (auto it = options.find("seeds"); it != options.end() && it->second.is_string()) {
+    std::string all = it->second.get<std::string>();
+    for (std::size_t start = 0; start <= all.size();) {
+      const auto comma = std::min(all.find(',', start), all.size());
+      if (comma > start) r.seeds.push_back(all.substr(start, comma - start));
+      start = comma + 1;
+    }
+  } else {
+    r.seeds = storage_option<std::vector<std::string>>(options, "redis", "seeds", r.seeds);
+  }
   return from_schema(schema, batch_size, r);
 }
 
