@@ -9,6 +9,7 @@
 #include <tensordict/storage/redis.h>
 
 #include <atomic>
+#include <fstream>
 #include <future>
 
 namespace {
@@ -150,6 +151,214 @@ TEST(RedisCluster, NoReachableSeedIsConnectionError) {
     EXPECT_NE(std::string(e.what()).find("not a cluster node"), std::string::npos) << e.what();
   }
   EXPECT_EQ(plain.command({"DBSIZE"}), "0");
+}
+
+// ---- sharded stores ----------------------------------------------------------------
+
+struct Replay : td::TypedTensorDict<Replay> {
+  TENSORDICT_FIELDS(obs, action);
+};
+struct Transition : td::TensorClass<Transition> {
+  TENSORDICT_FIELDS(obs, action);
+};
+
+td::Schema replay_schema() {
+  return td::Schema{{"obs", {{84, 84, 3}, torch::kUInt8}}, {"action", {{4}, torch::kFloat32}}};
+}
+
+// Row i: obs bytes i % 251, action [i, i+1, i+2, i+3] (what read_sharded.py checks).
+td::TensorDict replay_rows(const at::Tensor& idx) {
+  const int64_t n = idx.numel();
+  at::Tensor obs = idx.remainder(251).to(torch::kUInt8).view({n, 1, 1, 1}).expand({n, 84, 84, 3});
+  at::Tensor action = idx.to(torch::kFloat32).unsqueeze(1) + torch::arange(4, torch::kFloat32);
+  return td::TensorDict({{"obs", obs.contiguous()}, {"action", action}}, {n});
+}
+
+void expect_equal(const td::TensorDictBase& got, const td::TensorDictBase& want) {
+  for (const auto& k : want.keys(true, true)) {
+    SCOPED_TRACE(k.repr());
+    ASSERT_EQ(got.get(k).sizes(), want.get(k).sizes());
+    EXPECT_TRUE(torch::equal(got.get(k), want.get(k)));
+  }
+}
+
+TEST(RedisSharded, BlocksFitTheServerStringLimitAndEveryIndexFormWorks) {
+  RedisServer server({.extra = {"--proto-max-bulk-len", "1mb"}});
+  constexpr int64_t n = 200;
+  td::storage::Redis r;
+  r.unix_socket = server.socket();
+  r.sharded = true;
+  auto store = td::from_schema(replay_schema(), {n}, r);
+  // 1 MiB / 21168 bytes per obs row = 49 rows per block, 5 blocks.
+  EXPECT_EQ(td::redis::block_rows(store), 49);
+  const auto ids = td::redis::block_ids(store);
+  ASSERT_EQ(ids.size(), 5u);
+  const std::string id = td::redis::td_id(store);
+  EXPECT_EQ(server.command({"EXISTS", "tensordict:{" + id + "}:__shards__"}), "1");
+  EXPECT_EQ(server.command({"EXISTS", "tensordict:{" + id + "}:__batch_size__"}), "0");
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    const std::string b = "tensordict:{" + ids[k] + "}:";
+    const int64_t rows = k + 1 < ids.size() ? 49 : n - 4 * 49;
+    EXPECT_EQ(server.command({"GET", b + "__batch_size__"}), "[" + std::to_string(rows) + "]");
+    EXPECT_EQ(std::stoll(server.command({"STRLEN", b + "d:obs"})), rows * 21168);
+    EXPECT_LE(std::stoll(server.command({"STRLEN", b + "d:obs"})), 1024 * 1024);
+    EXPECT_EQ(server.command({"HGET", b + "m:obs", "shape"}),
+              "[" + std::to_string(rows) + ", 84, 84, 3]");
+  }
+  EXPECT_EQ(store.get("obs").sizes(), (std::vector<int64_t>{n, 84, 84, 3}));
+
+  // Writes in every row form, mirrored in a local tensordict.
+  td::TensorDict local = replay_rows(torch::zeros({n}, torch::kLong));
+  local.set("obs", local.get("obs").clone());
+  local.get("obs").zero_();
+  local.get("action").zero_();
+  auto put = [&](std::vector<at::indexing::TensorIndex> idx, const at::Tensor& rows) {
+    store.index_put_(idx, replay_rows(rows));
+    local.index_put_(idx, replay_rows(rows));
+  };
+  put({torch::randperm(n).slice(0, 0, 150)}, torch::randperm(n).slice(0, 0, 150));
+  put({at::indexing::Slice(40, 110)}, torch::arange(40, 110));  // across three blocks
+  put({at::indexing::Slice(3, 190, 7)}, torch::arange(3, 190, 7));
+  store.index_put_({-1}, replay_rows(torch::tensor({199}))[0]);
+  local.index_put_({-1}, replay_rows(torch::tensor({199}))[0]);
+  expect_equal(store.to_tensordict(), local);
+
+  // Reads in every row form.
+  const at::Tensor random = torch::randint(n, {64});
+  expect_equal(store.index({random}), local.index({random}));
+  expect_equal(store.index({at::indexing::Slice(45, 150)}),
+               local.index({at::indexing::Slice(45, 150)}));
+  expect_equal(store.index({at::indexing::Slice(1, 200, 9)}),
+               local.index({at::indexing::Slice(1, 200, 9)}));
+  expect_equal(store.index({97}), local.index({97}));
+  const at::Tensor mask = torch::arange(n).remainder(3).eq(0);
+  expect_equal(store.index({mask}), local.index({mask}));
+  expect_equal(store.index({random.view({8, 8})}), local.index({random.view({8, 8})}));
+
+  // Two batch dims: boxes over both (dim 0 from the blocks, dim 1 here) and a
+  // 2-D mask (read whole, selected here; written back whole).
+  {
+    td::storage::Redis two = r;
+    two.block_rows = 7;
+    td::TensorDict grid({{"x", torch::arange(60 * 3 * 2, torch::kFloat32).view({60, 3, 2})}},
+                        {60, 3});
+    auto g = td::redis::from_tensordict(grid, two);
+    EXPECT_EQ(td::redis::block_ids(g).size(), 9u);
+    using at::indexing::Slice;
+    for (auto idx : std::vector<std::vector<at::indexing::TensorIndex>>{
+             {Slice(5, 40), 1}, {10, Slice(0, 2)}, {Slice(1, 50, 4), 2}, {Slice(), Slice(1, 3)}})
+      expect_equal(g.index(idx), grid.index(idx));
+    const at::Tensor m2 = torch::rand({60, 3}).gt(0.5);
+    expect_equal(g.index({m2}), grid.index({m2}));
+    g.index_put_({Slice(20, 30), 1}, grid.index({Slice(20, 30), 1}) * -1);
+    grid.index_put_({Slice(20, 30), 1}, grid.index({Slice(20, 30), 1}) * -1);
+    g.index_put_({m2}, grid.index({m2}) + 0.5);
+    grid.index_put_({m2}, grid.index({m2}) + 0.5);
+    expect_equal(g.to_tensordict(), grid);
+    td::redis::clear(g);
+  }
+
+  // Every row now holds its own number: Python reads the blocks alone.
+  store.index_put_({torch::arange(n)}, replay_rows(torch::arange(n)));
+  const std::string cmd = std::string(TENSORDICT_SYSTEM_PYTHON) + " " + TENSORDICT_REDIS_TEST_DIR +
+                          "/read_sharded.py " + server.socket() + " " + id + " > " + server.dir() +
+                          "/py.out 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream py(server.dir() + "/py.out");
+  std::string out((std::istreambuf_iterator<char>(py)), {});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("OK 200 rows in 5 blocks"), std::string::npos) << out;
+
+  // Re-attached by the manifest's id; writes through one handle are seen by the other.
+  td::storage::Redis again = r;
+  again.sharded = false;  // from_store finds the manifest
+  again.td_id = id;
+  auto other = td::redis::from_store(again);
+  EXPECT_EQ(other.batch_size().vec(), std::vector<int64_t>{n});
+  EXPECT_EQ(td::redis::block_ids(other), ids);
+  expect_equal(other.index({random}), replay_rows(random));
+  other.index_put_({150}, replay_rows(torch::tensor({7}))[0]);
+  EXPECT_EQ(store.index({150}).get("action")[0].item<float>(), 7.0f);
+
+  // Whole leaves, nested levels, non-tensors, removal.
+  store.set({"next", "reward"}, torch::arange(n, torch::kFloat32));
+  store.set("tag", "sharded");
+  // (the other handle learns of a new key on its first miss, as a store does)
+  EXPECT_TRUE(torch::equal(other.get({"next", "reward"}), torch::arange(n, torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(other.index({torch::tensor({0, 100, 199})}).get({"next", "reward"}),
+                           torch::tensor({0.f, 100.f, 199.f})));
+  EXPECT_EQ(other.get_non_tensor("tag"), "sharded");
+  EXPECT_EQ(server.command({"GET", "tensordict:{" + ids[3] + "}:d:tag"}), "\"sharded\"");
+  store.pop("next");
+  EXPECT_EQ(server.command({"EXISTS", "tensordict:{" + ids[2] + "}:d:next.reward"}), "0");
+
+  // A row bigger than the limit, and blocks forced bigger than it.
+  td::Schema big{{"frame", {{1100, 1000}, torch::kUInt8}}};
+  try {
+    td::from_schema(big, {4}, r);
+    FAIL() << "no error";
+  } catch (const td::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("one row of 'frame' is 1100000 bytes"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("proto-max-bulk-len (1048576 bytes)"), std::string::npos)
+        << e.what();
+  }
+  td::storage::Redis forced = r;
+  forced.block_rows = 100;
+  EXPECT_THROW(td::from_schema(replay_schema(), {n}, forced), td::ValueError);
+
+  td::redis::clear(store);
+  EXPECT_EQ(server.command({"DBSIZE"}), "0");
+}
+
+TEST(RedisSharded, SpansTheClusterWithOnePipelinePerNodeAndTypedWrappers) {
+  RedisCluster cluster;
+  constexpr int64_t n = 300;
+  auto store = td::from_schema(
+      replay_schema(), {n}, "redis",
+      {{"seeds", cluster.address(0) + "," + cluster.address(1)}, {"sharded", true}});
+  // An equal share per master: 3 blocks of 100 rows, one on each node.
+  EXPECT_EQ(td::redis::block_rows(store), 100);
+  const auto ids = td::redis::block_ids(store);
+  ASSERT_EQ(ids.size(), 3u);
+  std::set<std::size_t> owners;
+  for (const auto& id : ids) owners.insert(cluster.owner(slot_of(cluster, "{" + id + "}")));
+  EXPECT_EQ(owners.size(), 3u);
+
+  auto t0 = td::redis::round_trips(store);
+  store.index_put_({torch::arange(n)}, replay_rows(torch::arange(n)));
+  EXPECT_EQ(td::redis::round_trips(store), t0 + 3);  // one pipeline per node
+  const at::Tensor idx = torch::randint(n, {256});
+  t0 = td::redis::round_trips(store);
+  auto batch = store.index({idx});
+  EXPECT_EQ(td::redis::round_trips(store), t0 + 3);
+  expect_equal(batch, replay_rows(idx));
+  // Each node got exactly one transaction per block it holds.
+  for (std::size_t i = 0; i < cluster.size(); ++i) cluster.node(i).reset_stats();
+  store.index({idx});
+  for (std::size_t i = 0; i < cluster.size(); ++i)
+    EXPECT_EQ(cluster.node(i).command_calls()["exec"], 1) << "node " << i;
+
+  // Typed wrappers over the sharded store.
+  auto typed = Replay::from_tensordict(store);
+  EXPECT_TRUE(torch::equal(typed.index({idx}).obs(), replay_rows(idx).get("obs")));
+  typed.index({torch::tensor({5})}).action().zero_();  // a copy: the store is unchanged
+  EXPECT_EQ(store.index({5}).get("action")[0].item<float>(), 5.0f);
+  auto tc = Transition::from_tensordict(store);
+  tc.index_put_({torch::tensor({5, 250})},
+                Transition::from_tensordict(replay_rows(torch::tensor({1, 2}))));
+  EXPECT_TRUE(torch::equal(tc.index({torch::tensor({250, 5})}).action(),
+                           replay_rows(torch::tensor({2, 1})).get("action")));
+
+  // A second handle, from the manifest id alone, through another seed.
+  auto other = td::redis::from_store(on_cluster(cluster, 2, td::redis::td_id(store)));
+  expect_equal(other.index({torch::arange(98, 103)}), [&] {
+    auto want = replay_rows(torch::arange(98, 103));
+    return want;
+  }());
+  td::redis::clear(store);
+  for (std::size_t i = 0; i < cluster.size(); ++i)
+    EXPECT_EQ(cluster.node(i).command({"DBSIZE"}), "0");
 }
 
 // ---- faults -------------------------------------------------------------------------

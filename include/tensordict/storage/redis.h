@@ -66,6 +66,17 @@ struct Redis {
   /// Cluster nodes ("host:port") tried in order to read the slot map; not
   /// empty implies `cluster`. Empty: host:port.
   std::vector<std::string> seeds;
+  /// A sharded store: one logical buffer split along batch dim 0 into blocks
+  /// of `block_rows` rows, each block a complete store in Python's layout
+  /// under its own td_id ("<td_id>-<k>", placed on the cluster's masters in
+  /// turn), listed by the manifest key "<prefix>:{<td_id>}:__shards__". For a
+  /// buffer bigger than one node or than one Redis string (a leaf). See
+  /// docs/redis.md "Sharding".
+  bool sharded = false;
+  /// Rows per block of a sharded store; 0: the most that keeps every leaf's
+  /// block string within the server's proto-max-bulk-len, and on a cluster at
+  /// most an equal share per master.
+  std::int64_t block_rows = 0;
 };
 
 }  // namespace storage
@@ -86,10 +97,11 @@ TensorDictBase create(const storage::Redis& storage, std::vector<int64_t> batch_
 /// (Python's TensorDictStore.from_tensordict / td.to_store()).
 TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& storage = {});
 /// Re-attaches to the store `storage.td_id` written by any process (C++ or
-/// Python). KeyError naming the td_id when the server has no such store.
+/// Python), or to the sharded store whose manifest has that id. KeyError
+/// naming the td_id when the server has no such store.
 TensorDictBase from_store(const storage::Redis& storage);
 
-/// True when `td` is (a nested level of) a Redis store.
+/// True when `td` is (a nested level of) a Redis store, sharded or not.
 bool is_store(const TensorDictBase& td);
 /// The store's td_id (TypeError when `td` is not a store).
 std::string td_id(const TensorDictBase& td);
@@ -103,6 +115,11 @@ void clear(const TensorDictBase& td);
 std::int64_t round_trips(const TensorDictBase& td);
 /// Closes the connection; the next call reconnects.
 void close(const TensorDictBase& td);
+/// A sharded store's blocks: their td_ids in row order (each a store in
+/// Python's layout, readable alone); empty for a store that is not sharded.
+std::vector<std::string> block_ids(const TensorDictBase& td);
+/// Rows per block of a sharded store (0 for a store that is not sharded).
+std::int64_t block_rows(const TensorDictBase& td);
 
 }  // namespace redis
 }  // namespace tensordict

@@ -11,7 +11,7 @@
 // Metadata (leaf paths, shapes, dtypes) is cached per store object; a miss
 // re-reads it from the server.
 
-#include "storage/redis/connection.h"
+#include "storage/redis/store.h"
 
 #include <tensordict/dtype.h>
 #include <tensordict/errors.h>
@@ -35,29 +35,6 @@ namespace tensordict {
 namespace detail::redis {
 namespace {
 
-using json = nlohmann::json;
-
-// Python's json.dumps of a list of ints: "[5, 2]", "[]".
-std::string json_list(at::IntArrayRef v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string uuid4() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  uint64_t a = gen(), b = gen();
-  a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4
-  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // variant 10
-  char buf[37];
-  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xffff),
-                static_cast<unsigned>(b >> 48),
-                static_cast<unsigned long long>(b & 0xffffffffffffULL));
-  return buf;
-}
-
 // Sets elements of a json_array payload on the server, so that two clients
 // writing different elements lose no update. ARGV: (index, JSON text) pairs.
 constexpr const char* kPatchJsonArray = R"lua(
@@ -69,139 +46,8 @@ redis.call('SET', KEYS[1], cjson.encode(a))
 return #ARGV / 2
 )lua";
 
-struct LeafInfo {
-  bool non_tensor = false;
-  std::string encoding;  // json | json_array | pickle
-  std::vector<int64_t> shape;
-  at::ScalarType dtype = at::kFloat;
-  int64_t nbytes() const {
-    int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
-    for (auto d : shape) n *= d;
-    return n;
-  }
-};
-
 }  // namespace
 
-/// Shared by every level of one store object: the connection and the cache.
-struct Store {
-  /// `shared`: a client shared with other stores (the blocks of a sharded
-  /// store), else a new one.
-  explicit Store(storage::Redis opts, std::shared_ptr<Connection> shared = nullptr)
-      : client(shared ? std::move(shared) : std::make_shared<Connection>(opts)),
-        conn(*client),
-        options(std::move(opts)) {
-    if (options.td_id.empty()) options.td_id = uuid4();
-    base = options.prefix + ":{" + options.td_id + "}:";
-  }
-  std::string key(std::string_view suffix) const { return base + std::string(suffix); }
-  std::string data_key(std::string_view path) const { return base + "d:" + std::string(path); }
-  std::string meta_key(std::string_view path) const { return base + "m:" + std::string(path); }
-
-  /// Parses an m: hash (HGETALL reply); FormatError naming the key.
-  LeafInfo parse_meta(const std::string& path, const redisReply* r) const {
-    const std::string where = "'" + meta_key(path) + "'";
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
-      throw FormatError("Redis store " + options.td_id + ": leaf '" + path +
-                        "' has no metadata hash " + where);
-    std::map<std::string, std::string> fields;
-    for (std::size_t i = 0; i + 1 < r->elements; i += 2)
-      fields[std::string(text(r->element[i], where))] = std::string(text(r->element[i + 1], where));
-    LeafInfo info;
-    if (fields["is_non_tensor"] == "1") {
-      info.non_tensor = true;
-      info.encoding = fields["encoding"];
-      if (info.encoding != "json" && info.encoding != "json_array" && info.encoding != "pickle")
-        throw FormatError("Redis metadata " + where + ": unknown non-tensor encoding '" +
-                          info.encoding + "' (expected json, json_array or pickle)");
-      return info;
-    }
-    if (!fields.count("shape") || !fields.count("dtype"))
-      throw FormatError("Redis metadata " + where +
-                        ": neither a tensor (shape, dtype) nor a non-tensor");
-    try {
-      const json shape = json::parse(fields["shape"]);
-      if (!shape.is_array()) throw FormatError("");
-      for (const auto& d : shape) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) throw FormatError("");
-        info.shape.push_back(d.get<int64_t>());
-      }
-    } catch (const std::exception&) {
-      throw FormatError("Redis metadata " + where + ": shape '" + fields["shape"] +
-                        "' is not a JSON list of sizes such as [5, 2]");
-    }
-    try {
-      info.dtype = dtype_from_string(fields["dtype"]);
-    } catch (const Error&) {
-      throw FormatError("Redis metadata " + where + ": unknown dtype '" + fields["dtype"] +
-                        "' (expected a name such as torch.float32)");
-    }
-    return info;
-  }
-
-  /// Re-reads the leaf paths and their metadata (two round trips).
-  void load() {
-    Reply members = conn.call({"SMEMBERS", key("__keys__")}, "reading " + key("__keys__"));
-    std::vector<std::string> paths;
-    for (std::size_t i = 0; i < members->elements; ++i)
-      paths.emplace_back(text(members->element[i], key("__keys__")));
-    std::sort(paths.begin(), paths.end());
-    Batch b;
-    for (const auto& p : paths) b.add({"HGETALL", b.own(meta_key(p))});
-    auto replies = conn.send(b, "reading leaf metadata");
-    std::map<std::string, LeafInfo> fresh;
-    for (std::size_t i = 0; i < paths.size(); ++i)
-      fresh[paths[i]] = parse_meta(paths[i], replies[i].get());
-    // Keep this process's insertion order for the paths it already knew.
-    std::vector<std::string> kept;
-    for (const auto& p : order)
-      if (fresh.count(p)) kept.push_back(p);
-    for (const auto& p : paths)
-      if (!leaves.count(p)) kept.push_back(p);
-    order = std::move(kept);
-    leaves = std::move(fresh);
-    loaded = true;
-  }
-  void ensure_loaded() {
-    if (!loaded) load();
-  }
-
-  void forget(const std::string& path) {
-    leaves.erase(path);
-    order.erase(std::remove(order.begin(), order.end(), path), order.end());
-  }
-  void remember(const std::string& path, LeafInfo info) {
-    if (!leaves.count(path)) order.push_back(path);
-    leaves[path] = std::move(info);
-  }
-  /// True when some leaf lives under `level` ("a.b.").
-  bool has_level(const std::string& level) const {
-    auto it = leaves.lower_bound(level);
-    return (it != leaves.end() && it->first.compare(0, level.size(), level) == 0) ||
-           empty_levels.count(level);
-  }
-
-  std::shared_ptr<Connection> client;
-  Connection& conn;
-  storage::Redis options;
-  std::string base;
-  std::recursive_mutex mu;
-  std::vector<int64_t> batch;
-  std::optional<at::Device> device;
-  bool loaded = false;
-  std::map<std::string, LeafInfo> leaves;
-  std::vector<std::string> order;
-  // Nested levels are not stored on the server (Python's layout): levels
-  // without leaves and nested batch sizes are known to this process only.
-  std::set<std::string> empty_levels;  // "a.b."
-  // The json_array values as last read, to send only the changed elements.
-  std::map<std::string, nlohmann::json> last_array;
-  std::map<std::string, std::vector<int64_t>> level_batch;
-};
-
-namespace {
-
-// The commands that store a whole value at `path` (any kind), added to `b`.
 void add_value(Store& s, Batch& b, const std::string& path, const Value& v,
                std::vector<at::Tensor>& keep,
                std::vector<std::pair<std::string, LeafInfo>>& added) {
@@ -236,6 +82,8 @@ void add_value(Store& s, Batch& b, const std::string& path, const Value& v,
   b.add({"SADD", b.own(s.key("__keys__")), b.own(path)});
   added.emplace_back(path, std::move(info));
 }
+
+namespace {
 
 // Byte ranges (offset, length) of the selected rows of a leaf, in the order
 // of the selected tensor's elements; adjacent ranges merged. nullopt for a
@@ -301,6 +149,8 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges_of(const RowSelec
   return std::nullopt;
 }
 
+}  // namespace
+
 at::Tensor from_bytes(const char* data, std::size_t n, at::IntArrayRef shape,
                       at::ScalarType dtype) {
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
@@ -308,9 +158,7 @@ at::Tensor from_bytes(const char* data, std::size_t n, at::IntArrayRef shape,
   return t;
 }
 
-}  // namespace
-
-class RedisNode final : public Node {
+class RedisNode final : public StoreNode {
  public:
   RedisNode(std::shared_ptr<Store> store, std::string level)
       : s_(std::move(store)), level_(std::move(level)) {}
@@ -323,6 +171,26 @@ class RedisNode final : public Node {
   }
 
   std::string type_name() const override { return "TensorDictStore"; }
+
+  Connection& client() const override { return s_->conn; }
+  std::recursive_mutex& mutex() const override { return s_->mu; }
+  const std::string& id() const override { return s_->options.td_id; }
+  std::string server_key(const std::string& suffix) const override { return s_->key(suffix); }
+  void clear_all() override {
+    auto& s = *s_;
+    std::lock_guard lock(s.mu);
+    s.ensure_loaded();
+    Batch b;
+    std::vector<std::string_view> del{"DEL", b.own(s.key("__keys__")),
+                                      b.own(s.key("__batch_size__")), b.own(s.key("__device__"))};
+    for (const auto& [p, info] : s.leaves)
+      del.push_back(b.own(s.data_key(p))), del.push_back(b.own(s.meta_key(p)));
+    b.add(std::move(del));
+    s.conn.send(b, "clearing store " + s.options.td_id);
+    s.leaves.clear();
+    s.order.clear();
+    s.empty_levels.clear();
+  }
 
   at::IntArrayRef batch_size() const override {
     std::lock_guard lock(s_->mu);
@@ -354,27 +222,13 @@ class RedisNode final : public Node {
 
   std::vector<std::string> keys() const override {
     std::lock_guard lock(s_->mu);
-    s_->ensure_loaded();
-    std::vector<std::string> out;
-    std::set<std::string> seen;
-    auto take = [&](const std::string& path) {
-      if (path.compare(0, level_.size(), level_) != 0 || path.size() == level_.size()) return;
-      std::string part = path.substr(level_.size());
-      part = part.substr(0, part.find('.'));
-      if (seen.insert(part).second) out.push_back(part);
-    };
-    for (const auto& p : s_->order) take(p);
-    for (const auto& l : s_->empty_levels) take(l.substr(0, l.size() - 1));
-    return out;
+    return s_->keys_at(level_);
   }
   std::size_t size() const override { return keys().size(); }
 
   std::optional<EntryKind> kind(std::string_view key) const override {
     std::lock_guard lock(s_->mu);
-    s_->ensure_loaded();
-    if (auto k = kind_cached(key)) return k;
-    s_->load();  // a miss: another process may have added it
-    return kind_cached(key);
+    return s_->kind_at(path(key));
   }
   std::optional<TensorMeta> tensor_meta(std::string_view key) const override {
     std::lock_guard lock(s_->mu);
@@ -716,32 +570,48 @@ class RedisNode final : public Node {
     return it->second;
   }
 
-  std::optional<EntryKind> kind_cached(std::string_view key) const {
-    const std::string p = path(key);
-    auto it = s_->leaves.find(p);
-    if (it != s_->leaves.end()) {
-      if (!it->second.non_tensor) return EntryKind::Tensor;
-      return it->second.encoding == "json_array" ? EntryKind::NonTensorStack : EntryKind::NonTensor;
-    }
-    if (s_->has_level(p + ".")) return EntryKind::TensorDict;
-    return std::nullopt;
-  }
-
   std::shared_ptr<Store> s_;
   std::string level_;  // "" for the root, "a.b." for nested levels
 };
 
-namespace {
-
-std::shared_ptr<Store> open(const storage::Redis& options) {
+std::shared_ptr<Store> open(const storage::Redis& options, std::shared_ptr<Connection> shared) {
   if (options.prefix.empty()) throw ValueError("Redis store: the key prefix must not be empty");
-  return std::make_shared<Store>(options);
+  return std::make_shared<Store>(options, std::move(shared));
 }
 
-const RedisNode& node_of(const TensorDictBase& td) {
-  auto* n = td.defined() ? dynamic_cast<const RedisNode*>(&td.node()) : nullptr;
+namespace {
+
+const StoreNode& node_of(const TensorDictBase& td) {
+  auto* n = td.defined() ? dynamic_cast<const StoreNode*>(&td.node()) : nullptr;
   if (n == nullptr) throw TypeError("not a Redis store (TensorDictStore)");
   return *n;
+}
+
+std::string dotted(const NestedKey& key) {
+  std::string out;
+  for (const auto& part : key.parts()) out += (out.empty() ? "" : ".") + std::string(part);
+  return out;
+}
+
+// Bytes per row of every tensor leaf of a schema / a tensordict.
+RowSizes row_sizes(const Schema& schema) {
+  RowSizes out;
+  for (const auto& [key, spec] : schema.entries()) {
+    int64_t n = static_cast<int64_t>(c10::elementSize(spec.dtype));
+    for (auto d : spec.shape) n *= d;
+    out.emplace_back(dotted(key), n);
+  }
+  return out;
+}
+RowSizes row_sizes(const TensorDictBase& td) {
+  RowSizes out;
+  const int64_t rows = td.batch_size().empty() ? 1 : std::max<int64_t>(td.batch_size()[0], 1);
+  for (const auto& key : td.keys(true, true))
+    if (td.entry_kind(key) == EntryKind::Tensor) {
+      const at::Tensor t = td.get(key);
+      out.emplace_back(dotted(key), static_cast<int64_t>(t.nbytes()) / rows);
+    }
+  return out;
 }
 
 }  // namespace
@@ -759,6 +629,7 @@ TensorDictBase create(const storage::Redis& storage, std::vector<int64_t> batch_
   for (auto d : batch_size)
     if (d < 0)
       throw ShapeError("Redis store: negative batch size " + detail::redis::json_list(batch_size));
+  if (storage.sharded) return detail::redis::create_sharded(storage, batch_size, device, {});
   auto s = detail::redis::open(storage);
   std::lock_guard lock(s->mu);
   Batch b;
@@ -777,7 +648,11 @@ TensorDictBase from_store(const storage::Redis& storage) {
   std::lock_guard lock(s->mu);
   Batch b;
   b.add({"GET", b.own(s->key("__batch_size__"))}).add({"GET", b.own(s->key("__device__"))});
+  b.add({"GET", b.own(s->key("__shards__"))});
   auto r = s->conn.send(b, "attaching to store " + storage.td_id);
+  if (r[0]->type == REDIS_REPLY_NIL && r[2]->type != REDIS_REPLY_NIL)  // a sharded store
+    return detail::redis::attach_sharded(storage, s->client,
+                                         detail::redis::text(r[2].get(), s->key("__shards__")));
   if (r[0]->type == REDIS_REPLY_NIL)
     throw KeyError("no Redis store with td_id '" + storage.td_id + "' (prefix '" + storage.prefix +
                    "') at " + s->conn.where() + ": key '" + s->key("__batch_size__") +
@@ -807,10 +682,16 @@ TensorDictBase from_store(const storage::Redis& storage) {
 
 TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& storage) {
   auto dev = td.device();
+  if (storage.sharded) {
+    TensorDictBase store = detail::redis::create_sharded(storage, td.batch_size().vec(),
+                                                         dev && dev->is_cpu() ? dev : std::nullopt,
+                                                         detail::redis::row_sizes(td));
+    for (const auto& [key, value] : td.items()) store.set(key, value);
+    return store;
+  }
   TensorDictBase store =
       create(storage, td.batch_size().vec(), dev && dev->is_cpu() ? dev : std::nullopt);
-  auto& node = const_cast<RedisNode&>(detail::redis::node_of(store));
-  auto& s = node.store();
+  auto& s = static_cast<const RedisNode&>(store.node()).store();
   std::lock_guard lock(s.mu);
   Batch b;
   std::vector<at::Tensor> keep;
@@ -823,48 +704,38 @@ TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& s
 }
 
 bool is_store(const TensorDictBase& td) {
-  return td.defined() && dynamic_cast<const RedisNode*>(&td.node()) != nullptr;
+  return td.defined() && dynamic_cast<const detail::redis::StoreNode*>(&td.node()) != nullptr;
 }
-std::string td_id(const TensorDictBase& td) {
-  return detail::redis::node_of(td).store().options.td_id;
-}
+std::string td_id(const TensorDictBase& td) { return detail::redis::node_of(td).id(); }
 std::string server_key(const TensorDictBase& td, const std::string& suffix) {
-  return detail::redis::node_of(td).store().key(suffix);
+  return detail::redis::node_of(td).server_key(suffix);
 }
 
 void clear(const TensorDictBase& td) {
-  auto& s = detail::redis::node_of(td).store();
-  std::lock_guard lock(s.mu);
-  s.ensure_loaded();
-  Batch b;
-  std::vector<std::string_view> del{"DEL", b.own(s.key("__keys__")), b.own(s.key("__batch_size__")),
-                                    b.own(s.key("__device__"))};
-  for (const auto& [p, info] : s.leaves)
-    del.push_back(b.own(s.data_key(p))), del.push_back(b.own(s.meta_key(p)));
-  b.add(std::move(del));
-  s.conn.send(b, "clearing store " + s.options.td_id);
-  s.leaves.clear();
-  s.order.clear();
-  s.empty_levels.clear();
+  const_cast<detail::redis::StoreNode&>(detail::redis::node_of(td)).clear_all();
 }
 
 std::int64_t round_trips(const TensorDictBase& td) {
-  auto& s = detail::redis::node_of(td).store();
-  std::lock_guard lock(s.mu);
-  return s.conn.round_trips();
+  return detail::redis::node_of(td).client().round_trips();
 }
 
-void close(const TensorDictBase& td) {
-  auto& s = detail::redis::node_of(td).store();
-  std::lock_guard lock(s.mu);
-  s.conn.close();
+void close(const TensorDictBase& td) { detail::redis::node_of(td).client().close(); }
+
+std::vector<std::string> block_ids(const TensorDictBase& td) {
+  return detail::redis::node_of(td).block_ids();
+}
+std::int64_t block_rows(const TensorDictBase& td) {
+  return detail::redis::node_of(td).block_rows();
 }
 
 }  // namespace redis
 
 TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
                            const storage::Redis& storage) {
-  TensorDictBase root = redis::create(storage, batch_size);
+  TensorDictBase root = storage.sharded
+                            ? detail::redis::create_sharded(storage, batch_size, std::nullopt,
+                                                            detail::redis::row_sizes(schema))
+                            : redis::create(storage, batch_size);
   allocate_schema(root, schema);
   return root;
 }
@@ -876,7 +747,7 @@ TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batc
   check_storage_options(
       options, "redis",
       {"host", "port", "unix_socket", "db", "username", "password", "connect_timeout", "timeout",
-       "prefix", "td_id", "transaction", "cluster", "seeds"});
+       "prefix", "td_id", "transaction", "cluster", "seeds", "sharded", "block_rows"});
   storage::Redis r;
   r.host = storage_option<std::string>(options, "redis", "host", r.host);
   r.port = storage_option<int>(options, "redis", "port", r.port);
@@ -891,6 +762,8 @@ TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batc
   r.td_id = storage_option<std::string>(options, "redis", "td_id", r.td_id);
   r.transaction = storage_option<bool>(options, "redis", "transaction", r.transaction);
   r.cluster = storage_option<bool>(options, "redis", "cluster", r.cluster);
+  r.sharded = storage_option<bool>(options, "redis", "sharded", r.sharded);
+  r.block_rows = storage_option<std::int64_t>(options, "redis", "block_rows", r.block_rows);
   // seeds: a list of "host:port", or one string of them separated by commas.
   if (auto it = options.find("seeds"); it != options.end() && it->second.is_string()) {
     std::string all = it->second.get<std::string>();

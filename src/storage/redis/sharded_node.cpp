@@ -1,0 +1,758 @@
+// The sharded Redis store: one logical tensordict split along batch dim 0
+// into blocks of `block_rows` rows. Block k holds rows [k*B, min(N, (k+1)*B))
+// and is a complete store in Python's layout under its own td_id, so its
+// keys share their own hash tag (their own slot, placed on the cluster's
+// masters in turn) and Python reads it alone. The manifest
+// "<prefix>:{<td_id>}:__shards__" lists the blocks (docs/redis.md).
+//
+// A ShardedNode is a Node whose leaves fan out to the blocks: an operation
+// on rows is one Batch holding the commands of every block it touches, which
+// the client sends as one pipeline per node, to all nodes at once (and one
+// MULTI/EXEC per block with a transaction). Metadata (keys, shapes, dtypes)
+// is the first block's, with dim 0 the whole buffer's.
+
+#include "storage/redis/store.h"
+
+#include <tensordict/non_tensor.h>
+#include <tensordict/tensor_dict.h>
+
+namespace tensordict::detail::redis {
+namespace {
+
+constexpr int64_t kDefaultMaxBulk = 512LL * 1024 * 1024;  // Redis's default proto-max-bulk-len
+
+// The smallest proto-max-bulk-len of the nodes (512 MB where CONFIG is
+// refused, e.g. renamed away or a managed service).
+int64_t string_limit(Connection& c) {
+  int64_t best = 0;
+  for (const auto& r :
+       c.call_each_node({"CONFIG", "GET", "proto-max-bulk-len"}, "reading proto-max-bulk-len")) {
+    int64_t v = kDefaultMaxBulk;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+      v = std::atoll(r->element[1]->str);
+    if (v > 0) best = best == 0 ? v : std::min(best, v);
+  }
+  return best > 0 ? best : kDefaultMaxBulk;
+}
+
+// A run of consecutive rows of batch dim 0: global start, count, and where
+// it goes in the operation's rows.
+struct Piece {
+  std::size_t block = 0;
+  int64_t local = 0;  // first row in the block
+  int64_t count = 0;
+  int64_t out = 0;  // first row in the selected rows
+};
+
+struct Sharded {
+  std::shared_ptr<Connection> client;
+  storage::Redis options;  // td_id: the manifest's
+  std::string base;        // "<prefix>:{<td_id>}:"
+  std::vector<int64_t> batch;
+  std::optional<at::Device> device;
+  int64_t block_rows = 1;
+  int64_t limit = 0;  // 0: not read yet
+  std::vector<std::shared_ptr<Store>> blocks;
+  std::recursive_mutex mu;
+
+  int64_t rows() const { return batch[0]; }
+  int64_t first(std::size_t k) const { return static_cast<int64_t>(k) * block_rows; }
+  int64_t count(std::size_t k) const {
+    return std::max<int64_t>(0, std::min(block_rows, rows() - first(k)));
+  }
+  std::vector<int64_t> block_batch(std::size_t k) const {
+    auto b = batch;
+    b[0] = count(k);
+    return b;
+  }
+  Store& head() const { return *blocks.front(); }
+  std::string manifest_key() const { return base + "__shards__"; }
+  std::string manifest() const {
+    nlohmann::ordered_json j;
+    j["version"] = 1;
+    j["layout"] = "row_blocks";
+    j["batch_size"] = batch;
+    j["block_rows"] = block_rows;
+    std::vector<std::string> ids;
+    for (const auto& b : blocks) ids.push_back(b->options.td_id);
+    j["blocks"] = ids;
+    j["device"] = device ? device->str() : "";
+    return j.dump();
+  }
+  int64_t string_limit_bytes() {
+    if (limit == 0) limit = string_limit(*client);
+    return limit;
+  }
+  /// ValueError when a block of `row` bytes per row would pass the limit.
+  void check_row(const std::string& path, int64_t row) {
+    const int64_t lim = string_limit_bytes();
+    if (row > lim)
+      throw ValueError("sharded Redis store " + options.td_id + ": one row of '" + path + "' is " +
+                       std::to_string(row) + " bytes, more than the server's proto-max-bulk-len (" +
+                       std::to_string(lim) +
+                       " bytes): it cannot be stored, even one row per block");
+    if (row * block_rows > lim)
+      throw ValueError("sharded Redis store " + options.td_id + ": a block of " +
+                       std::to_string(block_rows) + " rows of '" + path + "' is " +
+                       std::to_string(row * block_rows) +
+                       " bytes, more than the server's proto-max-bulk-len (" + std::to_string(lim) +
+                       " bytes): create the store with block_rows <= " + std::to_string(lim / row));
+  }
+  /// Splits runs of selected rows (global start, count) at block borders.
+  std::vector<Piece> pieces(const std::vector<std::pair<int64_t, int64_t>>& runs) const {
+    std::vector<Piece> out;
+    int64_t at = 0;
+    for (auto [start, n] : runs) {
+      while (n > 0) {
+        const auto k = static_cast<std::size_t>(start / block_rows);
+        const int64_t local = start - first(k);
+        const int64_t take = std::min(n, count(k) - local);
+        out.push_back(Piece{k, local, take, at});
+        start += take;
+        n -= take;
+        at += take;
+      }
+    }
+    return out;
+  }
+};
+
+int64_t row_bytes(const LeafInfo& info) {
+  int64_t row = static_cast<int64_t>(c10::elementSize(info.dtype));
+  for (std::size_t d = 1; d < info.shape.size(); ++d) row *= info.shape[d];
+  return row;
+}
+
+// The rows of batch dim 0 a selection reads, as runs in the order of the
+// result, or nullopt when it is not a selection of dim-0 rows (then the
+// leaves are read whole and the selection is applied here).
+std::optional<std::vector<std::pair<int64_t, int64_t>>> dim0_runs(const RowSelection& rows,
+                                                                  int64_t n) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  auto push = [&](int64_t start, int64_t count) {
+    if (count == 0) return;
+    if (!out.empty() && out.back().first + out.back().second == start)
+      out.back().second += count;
+    else
+      out.emplace_back(start, count);
+  };
+  switch (rows.kind()) {
+    case RowSelection::Kind::All:
+      push(0, n);
+      return out;
+    case RowSelection::Kind::Rows: {
+      at::Tensor r = rows.rows().to(at::kLong).contiguous();
+      const int64_t* p = r.data_ptr<int64_t>();
+      for (int64_t i = 0; i < r.numel(); ++i) push(p[i], 1);
+      return out;
+    }
+    case RowSelection::Kind::Box: {
+      const RowRange& r = rows.ranges()[0];
+      if (r.step == 1)
+        push(r.start, r.count());
+      else
+        for (int64_t i = r.start; i < r.stop; i += r.step) push(i, 1);
+      return out;
+    }
+    case RowSelection::Kind::General:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// The selection of the dims after dim 0 of a Box, applied to the rows read
+// (`t` holds the selected rows of dim 0).
+at::Tensor finish_box(at::Tensor t, const RowSelection& rows) {
+  const auto ranges = rows.ranges();
+  int64_t dim = 0;
+  if (ranges[0].drop)
+    t = t.select(0, 0);
+  else
+    dim = 1;
+  for (std::size_t j = 1; j < ranges.size(); ++j) {
+    const RowRange& r = ranges[j];
+    if (r.drop) {
+      t = t.select(dim, r.start);
+    } else {
+      t = t.slice(dim, r.start, std::max(r.start, r.stop), r.step);
+      ++dim;
+    }
+  }
+  return t.contiguous();
+}
+
+class ShardedNode final : public StoreNode {
+ public:
+  ShardedNode(std::shared_ptr<Sharded> s, std::string level)
+      : s_(std::move(s)), level_(std::move(level)) {}
+
+  std::string type_name() const override { return "ShardedTensorDictStore"; }
+  Connection& client() const override { return *s_->client; }
+  std::recursive_mutex& mutex() const override { return s_->mu; }
+  const std::string& id() const override { return s_->options.td_id; }
+  std::string server_key(const std::string& suffix) const override { return s_->base + suffix; }
+  std::vector<std::string> block_ids() const override {
+    std::vector<std::string> ids;
+    for (const auto& b : s_->blocks) ids.push_back(b->options.td_id);
+    return ids;
+  }
+  int64_t block_rows() const override { return s_->block_rows; }
+
+  void clear_all() override {
+    std::lock_guard lock(s_->mu);
+    s_->head().ensure_loaded();
+    Batch b;
+    b.add({"DEL", b.own(s_->manifest_key())});
+    for (const auto& blk : s_->blocks) {
+      std::vector<std::string_view> del{"DEL", b.own(blk->key("__keys__")),
+                                        b.own(blk->key("__batch_size__")),
+                                        b.own(blk->key("__device__"))};
+      for (const auto& [p, info] : s_->head().leaves)
+        del.push_back(b.own(blk->data_key(p))), del.push_back(b.own(blk->meta_key(p)));
+      b.add(std::move(del));
+    }
+    s_->client->send(b, "clearing sharded store " + s_->options.td_id);
+    for (const auto& blk : s_->blocks) {
+      blk->leaves.clear();
+      blk->order.clear();
+      blk->empty_levels.clear();
+    }
+  }
+
+  // -- shape and device -------------------------------------------------------
+  at::IntArrayRef batch_size() const override {
+    std::lock_guard lock(s_->mu);
+    if (level_.empty()) return s_->batch;
+    auto it = s_->head().level_batch.find(level_);
+    return it != s_->head().level_batch.end() ? at::IntArrayRef(it->second)
+                                              : at::IntArrayRef(s_->batch);
+  }
+  void set_batch_size(std::vector<int64_t> batch_size) override {
+    std::lock_guard lock(s_->mu);
+    if (!level_.empty()) {
+      s_->head().level_batch[level_] = std::move(batch_size);
+      return;
+    }
+    if (batch_size.empty() || batch_size[0] != s_->rows())
+      throw ShapeError("sharded Redis store " + s_->options.td_id +
+                       ": batch dim 0 is fixed at creation (" + std::to_string(s_->rows()) +
+                       " rows in blocks), got " + json_list(batch_size));
+    s_->batch = std::move(batch_size);
+    write_headers("writing the batch size");
+  }
+  std::optional<at::Device> device() const override { return s_->device; }
+  void set_device(std::optional<at::Device> device) override {
+    std::lock_guard lock(s_->mu);
+    if (device && !device->is_cpu())
+      throw DeviceError("sharded Redis store " + s_->options.td_id +
+                        ": only the CPU device (or none) is supported, got " + device->str());
+    s_->device = device;
+    if (level_.empty()) write_headers("writing the device");
+  }
+
+  // -- metadata (the first block's) --------------------------------------------
+  std::vector<std::string> keys() const override {
+    std::lock_guard lock(s_->mu);
+    return s_->head().keys_at(level_);
+  }
+  std::size_t size() const override { return keys().size(); }
+  std::optional<EntryKind> kind(std::string_view key) const override {
+    std::lock_guard lock(s_->mu);
+    return s_->head().kind_at(path(key));
+  }
+  std::optional<TensorMeta> tensor_meta(std::string_view key) const override {
+    std::lock_guard lock(s_->mu);
+    if (kind(key) != EntryKind::Tensor) return std::nullopt;
+    TensorMeta m{s_->head().leaves.at(path(key)).shape, s_->head().leaves.at(path(key)).dtype,
+                 at::kCPU};
+    if (!m.shape.empty()) m.shape[0] = s_->rows();
+    return m;
+  }
+
+  // -- reads ------------------------------------------------------------------
+  std::optional<Value> find(std::string_view key) const override {
+    std::lock_guard lock(s_->mu);
+    auto k = kind(key);
+    if (!k) return std::nullopt;
+    const std::string p = path(key);
+    if (*k == EntryKind::TensorDict)
+      return Value(TensorDictBase(std::make_shared<ShardedNode>(s_, p + ".")));
+    if (*k == EntryKind::Tensor) {
+      LeafRead leaf{this, NestedKey(std::string(key)), {}};
+      read_leaves(RowSelection::all(s_->batch), std::span<LeafRead>(&leaf, 1));
+      return Value(leaf.out);
+    }
+    // Non-tensor: one value (the same in every block), or a list per row.
+    const LeafInfo info = s_->head().leaves.at(p);
+    if (info.encoding == "pickle")
+      throw FormatError("sharded Redis store: '" + s_->head().data_key(p) +
+                        "' holds a pickled Python object, which C++ cannot read");
+    const bool rows = info.encoding == "json_array";
+    Batch b;
+    for (std::size_t i = 0; i < (rows ? s_->blocks.size() : 1); ++i)
+      b.add({"GET", b.own(s_->blocks[i]->data_key(p))});
+    auto r = s_->client->send(b, "reading '" + p + "'");
+    nlohmann::json all = nlohmann::json::array();
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const std::string where = s_->blocks[i]->data_key(p);
+      nlohmann::json v;
+      try {
+        v = nlohmann::json::parse(text(r[i].get(), where));
+      } catch (const nlohmann::json::exception& e) {
+        throw FormatError("sharded Redis store: '" + where + "' is not valid JSON: " + e.what());
+      }
+      if (!rows) return Value(NonTensorData(std::move(v), batch_size().vec(), s_->device));
+      if (!v.is_array())
+        throw FormatError("sharded Redis store: '" + where +
+                          "' has encoding json_array but is not a JSON list");
+      for (auto& e : v) all.push_back(std::move(e));
+    }
+    return Value(NonTensorStack(all, batch_size().vec(), s_->device));
+  }
+
+  at::Tensor read_at(std::string_view key, const RowSelection& rows) const override {
+    LeafRead leaf{this, NestedKey(std::string(key)), {}};
+    read_leaves(rows, std::span<LeafRead>(&leaf, 1));
+    return leaf.out;
+  }
+
+  void read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) const override {
+    std::lock_guard lock(s_->mu);
+    std::vector<LeafRead*> mine;
+    for (auto& l : leaves) {
+      if (same(l.node))
+        mine.push_back(&l);
+      else
+        Node::read_leaves(rows, std::span<LeafRead>(&l, 1));
+    }
+    if (mine.empty()) return;
+    auto runs = dim0_runs(rows, s_->rows());
+    const bool here = !runs;  // General: read whole, select here
+    if (here) runs = dim0_runs(RowSelection::all(s_->batch), s_->rows());
+    const std::vector<Piece> pieces = s_->pieces(*runs);
+    int64_t selected = 0;
+    for (const auto& [start, n] : *runs) selected += n;
+
+    std::vector<std::string> paths;
+    std::vector<LeafInfo> infos;
+    Batch b;
+    for (auto* l : mine) {
+      paths.push_back(static_cast<const ShardedNode*>(l->node)->path(l->key()));
+      infos.push_back(tensor_leaf(paths.back()));
+      const int64_t row = row_bytes(infos.back());
+      if (row == 0) continue;
+      // Each block's size first (a block replaced by another process is
+      // refused, not read as garbage), then one GETRANGE per piece.
+      std::vector<bool> seen(s_->blocks.size(), false);
+      for (const auto& pc : pieces)
+        if (!seen[pc.block]) {
+          seen[pc.block] = true;
+          b.add({"STRLEN", b.own(s_->blocks[pc.block]->data_key(paths.back()))});
+        }
+      for (const auto& pc : pieces) {
+        const std::string_view dk = b.own(s_->blocks[pc.block]->data_key(paths.back()));
+        b.add({"GETRANGE", dk, b.own(std::to_string(pc.local * row)),
+               b.own(std::to_string((pc.local + pc.count) * row - 1))});
+      }
+    }
+    auto replies = s_->client->send(b, "reading rows of " + std::to_string(mine.size()) + " leaves",
+                                    s_->options.transaction);
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const LeafInfo& info = infos[i];
+      const int64_t row = row_bytes(info);
+      std::vector<int64_t> shape = info.shape;
+      shape[0] = selected;
+      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
+      char* out = static_cast<char*>(t.data_ptr());
+      if (row > 0 && !pieces.empty()) {
+        std::vector<bool> seen(s_->blocks.size(), false);
+        for (const auto& pc : pieces)
+          if (!seen[pc.block]) {
+            seen[pc.block] = true;
+            const redisReply* size = replies[next++].get();
+            const int64_t want = s_->count(pc.block) * row;
+            if (size->type != REDIS_REPLY_INTEGER || size->integer != want) {
+              s_->head().load();
+              throw StorageError(
+                  "sharded Redis store: '" + s_->blocks[pc.block]->data_key(paths[i]) + "' has " +
+                  std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
+                  " bytes where its block needs " + std::to_string(want) +
+                  ": changed by another process; metadata refreshed, retry");
+            }
+          }
+        for (const auto& pc : pieces) {
+          const redisReply* r = replies[next++].get();
+          const int64_t len = pc.count * row;
+          if (r->type != REDIS_REPLY_STRING || static_cast<int64_t>(r->len) != len)
+            throw StorageError("sharded Redis store: '" + s_->blocks[pc.block]->data_key(paths[i]) +
+                               "' returned a short range: changed by another process, retry");
+          std::memcpy(out + pc.out * row, r->str, static_cast<std::size_t>(len));
+        }
+      }
+      if (here)
+        mine[i]->out = rows.apply(t).clone();
+      else if (rows.kind() == RowSelection::Kind::Rows)
+        mine[i]->out = t.view(rows.selected_shape(info_full(info)));
+      else if (rows.kind() == RowSelection::Kind::Box)
+        mine[i]->out = finish_box(t, rows);
+      else
+        mine[i]->out = t;
+    }
+  }
+
+  // -- writes -----------------------------------------------------------------
+  void write_(std::string_view key, const at::Tensor& value) override {
+    LeafWrite leaf{this, NestedKey(std::string(key)), value};
+    write_leaves_(RowSelection::all(batch_size()), std::span<const LeafWrite>(&leaf, 1));
+  }
+  void write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value) override {
+    LeafWrite leaf{this, NestedKey(std::string(key)), value};
+    write_leaves_(rows, std::span<const LeafWrite>(&leaf, 1));
+  }
+
+  void write_leaves_(const RowSelection& rows, std::span<const LeafWrite> leaves) override {
+    std::lock_guard lock(s_->mu);
+    std::vector<const LeafWrite*> mine;
+    for (const auto& l : leaves) {
+      if (same(l.node))
+        mine.push_back(&l);
+      else
+        Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
+    }
+    if (mine.empty()) return;
+    std::vector<std::string> paths;
+    std::vector<LeafInfo> infos;
+    std::vector<at::Tensor> values;
+    for (const auto* l : mine) {
+      paths.push_back(static_cast<const ShardedNode*>(l->node)->path(l->key()));
+      infos.push_back(tensor_leaf(paths.back()));
+      values.push_back(l->value.detach().to(at::kCPU).to(infos.back().dtype).contiguous());
+    }
+    // Rows of dim 0 are written in place; other selections (several batch
+    // dims of a Box, General) read the leaves, patch them here and write
+    // them back whole (two round trips).
+    const bool box_of_dims = rows.kind() == RowSelection::Kind::Box && rows.ranges().size() > 1;
+    auto runs = box_of_dims ? std::nullopt : dim0_runs(rows, s_->rows());
+    const RowSelection all = RowSelection::all(s_->batch);
+    if (!runs) {
+      std::vector<LeafRead> reads;
+      for (const auto* l : mine) reads.push_back(LeafRead{l->node, l->path, {}});
+      read_leaves(all, reads);
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        rows.put(reads[i].out, values[i]);
+        values[i] = reads[i].out.contiguous();
+      }
+      runs = dim0_runs(all, s_->rows());
+    }
+    const std::vector<Piece> pieces = s_->pieces(*runs);
+    Batch b;
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const int64_t row = row_bytes(infos[i]);
+      int64_t selected = 0;
+      for (const auto& pc : pieces) selected += pc.count;
+      if (static_cast<int64_t>(values[i].nbytes()) != selected * row)
+        throw ShapeError("sharded Redis store: '" + paths[i] + "': the value has " +
+                         std::to_string(values[i].nbytes()) + " bytes for " +
+                         std::to_string(selected * row) + " selected bytes");
+      if (row == 0) continue;
+      const char* data = static_cast<const char*>(values[i].data_ptr());
+      for (const auto& pc : pieces)
+        b.add({"SETRANGE", b.own(s_->blocks[pc.block]->data_key(paths[i])),
+               b.own(std::to_string(pc.local * row)),
+               std::string_view(data + pc.out * row, static_cast<std::size_t>(pc.count * row))});
+    }
+    s_->client->send(b, "writing rows of " + std::to_string(mine.size()) + " leaves",
+                     s_->options.transaction);
+  }
+
+  void create_leaf(std::string_view key, at::IntArrayRef shape,
+                   const at::TensorOptions& options) override {
+    LeafCreate leaf{this, NestedKey(std::string(key)), shape.vec(), options};
+    create_leaves(std::span<const LeafCreate>(&leaf, 1));
+  }
+
+  void create_leaves(std::span<const LeafCreate> leaves) override {
+    std::lock_guard lock(s_->mu);
+    Batch b;
+    std::vector<std::pair<std::string, LeafInfo>> added;
+    for (const auto& l : leaves) {
+      if (!same(l.node)) {
+        Node::create_leaves(std::span<const LeafCreate>(&l, 1));
+        continue;
+      }
+      const std::string p = static_cast<const ShardedNode*>(l.node)->path(l.key());
+      LeafInfo info;
+      info.shape = l.shape;
+      info.dtype = l.options.dtype().toScalarType();
+      s_->check_row(p, row_bytes(info));
+      for (std::size_t k = 0; k < s_->blocks.size(); ++k) {
+        Store& blk = *s_->blocks[k];
+        LeafInfo part = info;
+        part.shape[0] = s_->count(k);
+        const std::string dk = blk.data_key(p), mk = blk.meta_key(p);
+        b.add({"DEL", b.own(dk), b.own(mk)});
+        // SETRANGE at the last byte: the server zero-fills the rest.
+        if (part.nbytes() > 0)
+          b.add({"SETRANGE", b.own(dk), b.own(std::to_string(part.nbytes() - 1)),
+                 std::string_view("\0", 1)});
+        b.add({"HSET", b.own(mk), "shape", b.own(json_list(part.shape)), "dtype",
+               b.own(dtype_to_string(part.dtype))});
+        b.add({"SADD", b.own(blk.key("__keys__")), b.own(p)});
+        if (k == 0) added.emplace_back(p, part);
+      }
+    }
+    s_->client->send(b,
+                     "allocating " + std::to_string(added.size()) + " leaves in " +
+                         std::to_string(s_->blocks.size()) + " blocks",
+                     s_->options.transaction);
+    for (auto& [p, info] : added) s_->head().remember(p, std::move(info));
+  }
+
+  void write(std::string_view key, Value value) override {
+    std::lock_guard lock(s_->mu);
+    Store& head = s_->head();
+    head.ensure_loaded();
+    const std::string p = path(key);
+    Batch b;
+    std::vector<std::string> old;
+    for (const auto& [lp, info] : head.leaves)
+      if (lp == p || lp.compare(0, p.size() + 1, p + ".") == 0) old.push_back(lp);
+    for (const auto& blk : s_->blocks)
+      for (const auto& lp : old) {
+        b.add({"DEL", b.own(blk->data_key(lp)), b.own(blk->meta_key(lp))});
+        b.add({"SREM", b.own(blk->key("__keys__")), b.own(lp)});
+      }
+    std::vector<std::pair<std::string, Value>> flat;
+    flatten(p, value, flat);
+    std::vector<at::Tensor> keep;
+    std::vector<std::vector<std::pair<std::string, LeafInfo>>> added(s_->blocks.size());
+    for (const auto& [lp, v] : flat) {
+      for (std::size_t k = 0; k < s_->blocks.size(); ++k)
+        add_value(*s_->blocks[k], b, lp, block_part(lp, v, k), keep, added[k]);
+    }
+    s_->client->send(b, "writing '" + p + "'", s_->options.transaction);
+    for (const auto& lp : old) head.forget(lp);
+    for (auto& [ap, info] : added[0]) head.remember(ap, std::move(info));
+    if (value.is_tensordict()) head.level_batch[p + "."] = value.tensordict().batch_size().vec();
+  }
+
+  TensorDictBase create_nested(std::string_view key, at::IntArrayRef batch_size,
+                               std::optional<at::Device> device) override {
+    std::lock_guard lock(s_->mu);
+    const std::string level = path(key) + ".";
+    s_->head().empty_levels.insert(level);
+    s_->head().level_batch[level] = batch_size.vec();
+    (void)device;
+    return TensorDictBase(std::make_shared<ShardedNode>(s_, level));
+  }
+
+  void remove(std::string_view key) override {
+    std::lock_guard lock(s_->mu);
+    Store& head = s_->head();
+    const std::string p = path(key);
+    std::vector<std::string> gone;
+    for (const auto& [lp, info] : head.leaves)
+      if (lp == p || lp.compare(0, p.size() + 1, p + ".") == 0) gone.push_back(lp);
+    Batch b;
+    for (const auto& blk : s_->blocks)
+      for (const auto& lp : gone) {
+        b.add({"DEL", b.own(blk->data_key(lp)), b.own(blk->meta_key(lp))});
+        b.add({"SREM", b.own(blk->key("__keys__")), b.own(lp)});
+      }
+    s_->client->send(b, "removing '" + p + "'", s_->options.transaction);
+    for (const auto& lp : gone) head.forget(lp);
+    for (auto it = head.empty_levels.begin(); it != head.empty_levels.end();)
+      it = it->compare(0, p.size() + 1, p + ".") == 0 ? head.empty_levels.erase(it) : std::next(it);
+  }
+
+ private:
+  std::string path(std::string_view key) const { return level_ + std::string(key); }
+  bool same(const Node* n) const {
+    auto* r = dynamic_cast<const ShardedNode*>(n);
+    return r != nullptr && r->s_ == s_;
+  }
+  const LeafInfo& tensor_leaf(const std::string& p) const {
+    auto it = s_->head().leaves.find(p);
+    if (it == s_->head().leaves.end() || it->second.non_tensor)
+      throw KeyError("sharded Redis store " + s_->options.td_id + ": no tensor leaf '" + p + "'");
+    return it->second;
+  }
+  std::vector<int64_t> info_full(const LeafInfo& info) const {
+    auto shape = info.shape;
+    shape[0] = s_->rows();
+    return shape;
+  }
+  // __batch_size__ / __device__ of every block and the manifest, one batch.
+  void write_headers(const std::string& what) {
+    Batch b;
+    b.add({"SET", b.own(s_->manifest_key()), b.own(s_->manifest())});
+    for (std::size_t k = 0; k < s_->blocks.size(); ++k) {
+      b.add({"SET", b.own(s_->blocks[k]->key("__batch_size__")),
+             b.own(json_list(s_->block_batch(k)))});
+      b.add({"SET", b.own(s_->blocks[k]->key("__device__")),
+             b.own(s_->device ? s_->device->str() : std::string())});
+    }
+    s_->client->send(b, what, s_->options.transaction);
+  }
+  // The leaves of a value: (path, tensor or non-tensor), nested levels
+  // flattened ("a.b"); an empty level is remembered here.
+  void flatten(const std::string& p, const Value& v,
+               std::vector<std::pair<std::string, Value>>& out) {
+    if (!v.is_tensordict()) {
+      out.emplace_back(p, v);
+      return;
+    }
+    const auto& td = v.tensordict();
+    for (const auto& [key, value] : td.items()) flatten(p + "." + key.parts().back(), value, out);
+    if (td.num_keys() == 0) s_->head().empty_levels.insert(p + ".");
+  }
+  // Block k's part of a whole value: its rows of a tensor or of a list per
+  // row; a single non-tensor value goes to every block.
+  Value block_part(const std::string& p, const Value& v, std::size_t k) {
+    const int64_t lo = s_->first(k), n = s_->count(k);
+    if (v.is_tensor()) {
+      at::Tensor t = v.tensor().detach().to(at::kCPU).contiguous();
+      if (t.dim() == 0 || t.size(0) != s_->rows())
+        throw ShapeError("sharded Redis store: '" + p + "' must have " +
+                         std::to_string(s_->rows()) + " rows");
+      if (k == 0) s_->check_row(p, t.size(0) ? static_cast<int64_t>(t.nbytes()) / t.size(0) : 0);
+      return Value(t.slice(0, lo, lo + n));
+    }
+    if (v.is_non_tensor())
+      return Value(NonTensorData(v.non_tensor().data(), s_->block_batch(k), s_->device));
+    const nlohmann::json list = v.non_tensor_stack().tolist();
+    if (!list.is_array() || static_cast<int64_t>(list.size()) != s_->rows())
+      throw ShapeError("sharded Redis store: the list '" + p + "' must have " +
+                       std::to_string(s_->rows()) + " elements");
+    nlohmann::json part(list.begin() + lo, list.begin() + lo + n);
+    if (part.is_null()) part = nlohmann::json::array();
+    return Value(NonTensorStack(part, s_->block_batch(k), s_->device));
+  }
+
+  std::shared_ptr<Sharded> s_;
+  std::string level_;  // "" for the root, "a.b." for nested levels
+};
+
+// The block ids: "<td_id>-<k>", with a suffix ".<j>" where needed so that
+// block k lands on master k mod #masters of a cluster.
+std::vector<std::string> place(Connection& c, const storage::Redis& o, std::size_t n) {
+  const auto nodes = c.nodes();
+  std::vector<std::string> ids;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::string want = nodes[k % nodes.size()];
+    for (int j = 0;; ++j) {
+      std::string id = o.td_id + "-" + std::to_string(k) + (j ? "." + std::to_string(j) : "");
+      if (!c.cluster() || j == 10000 || c.node_of(o.prefix + ":{" + id + "}:") == want) {
+        ids.push_back(std::move(id));
+        break;
+      }
+    }
+  }
+  return ids;
+}
+
+std::shared_ptr<Sharded> make(const storage::Redis& options, std::shared_ptr<Connection> client) {
+  if (options.prefix.empty()) throw ValueError("Redis store: the key prefix must not be empty");
+  auto s = std::make_shared<Sharded>();
+  s->options = options;
+  if (s->options.td_id.empty()) s->options.td_id = uuid4();
+  s->client = client ? std::move(client) : std::make_shared<Connection>(s->options);
+  s->base = s->options.prefix + ":{" + s->options.td_id + "}:";
+  return s;
+}
+
+void add_blocks(Sharded& s, const std::vector<std::string>& ids) {
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    storage::Redis o = s.options;
+    o.td_id = ids[k];
+    auto blk = open(o, s.client);
+    blk->batch = s.block_batch(k);
+    blk->device = s.device;
+    s.blocks.push_back(std::move(blk));
+  }
+}
+
+}  // namespace
+
+TensorDictBase create_sharded(const storage::Redis& options, std::vector<int64_t> batch,
+                              std::optional<at::Device> device, const RowSizes& rows) {
+  if (device && !device->is_cpu())
+    throw DeviceError("sharded Redis store: only the CPU device (or none) is supported, got " +
+                      device->str());
+  if (batch.empty())
+    throw ShapeError("sharded Redis store: needs a batch dim to split into blocks, got []");
+  for (auto d : batch)
+    if (d < 0) throw ShapeError("sharded Redis store: negative batch size " + json_list(batch));
+  if (options.block_rows < 0)
+    throw ValueError("sharded Redis store: block_rows must be >= 0, got " +
+                     std::to_string(options.block_rows));
+  auto s = make(options, nullptr);
+  std::lock_guard lock(s->mu);
+  s->batch = std::move(batch);
+  s->device = device;
+  const int64_t n = s->rows();
+  int64_t widest = 0;
+  std::string widest_path;
+  for (const auto& [p, bytes] : rows)
+    if (bytes > widest) widest = bytes, widest_path = p;
+  if (options.block_rows > 0) {
+    s->block_rows = options.block_rows;
+  } else {
+    // As many rows as the string limit allows, and on a cluster no more than
+    // an equal share per master, so that the buffer spans the nodes.
+    const int64_t lim = s->string_limit_bytes();
+    int64_t b = widest > 0 ? lim / widest : std::max<int64_t>(n, 1);
+    if (s->client->cluster()) {
+      const auto masters = static_cast<int64_t>(s->client->nodes().size());
+      b = std::min(b, (n + masters - 1) / masters);
+    }
+    s->block_rows = std::max<int64_t>(1, std::min(b, std::max<int64_t>(n, 1)));
+  }
+  if (widest > 0) s->check_row(widest_path, widest);
+  const std::size_t count =
+      n == 0 ? 1 : static_cast<std::size_t>((n + s->block_rows - 1) / s->block_rows);
+  add_blocks(*s, place(*s->client, s->options, count));
+  // The manifest and every block's header in one round trip per node.
+  Batch b;
+  b.add({"SET", b.own(s->manifest_key()), b.own(s->manifest())});
+  for (std::size_t k = 0; k < s->blocks.size(); ++k) {
+    b.add({"SET", b.own(s->blocks[k]->key("__batch_size__")), b.own(json_list(s->block_batch(k)))});
+    b.add({"SET", b.own(s->blocks[k]->key("__device__")),
+           b.own(device ? device->str() : std::string())});
+  }
+  s->client->send(b, "creating sharded store " + s->options.td_id, s->options.transaction);
+  s->head().load();  // leaves of an earlier store with these ids stay visible, as in Python
+  return TensorDictBase(std::make_shared<ShardedNode>(s, ""));
+}
+
+TensorDictBase attach_sharded(const storage::Redis& options, std::shared_ptr<Connection> client,
+                              std::string_view manifest) {
+  auto s = make(options, std::move(client));
+  std::lock_guard lock(s->mu);
+  std::vector<std::string> ids;
+  try {
+    const auto j = nlohmann::json::parse(manifest);
+    s->batch = j.at("batch_size").get<std::vector<int64_t>>();
+    s->block_rows = j.at("block_rows").get<int64_t>();
+    ids = j.at("blocks").get<std::vector<std::string>>();
+    const std::string dev = j.value("device", "");
+    if (!dev.empty()) s->device = c10::Device(dev);
+  } catch (const std::exception& e) {
+    throw FormatError("sharded Redis store: manifest '" + s->manifest_key() +
+                      "' is not valid: " + e.what());
+  }
+  const int64_t n = s->batch.empty() ? -1 : s->batch[0];
+  if (n < 0 || s->block_rows < 1 || ids.empty() ||
+      static_cast<int64_t>(ids.size()) !=
+          std::max<int64_t>(1, (n + s->block_rows - 1) / s->block_rows))
+    throw FormatError("sharded Redis store: manifest '" + s->manifest_key() + "' lists " +
+                      std::to_string(ids.size()) + " blocks of " + std::to_string(s->block_rows) +
+                      " rows for batch size " + json_list(s->batch));
+  add_blocks(*s, ids);
+  s->head().load();
+  return TensorDictBase(std::make_shared<ShardedNode>(s, ""));
+}
+
+}  // namespace tensordict::detail::redis

@@ -1,0 +1,250 @@
+#pragma once
+// The state of one store in Python's layout (a TensorDictStore): its keys,
+// its client and its metadata cache, shared by every level of the store and
+// by the sharded store's blocks. Internal to the Redis component.
+
+#include "storage/redis/connection.h"
+
+#include <tensordict/dtype.h>
+#include <tensordict/errors.h>
+#include <tensordict/node.h>
+#include <tensordict/storage/redis.h>
+
+#include <ATen/Functions.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+
+namespace tensordict::detail::redis {
+
+using json = nlohmann::json;
+
+// Python's json.dumps of a list of ints: "[5, 2]", "[]".
+inline std::string json_list(at::IntArrayRef v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+inline std::string uuid4() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  uint64_t a = gen(), b = gen();
+  a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4
+  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // variant 10
+  char buf[37];
+  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xffff),
+                static_cast<unsigned>(b >> 48),
+                static_cast<unsigned long long>(b & 0xffffffffffffULL));
+  return buf;
+}
+
+struct LeafInfo {
+  bool non_tensor = false;
+  std::string encoding;  // json | json_array | pickle
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+  int64_t nbytes() const {
+    int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
+    for (auto d : shape) n *= d;
+    return n;
+  }
+};
+
+/// Shared by every level of one store object: the connection and the cache.
+struct Store {
+  /// `shared`: a client shared with other stores (the blocks of a sharded
+  /// store), else a new one.
+  explicit Store(storage::Redis opts, std::shared_ptr<Connection> shared = nullptr)
+      : client(shared ? std::move(shared) : std::make_shared<Connection>(opts)),
+        conn(*client),
+        options(std::move(opts)) {
+    if (options.td_id.empty()) options.td_id = uuid4();
+    base = options.prefix + ":{" + options.td_id + "}:";
+  }
+  std::string key(std::string_view suffix) const { return base + std::string(suffix); }
+  std::string data_key(std::string_view path) const { return base + "d:" + std::string(path); }
+  std::string meta_key(std::string_view path) const { return base + "m:" + std::string(path); }
+
+  /// Parses an m: hash (HGETALL reply); FormatError naming the key.
+  LeafInfo parse_meta(const std::string& path, const redisReply* r) const {
+    const std::string where = "'" + meta_key(path) + "'";
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+      throw FormatError("Redis store " + options.td_id + ": leaf '" + path +
+                        "' has no metadata hash " + where);
+    std::map<std::string, std::string> fields;
+    for (std::size_t i = 0; i + 1 < r->elements; i += 2)
+      fields[std::string(text(r->element[i], where))] = std::string(text(r->element[i + 1], where));
+    LeafInfo info;
+    if (fields["is_non_tensor"] == "1") {
+      info.non_tensor = true;
+      info.encoding = fields["encoding"];
+      if (info.encoding != "json" && info.encoding != "json_array" && info.encoding != "pickle")
+        throw FormatError("Redis metadata " + where + ": unknown non-tensor encoding '" +
+                          info.encoding + "' (expected json, json_array or pickle)");
+      return info;
+    }
+    if (!fields.count("shape") || !fields.count("dtype"))
+      throw FormatError("Redis metadata " + where +
+                        ": neither a tensor (shape, dtype) nor a non-tensor");
+    try {
+      const json shape = json::parse(fields["shape"]);
+      if (!shape.is_array()) throw FormatError("");
+      for (const auto& d : shape) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0) throw FormatError("");
+        info.shape.push_back(d.get<int64_t>());
+      }
+    } catch (const std::exception&) {
+      throw FormatError("Redis metadata " + where + ": shape '" + fields["shape"] +
+                        "' is not a JSON list of sizes such as [5, 2]");
+    }
+    try {
+      info.dtype = dtype_from_string(fields["dtype"]);
+    } catch (const Error&) {
+      throw FormatError("Redis metadata " + where + ": unknown dtype '" + fields["dtype"] +
+                        "' (expected a name such as torch.float32)");
+    }
+    return info;
+  }
+
+  /// Re-reads the leaf paths and their metadata (two round trips).
+  void load() {
+    Reply members = conn.call({"SMEMBERS", key("__keys__")}, "reading " + key("__keys__"));
+    std::vector<std::string> paths;
+    for (std::size_t i = 0; i < members->elements; ++i)
+      paths.emplace_back(text(members->element[i], key("__keys__")));
+    std::sort(paths.begin(), paths.end());
+    Batch b;
+    for (const auto& p : paths) b.add({"HGETALL", b.own(meta_key(p))});
+    auto replies = conn.send(b, "reading leaf metadata");
+    std::map<std::string, LeafInfo> fresh;
+    for (std::size_t i = 0; i < paths.size(); ++i)
+      fresh[paths[i]] = parse_meta(paths[i], replies[i].get());
+    // Keep this process's insertion order for the paths it already knew.
+    std::vector<std::string> kept;
+    for (const auto& p : order)
+      if (fresh.count(p)) kept.push_back(p);
+    for (const auto& p : paths)
+      if (!leaves.count(p)) kept.push_back(p);
+    order = std::move(kept);
+    leaves = std::move(fresh);
+    loaded = true;
+  }
+  void ensure_loaded() {
+    if (!loaded) load();
+  }
+
+  /// The keys of the level `level` ("" or "a.b.") in insertion order.
+  std::vector<std::string> keys_at(const std::string& level) {
+    ensure_loaded();
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    auto take = [&](const std::string& path) {
+      if (path.compare(0, level.size(), level) != 0 || path.size() == level.size()) return;
+      std::string part = path.substr(level.size());
+      part = part.substr(0, part.find('.'));
+      if (seen.insert(part).second) out.push_back(part);
+    };
+    for (const auto& p : order) take(p);
+    for (const auto& l : empty_levels) take(l.substr(0, l.size() - 1));
+    return out;
+  }
+  /// The kind of the entry at `path`; a miss re-reads the metadata (another
+  /// process may have added it).
+  std::optional<EntryKind> kind_at(const std::string& path) {
+    ensure_loaded();
+    if (auto k = kind_cached(path)) return k;
+    load();
+    return kind_cached(path);
+  }
+  std::optional<EntryKind> kind_cached(const std::string& path) const {
+    auto it = leaves.find(path);
+    if (it != leaves.end()) {
+      if (!it->second.non_tensor) return EntryKind::Tensor;
+      return it->second.encoding == "json_array" ? EntryKind::NonTensorStack : EntryKind::NonTensor;
+    }
+    if (has_level(path + ".")) return EntryKind::TensorDict;
+    return std::nullopt;
+  }
+
+  void forget(const std::string& path) {
+    leaves.erase(path);
+    order.erase(std::remove(order.begin(), order.end(), path), order.end());
+  }
+  void remember(const std::string& path, LeafInfo info) {
+    if (!leaves.count(path)) order.push_back(path);
+    leaves[path] = std::move(info);
+  }
+  /// True when some leaf lives under `level` ("a.b.").
+  bool has_level(const std::string& level) const {
+    auto it = leaves.lower_bound(level);
+    return (it != leaves.end() && it->first.compare(0, level.size(), level) == 0) ||
+           empty_levels.count(level);
+  }
+
+  std::shared_ptr<Connection> client;
+  Connection& conn;
+  storage::Redis options;
+  std::string base;
+  std::recursive_mutex mu;
+  std::vector<int64_t> batch;
+  std::optional<at::Device> device;
+  bool loaded = false;
+  std::map<std::string, LeafInfo> leaves;
+  std::vector<std::string> order;
+  // Nested levels are not stored on the server (Python's layout): levels
+  // without leaves and nested batch sizes are known to this process only.
+  std::set<std::string> empty_levels;  // "a.b."
+  // The json_array values as last read, to send only the changed elements.
+  std::map<std::string, nlohmann::json> last_array;
+  std::map<std::string, std::vector<int64_t>> level_batch;
+};
+
+/// The commands that store a whole value at `path` (any kind) in `s`, added
+/// to `b`; the tensors sent are kept in `keep`, the leaves in `added`.
+void add_value(Store& s, Batch& b, const std::string& path, const Value& v,
+               std::vector<at::Tensor>& keep, std::vector<std::pair<std::string, LeafInfo>>& added);
+
+/// A tensor of `shape` and `dtype` holding the `n` bytes at `data`.
+at::Tensor from_bytes(const char* data, std::size_t n, at::IntArrayRef shape, at::ScalarType dtype);
+
+/// A new store object (its own client unless `shared` is given).
+std::shared_ptr<Store> open(const storage::Redis& options,
+                            std::shared_ptr<Connection> shared = nullptr);
+
+/// A level of a Redis store, sharded or not: what the public helpers
+/// (td_id, clear, round_trips...) need of it.
+class StoreNode : public Node {
+ public:
+  virtual Connection& client() const = 0;
+  virtual std::recursive_mutex& mutex() const = 0;
+  /// The td_id of the store (of the manifest for a sharded store).
+  virtual const std::string& id() const = 0;
+  virtual std::string server_key(const std::string& suffix) const = 0;
+  /// Deletes every key of the store from the server.
+  virtual void clear_all() = 0;
+  virtual std::vector<std::string> block_ids() const { return {}; }
+  virtual int64_t block_rows() const { return 0; }
+};
+
+/// Bytes per row (batch dim 0) of each leaf to be stored, for choosing the
+/// rows per block of a sharded store.
+using RowSizes = std::vector<std::pair<std::string, int64_t>>;
+
+/// A new sharded store (sharded_node.cpp): manifest and empty blocks.
+TensorDictBase create_sharded(const storage::Redis& options, std::vector<int64_t> batch,
+                              std::optional<at::Device> device, const RowSizes& rows);
+/// Re-attaches to the sharded store whose manifest (JSON text) was read by
+/// `client` under options.td_id.
+TensorDictBase attach_sharded(const storage::Redis& options, std::shared_ptr<Connection> client,
+                              std::string_view manifest);
+
+}  // namespace tensordict::detail::redis
