@@ -7,6 +7,7 @@
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 #include "bench_main.h"
+#include "redis_bench_rows.h"
 #include "support/redis_server.h"
 
 #include <memory>
@@ -17,9 +18,9 @@ namespace td = tensordict;
 
 namespace {
 
+using namespace redis_bench;
+
 constexpr int64_t kRows = 10'000;
-constexpr int kLeaves = 10;
-constexpr int64_t kWidth = 64;  // float32: 256 bytes per row and leaf
 
 td_test::RedisServer& server() {
   // Strings up to 4 GB (the default cap is 512 MB) for the 2.1 GB obs leaf.
@@ -35,21 +36,9 @@ td::storage::Redis options(const std::string& td_id) {
   return r;
 }
 
-td::Schema schema() {
-  td::Schema s;
-  for (int i = 0; i < kLeaves; ++i) s.add("leaf" + std::to_string(i), {{kWidth}, torch::kFloat32});
-  return s;
-}
-
 td::TensorDictBase& store() {
   static td::TensorDictBase s = td::from_schema(schema(), {kRows}, options("bench"));
   return s;
-}
-
-td::TensorDict row() {
-  td::TensorDict r(std::vector<int64_t>{});
-  for (int i = 0; i < kLeaves; ++i) r.set("leaf" + std::to_string(i), torch::randn({kWidth}));
-  return r;
 }
 
 // The leaves of row() as tensors, for the floors.
@@ -84,8 +73,6 @@ struct Raw {
   redisContext* c;
   std::vector<std::string> keys;
 };
-
-constexpr int64_t kRowBytes = kWidth * 4;
 
 void BM_row_write_10_leaves_td(benchmark::State& state) {
   auto& s = store();

@@ -14,6 +14,7 @@
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 #include "bench_main.h"
+#include "redis_bench_rows.h"
 #include "support/redis_cluster.h"
 
 #include <fcntl.h>
@@ -31,10 +32,9 @@ namespace td = tensordict;
 
 namespace {
 
+using namespace redis_bench;
+
 constexpr int64_t kRows = 6000;  // 3 blocks of 2000 rows when sharded
-constexpr int kLeaves = 10;
-constexpr int64_t kWidth = 64;  // float32: 256 bytes per row and leaf
-constexpr int64_t kRowBytes = kWidth * 4;
 constexpr int64_t kRowsPerActor = 1500;
 
 td_test::RedisCluster& cluster() {
@@ -52,24 +52,12 @@ td::storage::Redis on_cluster(const std::string& td_id, bool sharded) {
   return r;
 }
 
-td::Schema schema() {
-  td::Schema s;
-  for (int i = 0; i < kLeaves; ++i) s.add("leaf" + std::to_string(i), {{kWidth}, torch::kFloat32});
-  return s;
-}
-
 td::TensorDictBase& store(bool sharded) {
   static td::TensorDictBase one =
       td::from_schema(schema(), {kRows}, on_cluster("bench-one", false));
   static td::TensorDictBase blocks =
       td::from_schema(schema(), {kRows}, on_cluster("bench-sharded", true));
   return sharded ? blocks : one;
-}
-
-td::TensorDict row() {
-  td::TensorDict r(std::vector<int64_t>{});
-  for (int i = 0; i < kLeaves; ++i) r.set("leaf" + std::to_string(i), torch::randn({kWidth}));
-  return r;
 }
 
 // ---- hand-written hiredis ---------------------------------------------------------
@@ -197,7 +185,7 @@ void run_actors(benchmark::State& state, const std::string& mode, bool sharded, 
   char dir[] = "/tmp/td-bench-actors-XXXXXX";
   mkdtemp(dir);
   for (auto _ : state) {
-    const int64_t start = now_us() + 1'500'000;  // time to load LibTorch and connect
+    const int64_t start = now_us() + 3'000'000;  // time to load LibTorch and connect
     std::vector<pid_t> pids;
     for (int a = 0; a < actors; ++a) {
       std::vector<std::string> args{exe,
@@ -223,7 +211,9 @@ void run_actors(benchmark::State& state, const std::string& mode, bool sharded, 
       posix_spawn_file_actions_destroy(&fa);
       pids.push_back(pid);
     }
-    int64_t end = start;
+    // From the first actor's start to the last one's end (an actor that
+    // started late on a busy machine does not count its start-up).
+    int64_t begin = 0, end = 0;
     for (int a = 0; a < actors; ++a) {
       int status = 0;
       waitpid(pids[a], &status, 0);
@@ -231,9 +221,10 @@ void run_actors(benchmark::State& state, const std::string& mode, bool sharded, 
       long long t0 = 0, t1 = 0;
       in >> t0 >> t1;
       if (t1 == 0) state.SkipWithError("an actor failed");
+      begin = a == 0 ? t0 : std::min<int64_t>(begin, t0);
       end = std::max<int64_t>(end, t1);
     }
-    state.SetIterationTime(static_cast<double>(end - start) / 1e6);
+    state.SetIterationTime(static_cast<double>(end - begin) / 1e6);
   }
   state.SetItemsProcessed(state.iterations() * actors * kRowsPerActor);
   state.counters["actors"] = actors;

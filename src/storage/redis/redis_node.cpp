@@ -165,7 +165,7 @@ class RedisNode final : public StoreNode {
 
   Store& store() const { return *s_; }
   const std::shared_ptr<Store>& store_ptr() const { return s_; }
-  bool same_store(const Node* n) const {
+  bool owns(const Node* n) const override {
     auto* r = dynamic_cast<const RedisNode*>(n);
     return r != nullptr && r->s_ == s_;
   }
@@ -287,21 +287,10 @@ class RedisNode final : public StoreNode {
     }
   }
 
-  at::Tensor read_at(std::string_view key, const RowSelection& rows) const override {
-    LeafRead leaf{this, NestedKey(std::string(key)), {}};
-    read_leaves(rows, std::span<LeafRead>(&leaf, 1));
-    return leaf.out;
-  }
-
   void read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) const override {
     std::lock_guard lock(s_->mu);
-    std::vector<LeafRead*> mine;
-    for (auto& l : leaves) {
-      if (same_store(l.node))
-        mine.push_back(&l);
-      else
-        Node::read_leaves(rows, std::span<LeafRead>(&l, 1));
-    }
+    auto mine =
+        own(leaves, [&](LeafRead& l) { Node::read_leaves(rows, std::span<LeafRead>(&l, 1)); });
     if (mine.empty()) return;
     std::vector<std::string> paths;
     std::vector<LeafInfo> infos;
@@ -403,24 +392,11 @@ class RedisNode final : public StoreNode {
     }
   }
 
-  void write_(std::string_view key, const at::Tensor& value) override {
-    LeafWrite leaf{this, NestedKey(std::string(key)), value};
-    write_leaves_(RowSelection::all(batch_size()), std::span<const LeafWrite>(&leaf, 1));
-  }
-  void write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value) override {
-    LeafWrite leaf{this, NestedKey(std::string(key)), value};
-    write_leaves_(rows, std::span<const LeafWrite>(&leaf, 1));
-  }
-
   void write_leaves_(const RowSelection& rows, std::span<const LeafWrite> leaves) override {
     std::lock_guard lock(s_->mu);
-    std::vector<const LeafWrite*> mine;
-    for (const auto& l : leaves) {
-      if (same_store(l.node))
-        mine.push_back(&l);
-      else
-        Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
-    }
+    auto mine = own(leaves, [&](const LeafWrite& l) {
+      Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
+    });
     if (mine.empty()) return;
     std::vector<std::string> paths;
     std::vector<LeafInfo> infos;
@@ -473,18 +449,12 @@ class RedisNode final : public StoreNode {
                   s_->options.transaction);
   }
 
-  void create_leaf(std::string_view key, at::IntArrayRef shape,
-                   const at::TensorOptions& options) override {
-    LeafCreate leaf{this, NestedKey(std::string(key)), shape.vec(), options};
-    create_leaves(std::span<const LeafCreate>(&leaf, 1));
-  }
-
   void create_leaves(std::span<const LeafCreate> leaves) override {
     std::lock_guard lock(s_->mu);
     Batch b;
     std::vector<std::pair<std::string, LeafInfo>> added;
     for (const auto& l : leaves) {
-      if (!same_store(l.node)) {
+      if (!owns(l.node)) {
         Node::create_leaves(std::span<const LeafCreate>(&l, 1));
         continue;
       }

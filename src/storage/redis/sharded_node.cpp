@@ -311,21 +311,10 @@ class ShardedNode final : public StoreNode {
     return Value(NonTensorStack(all, batch_size().vec(), s_->device));
   }
 
-  at::Tensor read_at(std::string_view key, const RowSelection& rows) const override {
-    LeafRead leaf{this, NestedKey(std::string(key)), {}};
-    read_leaves(rows, std::span<LeafRead>(&leaf, 1));
-    return leaf.out;
-  }
-
   void read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) const override {
     std::lock_guard lock(s_->mu);
-    std::vector<LeafRead*> mine;
-    for (auto& l : leaves) {
-      if (same(l.node))
-        mine.push_back(&l);
-      else
-        Node::read_leaves(rows, std::span<LeafRead>(&l, 1));
-    }
+    auto mine =
+        own(leaves, [&](LeafRead& l) { Node::read_leaves(rows, std::span<LeafRead>(&l, 1)); });
     if (mine.empty()) return;
     auto runs = dim0_runs(rows, s_->rows());
     const bool here = !runs;  // General: read whole, select here
@@ -403,24 +392,11 @@ class ShardedNode final : public StoreNode {
   }
 
   // -- writes -----------------------------------------------------------------
-  void write_(std::string_view key, const at::Tensor& value) override {
-    LeafWrite leaf{this, NestedKey(std::string(key)), value};
-    write_leaves_(RowSelection::all(batch_size()), std::span<const LeafWrite>(&leaf, 1));
-  }
-  void write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value) override {
-    LeafWrite leaf{this, NestedKey(std::string(key)), value};
-    write_leaves_(rows, std::span<const LeafWrite>(&leaf, 1));
-  }
-
   void write_leaves_(const RowSelection& rows, std::span<const LeafWrite> leaves) override {
     std::lock_guard lock(s_->mu);
-    std::vector<const LeafWrite*> mine;
-    for (const auto& l : leaves) {
-      if (same(l.node))
-        mine.push_back(&l);
-      else
-        Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
-    }
+    auto mine = own(leaves, [&](const LeafWrite& l) {
+      Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
+    });
     if (mine.empty()) return;
     std::vector<std::string> paths;
     std::vector<LeafInfo> infos;
@@ -467,18 +443,12 @@ class ShardedNode final : public StoreNode {
                      s_->options.transaction);
   }
 
-  void create_leaf(std::string_view key, at::IntArrayRef shape,
-                   const at::TensorOptions& options) override {
-    LeafCreate leaf{this, NestedKey(std::string(key)), shape.vec(), options};
-    create_leaves(std::span<const LeafCreate>(&leaf, 1));
-  }
-
   void create_leaves(std::span<const LeafCreate> leaves) override {
     std::lock_guard lock(s_->mu);
     Batch b;
     std::vector<std::pair<std::string, LeafInfo>> added;
     for (const auto& l : leaves) {
-      if (!same(l.node)) {
+      if (!owns(l.node)) {
         Node::create_leaves(std::span<const LeafCreate>(&l, 1));
         continue;
       }
@@ -569,7 +539,7 @@ class ShardedNode final : public StoreNode {
 
  private:
   std::string path(std::string_view key) const { return level_ + std::string(key); }
-  bool same(const Node* n) const {
+  bool owns(const Node* n) const override {
     auto* r = dynamic_cast<const ShardedNode*>(n);
     return r != nullptr && r->s_ == s_;
   }

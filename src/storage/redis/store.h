@@ -233,6 +233,43 @@ class StoreNode : public Node {
   virtual void clear_all() = 0;
   virtual std::vector<std::string> block_ids() const { return {}; }
   virtual int64_t block_rows() const { return 0; }
+
+  // Single-leaf calls go through the batched ones (one pipeline each).
+  at::Tensor read_at(std::string_view key, const RowSelection& rows) const override {
+    LeafRead leaf{this, NestedKey(std::string(key)), {}};
+    read_leaves(rows, std::span<LeafRead>(&leaf, 1));
+    return leaf.out;
+  }
+  void write_(std::string_view key, const at::Tensor& value) override {
+    LeafWrite leaf{this, NestedKey(std::string(key)), value};
+    write_leaves_(RowSelection::all(batch_size()), std::span<const LeafWrite>(&leaf, 1));
+  }
+  void write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value) override {
+    LeafWrite leaf{this, NestedKey(std::string(key)), value};
+    write_leaves_(rows, std::span<const LeafWrite>(&leaf, 1));
+  }
+  void create_leaf(std::string_view key, at::IntArrayRef shape,
+                   const at::TensorOptions& options) override {
+    LeafCreate leaf{this, NestedKey(std::string(key)), shape.vec(), options};
+    create_leaves(std::span<const LeafCreate>(&leaf, 1));
+  }
+
+ protected:
+  /// True when `n` is a level of this same store.
+  virtual bool owns(const Node* n) const = 0;
+  /// The leaves of a batched call that belong to this store; the others
+  /// (levels of another storage) are served by Node's defaults here.
+  template <class Leaf, class Serve>
+  std::vector<Leaf*> own(std::span<Leaf> leaves, Serve&& serve_other) const {
+    std::vector<Leaf*> mine;
+    for (auto& l : leaves) {
+      if (owns(l.node))
+        mine.push_back(&l);
+      else
+        serve_other(l);
+    }
+    return mine;
+  }
 };
 
 /// Bytes per row (batch dim 0) of each leaf to be stored, for choosing the

@@ -1,0 +1,29 @@
+// The rows the Redis benchmarks write and read (bench_redis, bench_redis_cluster):
+// 10 float32 leaves of 64 values, 256 bytes per row and leaf.
+#pragma once
+#include <tensordict/schema.h>
+#include <tensordict/tensor_dict.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace redis_bench {
+
+constexpr int kLeaves = 10;
+constexpr int64_t kWidth = 64;
+constexpr int64_t kRowBytes = kWidth * 4;
+
+inline tensordict::Schema schema() {
+  tensordict::Schema s;
+  for (int i = 0; i < kLeaves; ++i) s.add("leaf" + std::to_string(i), {{kWidth}, torch::kFloat32});
+  return s;
+}
+
+inline tensordict::TensorDict row() {
+  tensordict::TensorDict r(std::vector<int64_t>{});
+  for (int i = 0; i < kLeaves; ++i) r.set("leaf" + std::to_string(i), torch::randn({kWidth}));
+  return r;
+}
+
+}  // namespace redis_bench
