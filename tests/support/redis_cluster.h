@@ -26,14 +26,23 @@ class RedisCluster {
   RedisCluster() : RedisCluster(Options{}) {}
   explicit RedisCluster(Options options) {
     for (int i = 0; i < 3; ++i) {
-      std::vector<std::string> extra{
-          "--cluster-enabled",      "yes",
-          "--cluster-port",         std::to_string(RedisServer::free_port()),
-          "--cluster-config-file",  "nodes.conf",
-          "--cluster-node-timeout", "5000"};
-      extra.insert(extra.end(), options.extra.begin(), options.extra.end());
-      nodes_.push_back(std::make_unique<RedisServer>(
-          RedisServer::Options{.persistent = options.persistent, .extra = extra}));
+      // The bus port is chosen here: another test may take it first, then
+      // the server exits and another one is tried.
+      for (int attempt = 0;; ++attempt) {
+        std::vector<std::string> extra{
+            "--cluster-enabled",      "yes",
+            "--cluster-port",         std::to_string(RedisServer::free_port()),
+            "--cluster-config-file",  "nodes.conf",
+            "--cluster-node-timeout", "15000"};
+        extra.insert(extra.end(), options.extra.begin(), options.extra.end());
+        try {
+          nodes_.push_back(std::make_unique<RedisServer>(
+              RedisServer::Options{.persistent = options.persistent, .extra = extra}));
+          break;
+        } catch (const std::runtime_error&) {
+          if (attempt == 5) throw;
+        }
+      }
     }
     std::string cmd = "redis-cli --cluster create";
     for (const auto& n : nodes_) cmd += " 127.0.0.1:" + std::to_string(n->port());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 namespace tensordict::detail::redis {
 namespace {
@@ -386,18 +387,16 @@ std::vector<Reply> Connection::send(const Batch& batch, const std::string& what,
     // One group per slot with a transaction (MULTI/EXEC needs one slot),
     // one per node without; in the order of first appearance.
     std::map<std::pair<Link*, int>, std::size_t> index;
-    const char* last_key = nullptr;
-    std::size_t last_len = 0;
-    int slot = -1;
+    // Each distinct key (an own()ed view, reused by the commands of a leaf)
+    // is hashed once.
+    std::unordered_map<const char*, std::pair<std::size_t, int>> slots;
     for (std::size_t i = 0; i < commands.size(); ++i) {
       auto key = routing_key(commands[i]);
-      if (!key) {
-        slot = -1;
-        last_key = nullptr;
-      } else if (key->data() != last_key || key->size() != last_len) {
-        slot = key_slot(*key);  // the same key (an own()ed view) is hashed once
-        last_key = key->data();
-        last_len = key->size();
+      int slot = -1;
+      if (key) {
+        auto [it, fresh] = slots.try_emplace(key->data(), key->size(), 0);
+        if (fresh || it->second.first != key->size()) it->second = {key->size(), key_slot(*key)};
+        slot = it->second.second;
       }
       Link* l = &owner(slot);
       const std::pair<Link*, int> id{l, transaction ? slot : -2};

@@ -333,17 +333,16 @@ class ShardedNode final : public StoreNode {
       if (row == 0) continue;
       // Each block's size first (a block replaced by another process is
       // refused, not read as garbage), then one GETRANGE per piece.
-      std::vector<bool> seen(s_->blocks.size(), false);
+      // One key string per block (the client hashes each distinct one once).
+      std::vector<std::string_view> dks(s_->blocks.size());
       for (const auto& pc : pieces)
-        if (!seen[pc.block]) {
-          seen[pc.block] = true;
-          b.add({"STRLEN", b.own(s_->blocks[pc.block]->data_key(paths.back()))});
+        if (dks[pc.block].empty()) {
+          dks[pc.block] = b.own(s_->blocks[pc.block]->data_key(paths.back()));
+          b.add({"STRLEN", dks[pc.block]});
         }
-      for (const auto& pc : pieces) {
-        const std::string_view dk = b.own(s_->blocks[pc.block]->data_key(paths.back()));
-        b.add({"GETRANGE", dk, b.own(std::to_string(pc.local * row)),
+      for (const auto& pc : pieces)
+        b.add({"GETRANGE", dks[pc.block], b.own(std::to_string(pc.local * row)),
                b.own(std::to_string((pc.local + pc.count) * row - 1))});
-      }
     }
     auto replies = s_->client->send(b, "reading rows of " + std::to_string(mine.size()) + " leaves",
                                     s_->options.transaction);
@@ -434,9 +433,11 @@ class ShardedNode final : public StoreNode {
                          std::to_string(selected * row) + " selected bytes");
       if (row == 0) continue;
       const char* data = static_cast<const char*>(values[i].data_ptr());
+      std::vector<std::string_view> dks(s_->blocks.size());
       for (const auto& pc : pieces)
-        b.add({"SETRANGE", b.own(s_->blocks[pc.block]->data_key(paths[i])),
-               b.own(std::to_string(pc.local * row)),
+        if (dks[pc.block].empty()) dks[pc.block] = b.own(s_->blocks[pc.block]->data_key(paths[i]));
+      for (const auto& pc : pieces)
+        b.add({"SETRANGE", dks[pc.block], b.own(std::to_string(pc.local * row)),
                std::string_view(data + pc.out * row, static_cast<std::size_t>(pc.count * row))});
     }
     s_->client->send(b, "writing rows of " + std::to_string(mine.size()) + " leaves",
