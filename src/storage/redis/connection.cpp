@@ -299,6 +299,12 @@ void Connection::refresh_slots() {
       last = e.what();
       continue;
     }
+    if (r->type == REDIS_REPLY_ERROR &&
+        reply_error(r.get()).find("cluster support disabled") == std::string::npos) {
+      // Not ready (LOADING after a restart...): ask another node.
+      last = "Redis server " + address + ": CLUSTER SLOTS: " + reply_error(r.get());
+      continue;
+    }
     if (r->type == REDIS_REPLY_ERROR)
       throw StorageError("Redis server " + address +
                          " is not a cluster node (the option cluster is set): CLUSTER SLOTS: " +
