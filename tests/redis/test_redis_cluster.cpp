@@ -311,6 +311,27 @@ TEST(RedisSharded, BlocksFitTheServerStringLimitAndEveryIndexFormWorks) {
   EXPECT_EQ(server.command({"DBSIZE"}), "0");
 }
 
+TEST(RedisSharded, ConfigRefusedMeansTheDefault512MbLimit) {
+  // CONFIG renamed away (as on managed services): the limit is Redis's default.
+  RedisServer server({.extra = {"--rename-command", "CONFIG", ""}});
+  td::storage::Redis r;
+  r.unix_socket = server.socket();
+  r.sharded = true;
+  r.block_rows = 1000;  // 1000 rows of 1 MiB: over the limit, refused before anything is sent
+  try {
+    td::from_schema(td::Schema{{"x", {{1024 * 1024}, torch::kUInt8}}}, {2000}, r);
+    FAIL() << "no error";
+  } catch (const td::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("proto-max-bulk-len (536870912 bytes)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("block_rows <= 512"), std::string::npos) << e.what();
+  }
+  r.block_rows = 0;
+  auto store = td::from_schema(td::Schema{{"x", {{4}, torch::kFloat32}}}, {100}, r);
+  EXPECT_EQ(td::redis::block_rows(store), 100);  // one block: 1600 bytes fit
+  EXPECT_EQ(td::redis::block_ids(store).size(), 1u);
+}
+
 TEST(RedisSharded, SpansTheClusterWithOnePipelinePerNodeAndTypedWrappers) {
   RedisCluster cluster;
   constexpr int64_t n = 300;
