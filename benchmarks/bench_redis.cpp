@@ -57,12 +57,7 @@ struct Raw {
       keys.push_back("tensordict:{bench}:d:leaf" + std::to_string(i));
   }
   ~Raw() { redisFree(c); }
-  void append(const std::vector<std::string_view>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (auto a : args) argv.push_back(a.data()), lens.push_back(a.size());
-    redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
-  }
+  void append(const std::vector<std::string_view>& args) { append_command(c, args); }
   void replies(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       void* r = nullptr;

@@ -68,12 +68,7 @@ struct Raw {
     c = redisConnect(address.substr(0, colon).c_str(), std::stoi(address.substr(colon + 1)));
   }
   ~Raw() { redisFree(c); }
-  void append(const std::vector<std::string_view>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (auto a : args) argv.push_back(a.data()), lens.push_back(a.size());
-    redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
-  }
+  void append(const std::vector<std::string_view>& args) { append_command(c, args); }
   void flush() {
     int done = 0;
     while (!done && redisBufferWrite(c, &done) == REDIS_OK) {

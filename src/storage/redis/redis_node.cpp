@@ -48,6 +48,17 @@ return #ARGV / 2
 
 }  // namespace
 
+void add_allocation(Store& s, Batch& b, const std::string& path, const LeafInfo& info) {
+  const std::string_view dk = b.own(s.data_key(path)), mk = b.own(s.meta_key(path));
+  b.add({"DEL", dk, mk});
+  // SETRANGE at the last byte: the server zero-fills the rest, no zeros sent.
+  if (info.nbytes() > 0)
+    b.add({"SETRANGE", dk, b.own(std::to_string(info.nbytes() - 1)), std::string_view("\0", 1)});
+  b.add({"HSET", mk, "shape", b.own(json_list(info.shape)), "dtype",
+         b.own(dtype_to_string(info.dtype))});
+  b.add({"SADD", b.own(s.key("__keys__")), b.own(path)});
+}
+
 void add_value(Store& s, Batch& b, const std::string& path, const Value& v,
                std::vector<at::Tensor>& keep,
                std::vector<std::pair<std::string, LeafInfo>>& added) {
@@ -462,15 +473,7 @@ class RedisNode final : public StoreNode {
       LeafInfo info;
       info.shape = l.shape;
       info.dtype = l.options.dtype().toScalarType();
-      const std::string dk = s_->data_key(p), mk = s_->meta_key(p);
-      b.add({"DEL", b.own(dk), b.own(mk)});
-      // SETRANGE at the last byte: the server zero-fills the rest, no zeros sent.
-      if (info.nbytes() > 0)
-        b.add({"SETRANGE", b.own(dk), b.own(std::to_string(info.nbytes() - 1)),
-               std::string_view("\0", 1)});
-      b.add({"HSET", b.own(mk), "shape", b.own(json_list(info.shape)), "dtype",
-             b.own(dtype_to_string(info.dtype))});
-      b.add({"SADD", b.own(s_->key("__keys__")), b.own(p)});
+      add_allocation(*s_, b, p, info);
       added.emplace_back(p, std::move(info));
     }
     s_->conn.send(b, "allocating " + std::to_string(added.size()) + " leaves",

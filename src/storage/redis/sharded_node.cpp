@@ -459,18 +459,9 @@ class ShardedNode final : public StoreNode {
       info.dtype = l.options.dtype().toScalarType();
       s_->check_row(p, row_bytes(info));
       for (std::size_t k = 0; k < s_->blocks.size(); ++k) {
-        Store& blk = *s_->blocks[k];
         LeafInfo part = info;
         part.shape[0] = s_->count(k);
-        const std::string dk = blk.data_key(p), mk = blk.meta_key(p);
-        b.add({"DEL", b.own(dk), b.own(mk)});
-        // SETRANGE at the last byte: the server zero-fills the rest.
-        if (part.nbytes() > 0)
-          b.add({"SETRANGE", b.own(dk), b.own(std::to_string(part.nbytes() - 1)),
-                 std::string_view("\0", 1)});
-        b.add({"HSET", b.own(mk), "shape", b.own(json_list(part.shape)), "dtype",
-               b.own(dtype_to_string(part.dtype))});
-        b.add({"SADD", b.own(blk.key("__keys__")), b.own(p)});
+        add_allocation(*s_->blocks[k], b, p, part);
         if (k == 0) added.emplace_back(p, part);
       }
     }

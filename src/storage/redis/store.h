@@ -213,6 +213,10 @@ struct Store {
 void add_value(Store& s, Batch& b, const std::string& path, const Value& v,
                std::vector<at::Tensor>& keep, std::vector<std::pair<std::string, LeafInfo>>& added);
 
+/// The commands that allocate the zero-filled tensor leaf `info` at `path`
+/// in `s` (DEL, SETRANGE at the last byte, HSET, SADD), added to `b`.
+void add_allocation(Store& s, Batch& b, const std::string& path, const LeafInfo& info);
+
 /// A tensor of `shape` and `dtype` holding the `n` bytes at `data`.
 at::Tensor from_bytes(const char* data, std::size_t n, at::IntArrayRef shape, at::ScalarType dtype);
 
