@@ -21,6 +21,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -221,6 +222,8 @@ void run_actors(benchmark::State& state, const std::string& mode, bool sharded, 
     }
     state.SetIterationTime(static_cast<double>(end - begin) / 1e6);
   }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   state.SetItemsProcessed(state.iterations() * actors * kRowsPerActor);
   state.counters["actors"] = actors;
 }
