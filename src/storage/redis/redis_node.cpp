@@ -307,7 +307,9 @@ at::Tensor from_bytes(const char* data, std::size_t n, at::IntArrayRef shape,
 class RedisNode final : public Node {
  public:
   RedisNode(std::shared_ptr<Store> store, std::string level)
-      : s_(std::move(store)), level_(std::move(level)) {}
+      : s_(std::move(store)), level_(std::move(level)) {
+    keeps_data_outside_ = true;
+  }
 
   Store& store() const { return *s_; }
   const std::shared_ptr<Store>& store_ptr() const { return s_; }
