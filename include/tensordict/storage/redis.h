@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tensordict {
@@ -95,6 +96,14 @@ void clear(const TensorDictBase& td);
 std::int64_t round_trips(const TensorDictBase& td);
 /// Closes the connection; the next call reconnects.
 void close(const TensorDictBase& td);
+
+/// The server and store named by an address, for command lines and config:
+/// "redis://[[user]:password@]host[:port][/td_id][?db=N&prefix=P]" (user and
+/// password %-escaped; "[::1]" for IPv6) or "unix://<socket path>[/td_id]
+/// [?db=N&prefix=P]" (when the whole path is not a socket, its last component
+/// is the td_id). `td_id=` may also be given in the query. Other fields keep
+/// their defaults. ValueError naming the address and the expected forms.
+storage::Redis parse_url(std::string_view url);
 
 }  // namespace redis
 }  // namespace tensordict
