@@ -90,6 +90,8 @@ struct Store {
     base = options.prefix + ":{" + options.td_id + "}:";
   }
   std::string key(std::string_view suffix) const { return base + std::string(suffix); }
+  /// __tensorclass__ ("<module>.<qualname>") as read at attach or last set.
+  std::optional<std::string> tensorclass;
   std::string data_key(std::string_view path) const { return base + "d:" + std::string(path); }
   std::string meta_key(std::string_view path) const { return base + "m:" + std::string(path); }
 
@@ -773,6 +775,7 @@ TensorDictBase from_store(const storage::Redis& storage) {
   std::lock_guard lock(s->mu);
   Batch b;
   b.add({"GET", b.own(s->key("__batch_size__"))}).add({"GET", b.own(s->key("__device__"))});
+  b.add({"GET", b.own(s->key("__tensorclass__"))});
   auto r = s->conn.send(b, "attaching to store " + storage.td_id);
   if (r[0]->type == REDIS_REPLY_NIL)
     throw KeyError("no Redis store with td_id '" + storage.td_id + "' (prefix '" + storage.prefix +
@@ -797,6 +800,8 @@ TensorDictBase from_store(const storage::Redis& storage) {
                         "', not a device");
     }
   }
+  if (r[2]->type != REDIS_REPLY_NIL)
+    s->tensorclass = std::string(detail::redis::text(r[2].get(), s->key("__tensorclass__")));
   s->load();
   return TensorDictBase(std::make_shared<RedisNode>(s, ""));
 }
@@ -842,6 +847,20 @@ void clear(const TensorDictBase& td) {
   s.leaves.clear();
   s.order.clear();
   s.empty_levels.clear();
+}
+
+std::optional<std::string> tensorclass_name(const TensorDictBase& td) {
+  auto& s = detail::redis::node_of(td).store();
+  std::lock_guard lock(s.mu);
+  return s.tensorclass;
+}
+
+void set_tensorclass_name(const TensorDictBase& td, const std::string& name) {
+  auto& s = detail::redis::node_of(td).store();
+  std::lock_guard lock(s.mu);
+  s.conn.call({"SET", s.key("__tensorclass__"), name},
+              "recording the tensorclass of store " + s.options.td_id);
+  s.tensorclass = name;
 }
 
 std::int64_t round_trips(const TensorDictBase& td) {
