@@ -133,23 +133,28 @@ int main(int argc, char** argv) {
   if (path.empty()) return usage(argv[0]);
   try {
     td::TensorDictBase data;
-#ifdef TENSORDICT_INSPECT_REDIS
+    const auto ext = std::filesystem::path(path).extension();
     if (path.starts_with("redis://") || path.starts_with("unix://")) {
+#ifdef TENSORDICT_INSPECT_REDIS
       td::storage::Redis where = td::redis::parse_url(path);
       if (where.td_id.empty())
         throw td::ValueError("tensordict-inspect: '" + path + "' names no td_id");
       data = td::redis::from_store(where);
-    } else
+#else
+      throw td::ValueError("tensordict-inspect: built without the Redis component");
 #endif
-#ifdef TENSORDICT_INSPECT_HDF5
+    } else if (std::filesystem::is_regular_file(path) || ext == ".h5" || ext == ".hdf5") {
       // A file (or a name ending .h5/.hdf5) is an HDF5 file, batch sizes
-      // inferred as from_h5; a directory is a memmap directory.
-      const auto ext = std::filesystem::path(path).extension();
-    if (std::filesystem::is_regular_file(path) || ext == ".h5" || ext == ".hdf5")
+      // inferred as from_h5.
+#ifdef TENSORDICT_INSPECT_HDF5
       data = td::PersistentTensorDict::from_h5(path, "r");
-    else
+#else
+      throw td::ValueError("tensordict-inspect: '" + path +
+                           "' is a file; HDF5 files need the HDF5 component");
 #endif
+    } else {
       data = td::load_memmap(path, td::LoadOptions{.writable = false});
+    }
     if (as_json)
       std::cout << describe(data, max_values).dump(2) << "\n";
     else

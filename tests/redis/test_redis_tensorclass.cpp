@@ -9,7 +9,6 @@
 namespace {
 
 namespace td = tensordict;
-using td_test::expect_message_contains;
 using td_test::RedisServer;
 
 struct Step : td::TensorClass<Step> {
@@ -61,9 +60,8 @@ TEST(RedisTensorClass, AnotherRecordedClassIsRefused) {
   RedisServer server;
   Other other({{"obs", torch::zeros({3, 2})}}, {3});
   td::redis::from_tensorclass(other, on(server, "others"));
-  expect_message_contains<td::SchemaError>(
-      [&] { td::redis::from_store_as<Step>(on(server, "others")); },
-      "holds a mypkg.buffers.Other, not a __main__.Step");
+  TD_EXPECT_THROW_MSG(td::redis::from_store_as<Step>(on(server, "others")), td::SchemaError,
+                      "holds a mypkg.buffers.Other, not a __main__.Step");
   // A store recording no class is accepted (the caller names it).
   td::TensorDict plain({{"obs", torch::zeros({3, 2})}}, {3});
   td::redis::from_tensordict(plain, on(server, "plain"));

@@ -342,6 +342,14 @@ std::vector<hsize_t> guess_chunks(at::IntArrayRef shape, std::size_t element_siz
 Hid File::creation_plist(at::IntArrayRef shape, std::size_t element_size) const {
   const auto& o = dataset_options_;
   Hid dcpl = owned(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", filename_);
+  if (swmr_format_) {
+    // A SWMR reader that opened a dataset before its storage was allocated
+    // never sees the allocation (measured with h5py): allocate at creation,
+    // still without writing fill values (the file grows sparse).
+    const std::string context = "HDF5 file '" + filename_ + "'";
+    check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", context);
+    check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_IFSET), "H5Pset_fill_time", context);
+  }
   const bool any_zero = std::any_of(shape.begin(), shape.end(), [](int64_t s) { return s == 0; });
   // Scalars and empty datasets cannot be chunked: contiguous, unfiltered.
   if (shape.empty() || any_zero || (o.chunks.empty() && !o.filtered())) return dcpl;
