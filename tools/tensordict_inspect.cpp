@@ -1,15 +1,18 @@
 // tensordict-inspect PATH [--json] [--max-values N]
 //
 // Prints the tree of a saved tensordict (a memmap directory written by this
-// library or by Python tensordict, or an HDF5 file when built with the HDF5
-// component): keys, shapes, dtypes, batch sizes and
-// non-tensor values, in Python's repr layout. With --json, prints a
-// machine-readable form with the values of small leaves (at most N elements,
-// default 64) and the sum of larger ones, so other programs can check what
-// was read.
+// library or by Python tensordict, an HDF5 file when built with the HDF5
+// component, a Redis store at redis://host:port/<td_id> or
+// unix://<socket>/<td_id> when built with the Redis component): keys, shapes, dtypes, batch sizes
+// and non-tensor values, in Python's repr layout. With --json, prints a machine-readable form with
+// the values of small leaves (at most N elements, default 64) and the sum of larger ones, so other
+// programs can check what was read.
 #include <tensordict/tensordict.h>
 #ifdef TENSORDICT_INSPECT_HDF5
 #include <tensordict/storage/hdf5.h>
+#endif
+#ifdef TENSORDICT_INSPECT_REDIS
+#include <tensordict/storage/redis.h>
 #endif
 
 #include <ATen/ATen.h>
@@ -100,7 +103,10 @@ int usage(const char* argv0) {
   std::cerr << "usage: " << argv0 << " PATH [--json] [--max-values N]\n"
             << "Prints the tree of a saved tensordict (memmap directory"
 #ifdef TENSORDICT_INSPECT_HDF5
-            << ", or HDF5 file"
+            << ", HDF5 file"
+#endif
+#ifdef TENSORDICT_INSPECT_REDIS
+            << ", redis://host:port/<td_id> or unix://<socket>/<td_id> store"
 #endif
             << ").\n";
   return 2;
@@ -127,15 +133,28 @@ int main(int argc, char** argv) {
   if (path.empty()) return usage(argv[0]);
   try {
     td::TensorDictBase data;
-#ifdef TENSORDICT_INSPECT_HDF5
-    // A file (or a name ending .h5/.hdf5) is an HDF5 file, batch sizes
-    // inferred as from_h5; a directory is a memmap directory.
     const auto ext = std::filesystem::path(path).extension();
-    if (std::filesystem::is_regular_file(path) || ext == ".h5" || ext == ".hdf5")
-      data = td::PersistentTensorDict::from_h5(path, "r");
-    else
+    if (path.starts_with("redis://") || path.starts_with("unix://")) {
+#ifdef TENSORDICT_INSPECT_REDIS
+      td::storage::Redis where = td::redis::parse_url(path);
+      if (where.td_id.empty())
+        throw td::ValueError("tensordict-inspect: '" + path + "' names no td_id");
+      data = td::redis::from_store(where);
+#else
+      throw td::ValueError("tensordict-inspect: built without the Redis component");
 #endif
+    } else if (std::filesystem::is_regular_file(path) || ext == ".h5" || ext == ".hdf5") {
+      // A file (or a name ending .h5/.hdf5) is an HDF5 file, batch sizes
+      // inferred as from_h5.
+#ifdef TENSORDICT_INSPECT_HDF5
+      data = td::PersistentTensorDict::from_h5(path, "r");
+#else
+      throw td::ValueError("tensordict-inspect: '" + path +
+                           "' is a file; HDF5 files need the HDF5 component");
+#endif
+    } else {
       data = td::load_memmap(path, td::LoadOptions{.writable = false});
+    }
     if (as_json)
       std::cout << describe(data, max_values).dump(2) << "\n";
     else

@@ -72,6 +72,13 @@ class SchemaError : public Error {
   using Error::Error;
 };
 
+/// The operation is not available on this storage: a view of a tensordict
+/// whose data lives in a file or on a server, an in-place memmap of it.
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A file or directory is corrupt, truncated, foreign or of an unknown format.
 class FormatError : public Error {
  public:

@@ -185,6 +185,11 @@ class Node : public std::enable_shared_from_this<Node> {
   /// structure (member-wise operations) instead of reading stacked leaves
   /// (it static_casts to LazyStackNode: never set it elsewhere).
   bool is_lazy_stack() const noexcept { return is_lazy_stack_; }
+  /// True for a storage whose leaves live outside the process (an HDF5 file,
+  /// a Redis server): every read is a copy, so the core refuses the operations
+  /// that promise views or rewrite the storage in place (view, permute,
+  /// squeeze, unsqueeze, transpose, memmap_, share_memory_), as Python does.
+  bool keeps_data_outside() const noexcept { return keeps_data_outside_; }
 
   // -- state managed by the core ----------------------------------------------
   bool locked() const noexcept { return locked_; }
@@ -211,6 +216,7 @@ class Node : public std::enable_shared_from_this<Node> {
   bool holds_values_ = false;
   bool is_memory_node_ = false;
   bool is_lazy_stack_ = false;
+  bool keeps_data_outside_ = false;
 
  private:
   bool locked_ = false;

@@ -22,6 +22,11 @@ inline NestedKey prefix(const NestedKey& key, std::size_t n) {
   return out;
 }
 
+/// Throws UnsupportedError when td's storage keeps its data outside the
+/// process (Node::keeps_data_outside): "<op>: a PersistentTensorDict keeps its
+/// data outside the process, <why>; call to_tensordict() first...".
+void refuse_outside_storage(const TensorDictBase& td, std::string_view op, std::string_view why);
+
 /// "key ('a', 'b') not found in TensorDict: ('a',) has keys ['x', 'y']"
 [[noreturn]] void throw_missing(const NestedKey& key, std::size_t level, const Node& node);
 

@@ -221,7 +221,21 @@ bool leaves_are_views(const TensorDictBase& src, const TensorDictBase& out) {
 
 }  // namespace
 
+namespace detail {
+void refuse_outside_storage(const TensorDictBase& td, std::string_view op, std::string_view why) {
+  if (!td.node().keeps_data_outside()) return;
+  throw UnsupportedError(std::string(op) + ": a " + td.node().type_name() +
+                         " keeps its data outside the process, " + std::string(why) +
+                         "; call to_tensordict() first for an in-memory copy");
+}
+}  // namespace detail
+
+namespace {
+constexpr std::string_view kNoViews = "so it has no views";
+}  // namespace
+
 TensorDictBase TensorDictBase::view(at::IntArrayRef shape) const {
+  detail::refuse_outside_storage(*this, "view", kNoViews);
   auto b = batch_size();
   auto target = infer_shape(shape, numel(), b);
   if (b.equals(target)) return *this;
@@ -264,6 +278,7 @@ TensorDictBase TensorDictBase::flatten(int64_t start_dim, int64_t end_dim) const
 }
 
 TensorDictBase TensorDictBase::unflatten(int64_t dim, at::IntArrayRef sizes) const {
+  detail::refuse_outside_storage(*this, "unflatten", kNoViews);
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B, "unflatten");
   auto b = batch_size();
@@ -275,6 +290,7 @@ TensorDictBase TensorDictBase::unflatten(int64_t dim, at::IntArrayRef sizes) con
 }
 
 TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
+  detail::refuse_outside_storage(*this, "squeeze", kNoViews);
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B, "squeeze");
   auto b = batch_size();
@@ -295,6 +311,7 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
 }
 
 TensorDictBase TensorDictBase::squeeze() const {
+  detail::refuse_outside_storage(*this, "squeeze", kNoViews);
   auto b = batch_size();
   if (detail::as_lazy_stack(*this)) {
     TensorDictBase out = *this;
@@ -310,6 +327,7 @@ TensorDictBase TensorDictBase::squeeze() const {
 }
 
 TensorDictBase TensorDictBase::unsqueeze(int64_t dim) const {
+  detail::refuse_outside_storage(*this, "unsqueeze", kNoViews);
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B + 1, "unsqueeze");
   if (const auto* ls = detail::as_lazy_stack(*this)) {
@@ -329,6 +347,7 @@ TensorDictBase TensorDictBase::unsqueeze(int64_t dim) const {
 }
 
 TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
+  detail::refuse_outside_storage(*this, "permute", kNoViews);
   const int64_t B = batch_dims();
   if (static_cast<int64_t>(dims.size()) != B)
     throw IndexError("permute: got " + std::to_string(dims.size()) +
@@ -373,6 +392,7 @@ TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
 }
 
 TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
+  detail::refuse_outside_storage(*this, "transpose", kNoViews);
   const int64_t B = batch_dims();
   int64_t a = wrap_dim(dim0, B, "transpose");
   int64_t c = wrap_dim(dim1, B, "transpose");

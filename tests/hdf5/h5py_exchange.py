@@ -2,10 +2,14 @@
 
   h5py_exchange.py write DIR   h5py writes the files the C++ test reads
   h5py_exchange.py check FILE  h5py checks the file the C++ test wrote
+  h5py_exchange.py swmr_read FILE / swmr_write FILE
+                               the other process of a SWMR writer/reader pair
 
 The values are formulas both sides compute (r = arange(12).reshape(4, 3)).
 """
+import os
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -101,5 +105,70 @@ def check(path):
     print("h5py read", path, "as expected")
 
 
+# SWMR: the other process of a single-writer / many-readers pair. `path` is
+# the file; `path.ready` is created once this side is set up, so the C++ side
+# starts writing (or reading) only then. N rows: x[i] = i + 1, y[i] = x[i] / 2.
+SWMR_ROWS = 40
+
+
+def wait_for(path, what, timeout=60.0):
+    start = time.monotonic()
+    while not os.path.exists(path):
+        if time.monotonic() - start > timeout:
+            raise SystemExit("timed out waiting for " + what)
+        time.sleep(0.005)
+
+
+def swmr_read(path):
+    """Reads while C++ writes; fails unless it saw some rows before others."""
+    wait_for(path + ".writing", "the C++ writer")
+    with h5py.File(path, "r", libver="latest", swmr=True) as f:
+        x, y = f["x"], f["y"]
+        open(path + ".ready", "w").close()
+        seen = set()
+        start = time.monotonic()
+        while True:
+            x.refresh()
+            y.refresh()
+            xs, ys = x[()], y[()]
+            written = int((xs != 0).sum())
+            # Each dataset's rows are whole; SWMR orders nothing across
+            # datasets, so x[i] may show before y[i].
+            for i in range(len(xs)):
+                if xs[i] not in (0, i + 1):
+                    raise SystemExit("x[%d] is %r" % (i, xs[i]))
+                if not ((ys[i] == 0).all() or (ys[i] == (i + 1) / 2).all()):
+                    raise SystemExit("y[%d] is torn or wrong: %r" % (i, ys[i]))
+            seen.add(written)
+            if written == SWMR_ROWS:
+                break
+            if time.monotonic() - start > 60:
+                raise SystemExit("timed out: %d of %d rows seen" % (written, SWMR_ROWS))
+            time.sleep(0.002)
+    if len(seen) < 3:
+        raise SystemExit("the reader saw no rows being written: %r" % sorted(seen))
+    print("h5py SWMR reader saw", len(seen), "states")
+
+
+def swmr_write(path):
+    """Writes rows one by one (flushing each) while C++ reads."""
+    with h5py.File(path, "w", libver="latest") as f:
+        # Chunked, as SWMR writers make them: a reader that opened a
+        # contiguous dataset before its storage was allocated (late
+        # allocation) never sees the data (HDF5 1.10.8).
+        x = f.create_dataset("x", shape=(SWMR_ROWS,), dtype="<i8", chunks=(8,))
+        y = f.create_dataset("y", shape=(SWMR_ROWS, 4), dtype="<f4", chunks=(8, 4))
+        f.swmr_mode = True
+        open(path + ".writing", "w").close()
+        wait_for(path + ".ready", "the C++ reader")
+        for i in range(SWMR_ROWS):
+            y[i] = np.full(4, (i + 1) / 2, dtype="<f4")
+            x[i] = i + 1
+            f.flush()
+            time.sleep(0.01)
+
+
 if __name__ == "__main__":
-    {"write": write, "check": check}[sys.argv[1]](sys.argv[2])
+    {"write": write, "check": check, "swmr_read": swmr_read, "swmr_write": swmr_write}[
+        sys.argv[1]
+    ](sys.argv[2])

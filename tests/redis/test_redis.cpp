@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <set>
 #include <sstream>
@@ -426,6 +427,28 @@ TEST(Redis, ServerKilledMidRunThenReconnects) {
   auto row = store.index({4});                       // the next call reconnects
   EXPECT_EQ(row.get("action").item<int64_t>(), 42);  // acknowledged before the fault: intact
   EXPECT_EQ(store.index({6}).get("action").item<int64_t>(), 6);
+}
+
+// Python refuses shape views on a TensorDictStore ("call to_tensordict() or
+// to_local() first"): every read is a copy, so a view could not write through.
+TEST(Redis, ViewsAndInPlaceMemmapAreRefusedWithAHintToCopy) {
+  RedisServer server;
+  td::TensorDict src({{"x", torch::arange(24).view({2, 3, 4})}}, {2, 3});
+  auto store = td::redis::from_tensordict(src, on(server, "views"));
+  const auto trips = td::redis::round_trips(store);
+  for (auto op : std::vector<std::function<void()>>{
+           [&] { store.view({6}); },
+           [&] {
+             store.permute({1, 0});
+           },
+           [&] { store.transpose(0, 1); }, [&] { store.unsqueeze(0); }, [&] { store.squeeze(); },
+           [&] { store.memmap_(server.dir() + "/mm"); }}) {
+    EXPECT_THROW(op(), td::UnsupportedError);
+  }
+  EXPECT_EQ(td::redis::round_trips(store), trips);  // refused before reaching the server
+  EXPECT_TRUE(
+      store.to_tensordict().permute({1, 0}).get("x").equal(src.get("x").permute({1, 0, 2})));
+  EXPECT_TRUE(store.reshape({6}).get("x").equal(src.get("x").reshape({6, 4})));  // a copy
 }
 
 // ---- several processes -----------------------------------------------------------------

@@ -106,6 +106,46 @@ TEST_F(H5Test, GetReturnsACopyAndToTensordictReadsEverything) {
   EXPECT_TRUE(dense.equal(all_dtypes()));
 }
 
+// Python refuses views and in-place memmap on a PersistentTensorDict: every
+// read is a copy, so a "view" would silently not write through.
+TEST_F(H5Test, ViewsAndInPlaceMemmapAreRefusedWithAHintToCopy) {
+  auto src = td::TensorDict({{"x", torch::arange(24).view({2, 3, 4})},
+                             {"n", td::TensorDict({{"y", torch::ones({2, 3})}}, {2, 3})}},
+                            {2, 3});
+  auto h5 = td::to_h5(src, file());
+  auto refused = [&](auto&& op, const std::string& name) {
+    try {
+      op();
+      ADD_FAILURE() << name << " was not refused";
+    } catch (const td::UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(name + ": a PersistentTensorDict"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("to_tensordict()"), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { h5.view({6}); }, "view");
+  refused([&] { h5.unflatten(1, {3, 1}); }, "unflatten");
+  refused([&] { h5.permute({1, 0}); }, "permute");
+  refused([&] { h5.transpose(0, 1); }, "transpose");
+  refused([&] { h5.unsqueeze(0); }, "unsqueeze");
+  refused([&] { h5.squeeze(); }, "squeeze");
+  refused([&] { h5.squeeze(0); }, "squeeze");
+  refused([&] { h5.get_tensordict("n").permute({1, 0}); }, "permute");  // nested levels too
+  refused([&] { h5.memmap_(dir.str("mm")); }, "memmap_");
+  refused([&] { h5.share_memory_(); }, "share_memory_");
+  EXPECT_FALSE(std::filesystem::exists(dir.str("mm")));
+  EXPECT_TRUE(h5.is<td::PersistentTensorDict>());  // still the file
+  EXPECT_TRUE(h5.to_tensordict().equal(src));
+  // Copies are fine: reshape, flatten, expand and memmap() read into new storage,
+  // and the in-memory copy has every view.
+  EXPECT_TRUE(h5.reshape({6}).get("x").equal(src.get("x").reshape({6, 4})));
+  EXPECT_TRUE(h5.flatten(0, 1).get("x").equal(src.get("x").reshape({6, 4})));
+  EXPECT_TRUE(h5.to_tensordict().permute({1, 0}).get("x").equal(src.get("x").permute({1, 0, 2})));
+  auto mm = h5.memmap(dir.str("copy"));
+  EXPECT_TRUE(mm.is_memmap());
+  EXPECT_TRUE(mm.equal(src));
+}
+
 TEST_F(H5Test, GivenBatchSizeIsCheckedAndInheritedByNestedLevels) {
   td::to_h5(all_dtypes(), file()).close();
   td::H5OpenOptions o;

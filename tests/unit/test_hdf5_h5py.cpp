@@ -7,8 +7,13 @@
 
 #include <tensordict/storage/hdf5.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <thread>
 
 namespace {
 
@@ -145,6 +150,91 @@ TEST_F(H5py, FileLockingAcrossProcesses) {
     EXPECT_NE(std::system(read.c_str()), 0) << "a reader opened a file open for writing";
   }
   EXPECT_EQ(std::system(read.c_str()), 0);
+}
+
+// SWMR (single writer, many readers) across processes, h5py on the other
+// side both ways: every row the writer flushed is seen by the reader while
+// the writer still writes; without SWMR the reader would be locked out.
+constexpr int64_t kSwmrRows = 40;  // SWMR_ROWS in h5py_exchange.py
+
+bool wait_for_file(const std::string& path) {
+  for (int i = 0; i < 6000 && !std::filesystem::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return std::filesystem::exists(path);
+}
+
+TEST_F(H5py, SwmrWriterHereReaderInH5py) {
+  const std::string f = dir.str("swmr.h5");
+  td::Schema schema{{"x", {{}, torch::kInt64}}, {"y", {{4}, torch::kFloat32}}};
+  td::storage::H5 h5{.filename = f};
+  h5.swmr = true;
+  auto writer = td::from_schema(schema, {kSwmrRows}, h5);
+  EXPECT_TRUE(writer.swmr_mode());
+  auto reader = std::async(std::launch::async, [&] { return run_h5py("swmr_read", f); });
+  std::ofstream(f + ".writing").close();
+  ASSERT_TRUE(wait_for_file(f + ".ready")) << "the h5py reader did not open the file";
+  for (int64_t i = 0; i < kSwmrRows; ++i) {
+    const float half = static_cast<float>(i + 1) / 2;
+    writer.index_put_(
+        {i}, td::TensorDict({{"x", torch::tensor(i + 1)}, {"y", torch::full({4}, half)}}, {}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(reader.get(), 0);
+  // Structure is fixed while SWMR writing (HDF5's rule): a clear error, nothing changed.
+  TD_EXPECT_THROW_MSG(writer.set("z", torch::zeros({kSwmrRows})), td::StorageError, "SWMR writing");
+  TD_EXPECT_THROW_MSG(writer.del_("x"), td::StorageError, "SWMR writing");
+  EXPECT_EQ(writer.keys().size(), 2u);
+}
+
+TEST_F(H5py, SwmrWriterInH5pyReaderHere) {
+  const std::string f = dir.str("swmr_py.h5");
+  auto writer = std::async(std::launch::async, [&] { return run_h5py("swmr_write", f); });
+  ASSERT_TRUE(wait_for_file(f + ".writing")) << "the h5py writer did not start";
+  td::H5OpenOptions o;
+  o.mode = "r";
+  o.swmr = true;
+  auto reader = td::PersistentTensorDict::open(f, o);
+  EXPECT_TRUE(reader.swmr_mode());
+  std::ofstream(f + ".ready").close();
+  std::set<int64_t> states;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int64_t written = 0;
+  while (written < kSwmrRows && std::chrono::steady_clock::now() < deadline) {
+    auto rows = reader.index({Slice()});  // one selection per dataset, refreshed first
+    at::Tensor x = rows.get("x"), y = rows.get("y");
+    written = x.ne(0).sum().item<int64_t>();
+    // Each dataset's rows are whole; SWMR orders nothing across datasets.
+    for (int64_t i = 0; i < kSwmrRows; ++i) {
+      const int64_t v = x[i].item<int64_t>();
+      ASSERT_TRUE(v == 0 || v == i + 1) << "x[" << i << "] = " << v;
+      ASSERT_TRUE(y[i].eq(0).all().item<bool>() ||
+                  y[i].equal(torch::full({4}, static_cast<float>(i + 1) / 2)))
+          << "y[" << i << "] = " << y[i];
+    }
+    states.insert(written);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(written, kSwmrRows);
+  EXPECT_GE(states.size(), 3u) << "the reader saw no rows being written";
+  EXPECT_EQ(writer.get(), 0);
+  auto all = reader.to_tensordict();  // after the writer closed: every row, both datasets
+  EXPECT_TRUE(all.get("x").equal(torch::arange(1, kSwmrRows + 1)));
+  EXPECT_TRUE(all.get("y").equal(
+      (torch::arange(1, kSwmrRows + 1, torch::kFloat32) / 2).unsqueeze(1).expand({kSwmrRows, 4})))
+      << all.get("y");
+}
+
+TEST_F(H5py, SwmrNeedsAFileCreatedForIt) {
+  const std::string f = dir.str("plain.h5");
+  td::to_h5(td::TensorDict({{"x", torch::arange(4)}}, {4}), f).close();
+  td::H5OpenOptions o;
+  o.mode = "r+";
+  o.swmr = true;
+  TD_EXPECT_THROW_MSG(td::PersistentTensorDict::open(f, o), td::FormatError, "swmr");
+  auto plain = td::PersistentTensorDict::from_h5(f, "r+");
+  TD_EXPECT_THROW_MSG(plain.start_swmr_write(), td::StorageError, "swmr = true");
+  EXPECT_FALSE(plain.swmr_mode());
+  EXPECT_TRUE(plain.get("x").equal(torch::arange(4)));
 }
 
 }  // namespace

@@ -64,6 +64,16 @@ struct H5OpenOptions {
   /// HDF5 file locking (flock on the file while open); false disables it as
   /// HDF5_USE_FILE_LOCKING=FALSE would. nullopt: HDF5's default (on).
   std::optional<bool> locking = std::nullopt;
+  /// HDF5's single-writer / many-readers mode (h5py's File(..., swmr=True)).
+  /// Mode "r": the file is read while another process writes it; every read
+  /// first refreshes its dataset, so it sees the rows the writer flushed.
+  /// Mode "r+" or "a" on an existing file: writes rows while readers read;
+  /// every write is flushed. The file must have been created for SWMR.
+  /// Creating modes ("w", "w-", "x", "a" on a new file): the file is created
+  /// in the format SWMR needs (HDF5 1.10's latest layout, which h5py reads);
+  /// create every group and dataset, then call start_swmr_write().
+  /// In SWMR writing, groups and datasets can be neither created nor removed.
+  bool swmr = false;
 };
 
 /// A handle to a tensordict stored in an HDF5 file (Python's
@@ -125,6 +135,14 @@ class PersistentTensorDict : public TensorDictBase {
   std::string mode() const;
   /// Writes buffered data to the file (H5Fflush).
   void flush();
+  /// Starts HDF5's SWMR writing (H5Fstart_swmr_write) on a file created with
+  /// H5OpenOptions::swmr: from now on readers that open it with swmr = true
+  /// see every row written (each write is flushed), and no group or dataset
+  /// can be created or removed. StorageError when the file was not created
+  /// for SWMR or is read-only.
+  void start_swmr_write();
+  /// True while SWMR reading or writing (h5py's File.swmr_mode).
+  bool swmr_mode() const;
 };
 
 /// Python's td.to_h5(filename, **kwargs): writes `td` (any storage) to a new
@@ -140,7 +158,7 @@ namespace storage {
 /// data. By name: from_schema(schema, batch, "h5", {{"filename", f},
 /// {"mode", "w"}, {"group", "/"}, {"chunks", [64]}, {"compression", "gzip"},
 /// {"compression_opts", 4}, {"shuffle", true}, {"fletcher32", true},
-/// {"locking", false}}).
+/// {"locking", false}, {"swmr", true}}).
 struct H5 {
   std::string filename;
   /// "w" (truncate), "w-"/"x" (fail when the file exists), "a" or "r+"
@@ -149,6 +167,10 @@ struct H5 {
   std::string group = "";
   H5DatasetOptions dataset = {};
   std::optional<bool> locking = std::nullopt;
+  /// Creates the file for SWMR and starts SWMR writing once every dataset of
+  /// the schema exists: readers opening it with H5OpenOptions::swmr (mode
+  /// "r") see the rows as they are written.
+  bool swmr = false;
 };
 
 }  // namespace storage

@@ -20,7 +20,10 @@
 /// for parallel I/O; it is cheap (one connection, one round trip).
 /// See docs/redis.md.
 
+#include <tensordict/errors.h>
+#include <tensordict/non_tensor.h>
 #include <tensordict/schema.h>
+#include <tensordict/tensor_dict.h>
 #include <tensordict/tensor_dict_base.h>
 
 #include <c10/core/Device.h>
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tensordict {
@@ -120,6 +124,60 @@ void close(const TensorDictBase& td);
 std::vector<std::string> block_ids(const TensorDictBase& td);
 /// Rows per block of a sharded store (0 for a store that is not sharded).
 std::int64_t block_rows(const TensorDictBase& td);
+
+/// The tensorclass recorded in the store's __tensorclass__ key
+/// ("<module>.<qualname>", e.g. "__main__.Transition"; one GET); nullopt
+/// when none is recorded.
+std::optional<std::string> tensorclass_name(const TensorDictBase& store);
+/// Records `name` in __tensorclass__ (one SET). clear() keeps it, as Python's
+/// clear_redis() does.
+void set_tensorclass_name(const TensorDictBase& store, const std::string& name);
+
+/// The name Python records for TC: TC::python_qualname when the class
+/// declares one, else "__main__.<Name>" (what memmap() writes in `_type`).
+template <class TC>
+std::string tensorclass_name_of() {
+  const std::string t = TC::python_type();  // "<class 'module.Name'>"
+  return t.substr(8, t.size() - 10);
+}
+
+/// Python's TensorDictStore.from_tensordict(tensorclass): uploads every field
+/// (tensors, nested tensordicts, and non-tensor fields as non-tensor leaves)
+/// into a new store, records the class in __tensorclass__ and returns the
+/// tensorclass over the store (reads and writes go to the server).
+template <class TC>
+TC from_tensorclass(const TC& tc, const storage::Redis& storage = {}) {
+  TensorDict all = tc.tensordict().to_tensordict();
+  const nlohmann::json& values = tc.non_tensor_values();
+  for (auto it = values.begin(); it != values.end(); ++it)
+    if (!it.value().is_null())
+      all.set(NestedKey(it.key()), NonTensorData(it.value(), all.batch_size().vec(), all.device()));
+  TensorDictBase store = from_tensordict(all, storage);
+  set_tensorclass_name(store, tensorclass_name_of<TC>());
+  return TC::from_tensordict(store);
+}
+
+/// Re-attaches to a store (from_store) and wraps it in TC. SchemaError when
+/// the store records another class in __tensorclass__; a store recording
+/// none is accepted (Python's from_store(tensorclass_cls=...)).
+template <class TC>
+TC from_store_as(const storage::Redis& storage) {
+  TensorDictBase store = from_store(storage);
+  const auto recorded = tensorclass_name(store);
+  const std::string expected = tensorclass_name_of<TC>();
+  if (recorded && *recorded != expected)
+    throw SchemaError("Redis store " + storage.td_id + " holds a " + *recorded + ", not a " +
+                      expected + " (its __tensorclass__ key)");
+  return TC::from_tensordict(store);
+}
+
+/// The server and store named by an address, for command lines and config:
+/// "redis://[[user]:password@]host[:port][/td_id][?db=N&prefix=P]" (user and
+/// password %-escaped; "[::1]" for IPv6) or "unix://<socket path>[/td_id]
+/// [?db=N&prefix=P]" (when the whole path is not a socket, its last component
+/// is the td_id). `td_id=` may also be given in the query. Other fields keep
+/// their defaults. ValueError naming the address and the expected forms.
+storage::Redis parse_url(std::string_view url);
 
 }  // namespace redis
 }  // namespace tensordict

@@ -62,6 +62,14 @@ File::File(const std::string& filename, const H5OpenOptions& options)
   Hid fapl = owned(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate", context);
   if (options.locking)
     check(H5Pset_file_locking(fapl.get(), *options.locking, true), "H5Pset_file_locking", context);
+  if (options.swmr) {
+    // SWMR needs the 1.10 file format (superblock 3); h5py reads it.
+    check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST),
+          "H5Pset_libver_bounds", context);
+    swmr_format_ = true;
+  }
+  const unsigned swmr_read = options.swmr ? H5F_ACC_SWMR_READ : 0u;
+  const unsigned swmr_write = options.swmr ? H5F_ACC_SWMR_WRITE : 0u;
   const bool present = exists(filename);
   auto open_existing = [&](unsigned flags) {
     if (!present)
@@ -72,10 +80,18 @@ File::File(const std::string& filename, const H5OpenOptions& options)
       throw FormatError(context + " is not an HDF5 file (no HDF5 signature)");
     }
     hid_t id = H5Fopen(filename.c_str(), flags, fapl.get());
-    if (id < 0)
+    if (id < 0) {
+      if (flags & (H5F_ACC_SWMR_READ | H5F_ACC_SWMR_WRITE))
+        throw FormatError(context + " cannot be opened in mode '" + m +
+                          "' with swmr (was it created with swmr = true? truncated, corrupt or "
+                          "locked by a writer without SWMR?): " +
+                          error_text());
       throw FormatError(context + " cannot be opened in mode '" + m +
                         "' (truncated, corrupt or locked by another process): " + error_text());
+    }
     file_ = Hid(id, H5Fclose);
+    swmr_read_ = (flags & H5F_ACC_SWMR_READ) != 0;
+    swmr_write_ = (flags & H5F_ACC_SWMR_WRITE) != 0;
   };
   auto create = [&](unsigned flags) {
     if ((flags & H5F_ACC_EXCL) && present)
@@ -84,15 +100,15 @@ File::File(const std::string& filename, const H5OpenOptions& options)
                   "H5Fcreate", context);
   };
   if (m == "r") {
-    open_existing(H5F_ACC_RDONLY);
+    open_existing(H5F_ACC_RDONLY | swmr_read);
   } else if (m == "r+") {
-    open_existing(H5F_ACC_RDWR);
+    open_existing(H5F_ACC_RDWR | swmr_write);
   } else if (m == "w") {
     create(H5F_ACC_TRUNC);
   } else if (m == "w-" || m == "x") {
     create(H5F_ACC_EXCL);
   } else if (present) {
-    open_existing(H5F_ACC_RDWR);
+    open_existing(H5F_ACC_RDWR | swmr_write);
   } else {
     create(H5F_ACC_EXCL);
   }
@@ -119,6 +135,36 @@ void File::check_writable(const char* what, const std::string& path) const {
     throw StorageError(std::string(what) + " " + path + ": HDF5 file '" + filename_ +
                        "' is opened read-only (mode '" + mode_ +
                        "'); open it with mode 'r+' or 'a' to write");
+}
+
+void File::start_swmr_write() {
+  Lock l = lock();
+  check_writable("starting SWMR writing of", "/");
+  if (swmr_write_) return;
+  if (!swmr_format_)
+    throw StorageError("HDF5 file '" + filename_ +
+                       "' was not opened with swmr = true (H5OpenOptions::swmr), so it may not "
+                       "be in the format SWMR needs; open or create it with swmr = true");
+  if (H5Fstart_swmr_write(file_.get()) < 0)
+    throw StorageError("HDF5 file '" + filename_ +
+                       "': H5Fstart_swmr_write failed: " + error_text());
+  swmr_write_ = true;
+}
+
+void File::check_structure_writable(const char* what, const std::string& path) const {
+  if (swmr_write_)
+    throw StorageError(std::string(what) + " " + path + ": HDF5 file '" + filename_ +
+                       "' is in SWMR writing, where groups and datasets can be neither created "
+                       "nor removed; create them before start_swmr_write()");
+}
+
+void File::refresh(const Dataset& d) const {
+  if (swmr_read_) check(H5Drefresh(d.id.get()), "H5Drefresh", d.where);
+}
+
+void File::written() {
+  if (swmr_write_)
+    check(H5Fflush(file_.get(), H5F_SCOPE_LOCAL), "H5Fflush", "HDF5 file '" + filename_ + "'");
 }
 
 hid_t Dataset::memory_space(const std::vector<hsize_t>& dims) {
@@ -296,6 +342,14 @@ std::vector<hsize_t> guess_chunks(at::IntArrayRef shape, std::size_t element_siz
 Hid File::creation_plist(at::IntArrayRef shape, std::size_t element_size) const {
   const auto& o = dataset_options_;
   Hid dcpl = owned(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", filename_);
+  if (swmr_format_) {
+    // A SWMR reader that opened a dataset before its storage was allocated
+    // never sees the allocation (measured with h5py): allocate at creation,
+    // still without writing fill values (the file grows sparse).
+    const std::string context = "HDF5 file '" + filename_ + "'";
+    check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", context);
+    check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_IFSET), "H5Pset_fill_time", context);
+  }
   const bool any_zero = std::any_of(shape.begin(), shape.end(), [](int64_t s) { return s == 0; });
   // Scalars and empty datasets cannot be chunked: contiguous, unfiltered.
   if (shape.empty() || any_zero || (o.chunks.empty() && !o.filtered())) return dcpl;

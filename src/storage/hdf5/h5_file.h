@@ -66,6 +66,19 @@ class File {
   void close();
   void flush();
 
+  // ---- SWMR (H5OpenOptions::swmr) --------------------------------------------
+  bool swmr_read() const noexcept { return swmr_read_; }
+  bool swmr_write() const noexcept { return swmr_write_; }
+  /// H5Fstart_swmr_write; StorageError when the file was not created for SWMR.
+  void start_swmr_write();
+  /// StorageError while SWMR writing: HDF5 forbids new or removed objects.
+  void check_structure_writable(const char* what, const std::string& path) const;
+  /// Before a read in SWMR reading: H5Drefresh, so the writer's flushed rows
+  /// (and late allocations) are seen.
+  void refresh(const Dataset& d) const;
+  /// After a write in SWMR writing: flushes, so readers see the rows.
+  void written();
+
   /// "<file>:/a/b" for messages.
   std::string where(const std::string& path) const;
 
@@ -109,6 +122,9 @@ class File {
   std::string filename_;
   std::string mode_;
   bool writable_ = false;
+  bool swmr_format_ = false;  // created or opened with the latest layout
+  bool swmr_read_ = false;
+  bool swmr_write_ = false;
   H5DatasetOptions dataset_options_;
   Hid file_;
   uint64_t generation_ = 0;

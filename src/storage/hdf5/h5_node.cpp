@@ -260,7 +260,9 @@ H5Node::H5Node(std::shared_ptr<File> file, std::string path, std::vector<int64_t
     : file_(std::move(file)),
       path_(std::move(path)),
       batch_size_(std::move(batch_size)),
-      device_(device) {}
+      device_(device) {
+  keeps_data_outside_ = true;
+}
 
 void H5Node::set_batch_size(std::vector<int64_t> batch_size) {
   // Not stored in the file (h5py files carry no batch size).
@@ -337,12 +339,14 @@ std::optional<Value> H5Node::find(std::string_view key) const {
   Dataset& d = *e->dataset;
   switch (d.info.element) {
     case Element::Tensor: {
+      file_->refresh(d);
       at::Tensor t = read_all(d, file_->where(full));
       if (device_ && !device_->is_cpu()) t = t.to(*device_);
       return Value(std::move(t));
     }
     case Element::String:
     case Element::Opaque:
+      file_->refresh(d);
       return Value(
           NonTensorData(file_->read_non_tensor(d, file_->where(full)), batch_size_, device_));
     case Element::Unsupported:
@@ -376,6 +380,7 @@ void H5Node::read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) c
       continue;
     }
     Dataset& d = n->tensor_dataset(leaf.key());
+    file_->refresh(d);
     at::Tensor out = read_selected(d, rows, plan ? &*plan : nullptr);
     if (n->device_ && !n->device_->is_cpu()) out = out.to(*n->device_);
     leaf.out = std::move(out);
@@ -390,6 +395,7 @@ void H5Node::write(std::string_view key, Value value) {
   Lock l = lock();
   const std::string full = join(path_, key);
   file_->check_writable("writing", full);
+  file_->check_structure_writable("writing", full);
   check_key(key, *file_, path_);
   // Everything that can be refused is refused before the old entry goes.
   std::function<void(const Value&, const std::string&)> validate = [&](const Value& v,
@@ -496,6 +502,7 @@ void H5Node::write_leaves_(const RowSelection& rows, std::span<const LeafWrite> 
       }
       written.push_back(leaf.path.repr());
     }
+    file_->written();
   }
   if (!others.empty()) Node::write_leaves_(rows, others);
 }
@@ -505,6 +512,7 @@ void H5Node::create_leaf(std::string_view key, at::IntArrayRef shape,
   Lock l = lock();
   const std::string full = join(path_, key);
   file_->check_writable("creating", full);
+  file_->check_structure_writable("creating", full);
   check_key(key, *file_, path_);
   (void)file_type(options.dtype().toScalarType(), file_->where(full));
   if (entry(key)) {
@@ -522,6 +530,7 @@ void H5Node::create_leaves(std::span<const LeafCreate> leaves) {
     if (const H5Node* n = same_file(leaf.node, file_)) {
       const std::string full = join(n->path_, leaf.key());
       file_->check_writable("creating", full);
+      file_->check_structure_writable("creating", full);
       check_key(leaf.key(), *file_, n->path_);
       (void)file_type(leaf.options.dtype().toScalarType(), file_->where(full));
     }
@@ -540,6 +549,7 @@ TensorDictBase H5Node::create_nested(std::string_view key, at::IntArrayRef batch
   Lock l = lock();
   const std::string full = join(path_, key);
   file_->check_writable("creating group", full);
+  file_->check_structure_writable("creating group", full);
   check_key(key, *file_, path_);
   if (entry(key)) {
     children_.erase(std::string(key));
@@ -553,6 +563,7 @@ TensorDictBase H5Node::create_nested(std::string_view key, at::IntArrayRef batch
 
 void H5Node::remove(std::string_view key) {
   Lock l = lock();
+  file_->check_structure_writable("removing", join(path_, key));
   children_.erase(std::string(key));
   file_->remove(path_, key);
 }

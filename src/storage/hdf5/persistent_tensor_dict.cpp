@@ -101,6 +101,11 @@ std::string PersistentTensorDict::filename() const { return h5_node(*this).file(
 std::string PersistentTensorDict::group_name() const { return h5_node(*this).path(); }
 std::string PersistentTensorDict::mode() const { return h5_node(*this).file()->mode(); }
 void PersistentTensorDict::flush() { h5_node(*this).file()->flush(); }
+void PersistentTensorDict::start_swmr_write() { h5_node(*this).file()->start_swmr_write(); }
+bool PersistentTensorDict::swmr_mode() const {
+  const auto& f = *h5_node(*this).file();
+  return f.swmr_read() || f.swmr_write();
+}
 
 PersistentTensorDict to_h5(const TensorDictBase& td, const std::string& filename,
                            const H5DatasetOptions& options) {
@@ -120,8 +125,10 @@ PersistentTensorDict from_schema(const Schema& schema, const std::vector<int64_t
   o.batch_size = batch_size;
   o.dataset = storage.dataset;
   o.locking = storage.locking;
+  o.swmr = storage.swmr;
   PersistentTensorDict td = PersistentTensorDict::open(storage.filename, o);
   allocate_schema(td, schema);
+  if (storage.swmr) td.start_swmr_write();
   return td;
 }
 
@@ -132,7 +139,7 @@ TensorDictBase make_h5(const Schema& schema, const std::vector<int64_t>& batch_s
   const std::string name = "h5";
   check_storage_options(options, name,
                         {"filename", "mode", "group", "chunks", "compression", "compression_opts",
-                         "shuffle", "fletcher32", "locking"});
+                         "shuffle", "fletcher32", "locking", "swmr"});
   storage::H5 s;
   s.filename = storage_option<std::string>(options, name, "filename", "");
   s.mode = storage_option<std::string>(options, name, "mode", "w");
@@ -150,6 +157,7 @@ TensorDictBase make_h5(const Schema& schema, const std::vector<int64_t>& batch_s
   s.dataset.shuffle = storage_option<bool>(options, name, "shuffle", false);
   s.dataset.fletcher32 = storage_option<bool>(options, name, "fletcher32", false);
   if (options.count("locking")) s.locking = storage_option<bool>(options, name, "locking", true);
+  s.swmr = storage_option<bool>(options, name, "swmr", false);
   return from_schema(schema, batch_size, s);
 }
 

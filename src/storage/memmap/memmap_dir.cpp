@@ -1040,6 +1040,7 @@ void adopt_mapped(TensorDictBase& dst, const TensorDictBase& src) {
 }  // namespace
 
 TensorDictBase& TensorDictBase::memmap_(const std::string& prefix, const MemmapOptions& options) {
+  detail::refuse_outside_storage(*this, "memmap_", "so it cannot be memory-mapped in place");
   // The whole tree is written (and installed at the prefix) before anything
   // of this tensordict changes.
   TensorDictBase mapped = detail::write_dir(*this, prefix, true, options);

@@ -688,6 +688,22 @@ void clear(const TensorDictBase& td) {
   const_cast<detail::redis::StoreNode&>(detail::redis::node_of(td)).clear_all();
 }
 
+std::optional<std::string> tensorclass_name(const TensorDictBase& td) {
+  const auto& n = detail::redis::node_of(td);
+  std::lock_guard lock(n.mutex());
+  const std::string key = n.server_key("__tensorclass__");
+  auto r = n.client().call({"GET", key}, "reading the tensorclass of store " + n.id());
+  if (r->type == REDIS_REPLY_NIL) return std::nullopt;
+  return std::string(detail::redis::text(r.get(), key));
+}
+
+void set_tensorclass_name(const TensorDictBase& td, const std::string& name) {
+  const auto& n = detail::redis::node_of(td);
+  std::lock_guard lock(n.mutex());
+  n.client().call({"SET", n.server_key("__tensorclass__"), name},
+                  "recording the tensorclass of store " + n.id());
+}
+
 std::int64_t round_trips(const TensorDictBase& td) {
   return detail::redis::node_of(td).client().round_trips();
 }

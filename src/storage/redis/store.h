@@ -228,6 +228,7 @@ std::shared_ptr<Store> open(const storage::Redis& options,
 /// (td_id, clear, round_trips...) need of it.
 class StoreNode : public Node {
  public:
+  StoreNode() { keeps_data_outside_ = true; }  // the core refuses views of it
   virtual Connection& client() const = 0;
   virtual std::recursive_mutex& mutex() const = 0;
   /// The td_id of the store (of the manifest for a sharded store).

@@ -1,5 +1,7 @@
 // Shared memory: a memmap directory under /dev/shm, attached by name from
 // other processes (share_memory_, attach_shared, unlink_shared).
+#include "core/internal.h"
+
 #include <tensordict/storage/shared.h>
 
 #include <unistd.h>
@@ -24,6 +26,8 @@ std::string new_shm_name() {
 
 TensorDictBase& TensorDictBase::share_memory_() {
   if (is_shared()) return *this;
+  detail::refuse_outside_storage(*this, "share_memory_",
+                                 "so it cannot be moved to shared memory in place");
   if (!fs::is_directory(kShmRoot))
     throw StorageError("share_memory_: " + std::string(kShmRoot) + " is not available");
   memmap_(new_shm_name());
