@@ -162,6 +162,11 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges_of(const RowSelec
 
 }  // namespace
 
+at::Tensor as_stored(const at::Tensor& v, at::ScalarType dtype) {
+  if (v.device().is_cpu() && v.scalar_type() == dtype && v.is_contiguous()) return v;
+  return v.detach().to(at::kCPU).to(dtype).contiguous();
+}
+
 at::Tensor from_bytes(const char* data, std::size_t n, at::IntArrayRef shape,
                       at::ScalarType dtype) {
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
@@ -416,7 +421,7 @@ class RedisNode final : public StoreNode {
     for (const auto* l : mine) {
       paths.push_back(static_cast<const RedisNode*>(l->node)->path(l->key()));
       infos.push_back(tensor_leaf(paths.back()));
-      values.push_back(l->value.detach().to(at::kCPU).to(infos.back().dtype).contiguous());
+      values.push_back(as_stored(l->value, infos.back().dtype));
     }
     if (general) {
       // Read the leaves whole (one round trip), patch here, write them back.

@@ -403,7 +403,7 @@ class ShardedNode final : public StoreNode {
     for (const auto* l : mine) {
       paths.push_back(static_cast<const ShardedNode*>(l->node)->path(l->key()));
       infos.push_back(tensor_leaf(paths.back()));
-      values.push_back(l->value.detach().to(at::kCPU).to(infos.back().dtype).contiguous());
+      values.push_back(as_stored(l->value, infos.back().dtype));
     }
     // Rows of dim 0 are written in place; other selections (several batch
     // dims of a Box, General) read the leaves, patch them here and write

@@ -219,6 +219,9 @@ void add_allocation(Store& s, Batch& b, const std::string& path, const LeafInfo&
 
 /// A tensor of `shape` and `dtype` holding the `n` bytes at `data`.
 at::Tensor from_bytes(const char* data, std::size_t n, at::IntArrayRef shape, at::ScalarType dtype);
+/// The bytes to send for `v`: v itself when it is already a contiguous CPU
+/// tensor of the stored dtype (a row write; no dispatcher call), else a copy.
+at::Tensor as_stored(const at::Tensor& v, at::ScalarType dtype);
 
 /// A new store object (its own client unless `shared` is given).
 std::shared_ptr<Store> open(const storage::Redis& options,
