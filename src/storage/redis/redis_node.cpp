@@ -12,6 +12,8 @@
 // re-reads it from the server.
 
 #include "storage/redis/connection.h"
+#include "storage/redis/layout.h"
+#include "storage/redis/lazy_stack_store.h"
 
 #include <tensordict/dtype.h>
 #include <tensordict/errors.h>
@@ -19,6 +21,7 @@
 #include <tensordict/non_tensor.h>
 #include <tensordict/schema.h>
 #include <tensordict/storage/redis.h>
+#include <tensordict/storage/redis_lazy_stack.h>
 #include <tensordict/tensor_dict.h>
 
 #include <ATen/Functions.h>
@@ -36,27 +39,6 @@ namespace detail::redis {
 namespace {
 
 using json = nlohmann::json;
-
-// Python's json.dumps of a list of ints: "[5, 2]", "[]".
-std::string json_list(at::IntArrayRef v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string uuid4() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  uint64_t a = gen(), b = gen();
-  a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4
-  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // variant 10
-  char buf[37];
-  std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xffff),
-                static_cast<unsigned>(b >> 48),
-                static_cast<unsigned long long>(b & 0xffffffffffffULL));
-  return buf;
-}
 
 // Sets elements of a json_array payload on the server, so that two clients
 // writing different elements lose no update. ARGV: (index, JSON text) pairs.
@@ -771,7 +753,11 @@ TensorDictBase from_store(const storage::Redis& storage) {
   std::lock_guard lock(s->mu);
   Batch b;
   b.add({"GET", b.own(s->key("__batch_size__"))}).add({"GET", b.own(s->key("__device__"))});
+  b.add({"GET", b.own(s->key("__type__"))});  // a LazyStackedTensorDictStore (§4.8)
   auto r = s->conn.send(b, "attaching to store " + storage.td_id);
+  if (r[2]->type == REDIS_REPLY_STRING &&
+      std::string_view(r[2]->str, r[2]->len) == detail::redis::kLazyStackType)
+    return from_lazy_stack_store(storage);
   if (r[0]->type == REDIS_REPLY_NIL)
     throw KeyError("no Redis store with td_id '" + storage.td_id + "' (prefix '" + storage.prefix +
                    "') at " + s->conn.where() + ": key '" + s->key("__batch_size__") +
@@ -800,6 +786,8 @@ TensorDictBase from_store(const storage::Redis& storage) {
 }
 
 TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& storage) {
+  if (td.is<LazyStackedTensorDict>())
+    return from_lazy_stack(td.as<LazyStackedTensorDict>(), storage);
   auto dev = td.device();
   TensorDictBase store =
       create(storage, td.batch_size().vec(), dev && dev->is_cpu() ? dev : std::nullopt);
@@ -817,16 +805,20 @@ TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& s
 }
 
 bool is_store(const TensorDictBase& td) {
-  return td.defined() && dynamic_cast<const RedisNode*>(&td.node()) != nullptr;
+  return td.defined() && (dynamic_cast<const RedisNode*>(&td.node()) != nullptr ||
+                          detail::redis::lazy_stack_of(td) != nullptr);
 }
 std::string td_id(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->td_id();
   return detail::redis::node_of(td).store().options.td_id;
 }
 std::string server_key(const TensorDictBase& td, const std::string& suffix) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->key(suffix);
   return detail::redis::node_of(td).store().key(suffix);
 }
 
 void clear(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->clear();
   auto& s = detail::redis::node_of(td).store();
   std::lock_guard lock(s.mu);
   s.ensure_loaded();
@@ -843,12 +835,14 @@ void clear(const TensorDictBase& td) {
 }
 
 std::int64_t round_trips(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->round_trips();
   auto& s = detail::redis::node_of(td).store();
   std::lock_guard lock(s.mu);
   return s.conn.round_trips();
 }
 
 void close(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->close();
   auto& s = detail::redis::node_of(td).store();
   std::lock_guard lock(s.mu);
   s.conn.close();
