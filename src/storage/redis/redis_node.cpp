@@ -857,10 +857,7 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
   return root;
 }
 
-namespace {
-
-TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batch_size,
-                          const StorageOptions& options) {
+storage::Redis redis::options_from(const StorageOptions& options) {
   check_storage_options(options, "redis",
                         {"host", "port", "unix_socket", "db", "username", "password",
                          "connect_timeout", "timeout", "prefix", "td_id", "transaction"});
@@ -877,7 +874,14 @@ TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batc
   r.prefix = storage_option<std::string>(options, "redis", "prefix", r.prefix);
   r.td_id = storage_option<std::string>(options, "redis", "td_id", r.td_id);
   r.transaction = storage_option<bool>(options, "redis", "transaction", r.transaction);
-  return from_schema(schema, batch_size, r);
+  return r;
+}
+
+namespace {
+
+TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batch_size,
+                          const StorageOptions& options) {
+  return from_schema(schema, batch_size, redis::options_from(options));
 }
 
 }  // namespace
