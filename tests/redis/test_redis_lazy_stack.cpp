@@ -225,13 +225,32 @@ TEST(LazyStackRedis, ElementReadsAreOneRoundTrip) {
   const auto calls = server.command_calls();
   std::set<std::string> names;
   for (const auto& [name, n] : calls) names.insert(name);
-  EXPECT_EQ(names, (std::set<std::string>{"getrange", "strlen", "multi", "exec"}));
+  EXPECT_EQ(names, (std::set<std::string>{"getrange", "strlen", "scard", "multi", "exec"}));
   EXPECT_EQ(calls.at("exec"), 2);
   // td[i] through the TensorDictBase API: one round trip as well.
   auto row = fresh[2];
   EXPECT_EQ(td::redis::round_trips(fresh), before + 3);
   expect_same(row, stack.member(2));
   TD_EXPECT_THROW_MSG(td::redis::element(fresh, 3), td::IndexError, "index 3", "3 elements");
+}
+
+TEST(LazyStackRedis, AnotherProcessAddsAKey) {
+  RedisServer server;
+  auto writer = td::redis::from_lazy_stack(agents(), on(server, "shared"));
+  auto reader = td::redis::from_store(on(server, "shared"));
+  EXPECT_EQ(reader.keys().size(), 3u);
+  auto e = td::redis::element(writer, 0);
+  e.set("done", torch::ones({4}, torch::kUInt8));
+  td::redis::set_element(writer, 0, e);
+  // The reader's cached keys are refreshed by the element read that notices.
+  auto seen = td::redis::element(reader, 0);
+  EXPECT_TRUE(seen.contains("done"));
+  EXPECT_TRUE(torch::equal(seen.get("done"), torch::ones({4}, torch::kUInt8)));
+  EXPECT_TRUE(
+      torch::equal(td::redis::element(reader, 1).get("done"), torch::zeros({4}, torch::kUInt8)));
+  // A key another process removed is gone from the reader's next element read.
+  writer.del_("done");
+  EXPECT_FALSE(td::redis::element(reader, 2).contains("done"));
 }
 
 TEST(LazyStackRedis, ElementWrites) {

@@ -274,8 +274,12 @@ std::vector<std::pair<int64_t, int64_t>> runs_of(const KeyInfo& k,
 
 // One round trip: per leaf a STRLEN (its size, checked against the
 // metadata) and a GETRANGE per run of elements.
-void fetch(LazyStackState& s, std::vector<Fetch>& fetches) {
+// With `count_keys`, also SCARD __keys__ in the same round trip: false when
+// the server holds another number of leaves than the cache (another process
+// added or removed one), so that the caller reloads and asks again.
+bool fetch(LazyStackState& s, std::vector<Fetch>& fetches, bool count_keys = false) {
   Batch b;
+  if (count_keys) b.add({"SCARD", b.own(s.key("__keys__"))});
   std::vector<std::vector<std::pair<int64_t, int64_t>>> runs;
   for (auto& f : fetches) {
     runs.push_back(runs_of(*f.info, f.elements));
@@ -287,6 +291,7 @@ void fetch(LazyStackState& s, std::vector<Fetch>& fetches) {
   }
   auto replies = s.conn.send(b, "reading elements of " + s.name(), s.options.transaction);
   std::size_t next = 0;
+  if (count_keys && replies[next++]->integer != static_cast<long long>(s.keys.size())) return false;
   for (std::size_t i = 0; i < fetches.size(); ++i) {
     auto& f = fetches[i];
     if (runs[i].empty()) continue;
@@ -304,6 +309,7 @@ void fetch(LazyStackState& s, std::vector<Fetch>& fetches) {
       f.bytes.append(text(r, s.data_key(f.path)));
     }
   }
+  return true;
 }
 
 // The fetched elements of one leaf as one tensor [E, *shape]; ShapeError
@@ -985,10 +991,16 @@ std::vector<TensorDict> elements(const TensorDictBase& store, const std::vector<
   s.ensure_loaded();
   std::vector<int64_t> which;
   for (int64_t i : indices) which.push_back(detail::redis::wrap(s, i));
-  const auto paths = detail::redis::paths_under(s, node.level());
   std::vector<Fetch> fetches;
-  for (const auto& p : paths) fetches.push_back(Fetch{p, &s.info(p), which, {}});
-  detail::redis::fetch(s, fetches);
+  // One round trip; a second (and a reload) only when another process added
+  // or removed a leaf since this object last looked.
+  for (int attempt = 0;; ++attempt) {
+    fetches.clear();
+    for (const auto& p : detail::redis::paths_under(s, node.level()))
+      fetches.push_back(Fetch{p, &s.info(p), which, {}});
+    if (detail::redis::fetch(s, fetches, /*count_keys=*/true) || attempt == 1) break;
+    s.load();
+  }
   std::vector<TensorDict> out;
   for (std::size_t e = 0; e < which.size(); ++e) out.emplace_back(s.inner, s.device);
   for (const auto& f : fetches) {
