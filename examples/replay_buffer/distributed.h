@@ -30,6 +30,7 @@
 
 #include <tensordict/storage/redis.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -208,6 +209,19 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
 
   // ---- start the actors: this program again, attached by id ----------------
   std::vector<pid_t> pids;
+  std::vector<int> status;  // exit status per actor, -1 while it runs
+  // If the learner fails (the server went away, ...), its actors go too.
+  struct StopActors {
+    const std::vector<pid_t>& pids;
+    const std::vector<int>& status;
+    ~StopActors() {
+      for (std::size_t k = 0; k < pids.size(); ++k)
+        if (k >= status.size() || status[k] == -1) {
+          kill(pids[k], SIGTERM);
+          waitpid(pids[k], nullptr, 0);
+        }
+    }
+  } stop_actors{pids, status};
   const auto spawn_start = Clock::now();
   for (int64_t k = 0; k < n; ++k) {
     std::vector<std::string> args{self,
@@ -245,7 +259,7 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
   bool ok = true, rows_ok = true;
   int64_t uniform = 0, prioritized = 0;
   double uniform_busy = 0, prioritized_busy = 0;
-  std::vector<int> status(static_cast<std::size_t>(n), -1);
+  status.assign(static_cast<std::size_t>(n), -1);
   auto running = [&] {
     bool any = false;
     for (int64_t k = 0; k < n; ++k) {
