@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace example {
@@ -40,7 +41,7 @@ inline std::string row(const at::Tensor& t) {
 }
 
 // Prints what failed; returns `ok` so that checks chain with `ok &= check(...)`.
-inline bool check(bool ok, const char* what) {
+inline bool check(bool ok, std::string_view what) {
   if (!ok) std::cerr << "FAILED: " << what << "\n";
   return ok;
 }

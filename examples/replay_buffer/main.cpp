@@ -13,7 +13,11 @@
 // With --dir the buffer stays in DIR, and the next run with the same --dir
 // resumes it (unless --fresh). Without --dir it lives in a temporary
 // directory removed at exit.
+#include "environment.h"
 #include "replay_buffer.h"
+#ifdef TENSORDICT_EXAMPLE_WITH_REDIS
+#include "distributed.h"
+#endif
 
 #include <tensordict/tensordict.h>
 
@@ -33,13 +37,16 @@
 
 namespace td = tensordict;
 namespace fs = std::filesystem;
+using replay::Clock;
+using replay::make_batch;
+using replay::make_transition;
 using replay::PrioritizedSampler;
 using replay::ReplayBuffer;
+using replay::report;
+using replay::seconds_since;
 using replay::Transition;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string storage = "memmap";
@@ -52,6 +59,15 @@ struct Options {
   int64_t samples = 200;
   uint64_t seed = 0;
   bool progress = isatty(STDERR_FILENO) != 0;
+  // The distributed buffer (--storage redis, distributed.h).
+  std::string redis;
+  std::vector<std::string> redis_options;  // key=value
+  int64_t actors = 2;
+  bool actors_given = false;
+  bool actor = false;
+  int64_t actor_index = -1;
+  std::string td_id;
+  std::string resume;
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -59,6 +75,9 @@ struct Options {
             << "usage: replay_buffer [--storage NAME] [--dir DIR] [--fresh] [--capacity N]\n"
                "                     [--steps N] [--batches N] [--batch-size B] [--samples N]\n"
                "                     [--seed S] [--progress|--no-progress]\n"
+               "distributed (a learner and N actor processes on one Redis buffer):\n"
+               "       replay_buffer --storage redis --redis HOST:PORT|SOCKET [--actors N]\n"
+               "                     [--redis-option KEY=VALUE]... [--resume TD_ID] [...]\n"
                "storages in this build:";
   for (const auto& s : td::available_storages()) std::cerr << " " << s;
   std::cerr << "\n";
@@ -83,6 +102,10 @@ Options parse(int argc, char** argv) {
       o.progress = false;
       continue;
     }
+    if (arg == "--actor") {  // started by the learner of a distributed run
+      o.actor = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) usage("unexpected argument " + arg);
     std::string value;
     if (auto eq = arg.find('='); eq != std::string::npos) {
@@ -93,7 +116,10 @@ Options parse(int argc, char** argv) {
     } else {
       usage(arg + " needs a value");
     }
-    values[arg] = value;
+    if (arg == "--redis-option")
+      o.redis_options.push_back(value);
+    else
+      values[arg] = value;
   }
   auto integer = [&](const char* name, int64_t& out, int64_t min) {
     auto it = values.find(name);
@@ -115,6 +141,15 @@ Options parse(int argc, char** argv) {
   integer("--samples", o.samples, 0);
   int64_t seed = 0;
   integer("--seed", seed, 0);
+  o.actors_given = values.count("--actors") > 0;
+  integer("--actors", o.actors, 1);
+  integer("--actor-index", o.actor_index, 0);
+  for (auto [name, field] : {std::pair{"--redis", &o.redis}, std::pair{"--td-id", &o.td_id},
+                             std::pair{"--resume", &o.resume}})
+    if (auto it = values.find(name); it != values.end()) {
+      *field = it->second;
+      values.erase(it);
+    }
   o.seed = static_cast<uint64_t>(seed);
   if (auto it = values.find("--storage"); it != values.end()) {
     o.storage = it->second;
@@ -125,6 +160,23 @@ Options parse(int argc, char** argv) {
     values.erase(it);
   }
   if (!values.empty()) usage("unknown option " + values.begin()->first);
+  if (o.actor) o.storage = "redis";
+  const bool distributed = !o.redis.empty() || o.actors_given || o.actor || !o.resume.empty() ||
+                           !o.redis_options.empty();
+  if (o.storage == "redis" || distributed) {
+#ifdef TENSORDICT_EXAMPLE_WITH_REDIS
+    if (o.storage != "redis") usage("--redis, --actors and --resume are for --storage redis");
+    if (o.redis.empty()) usage("--storage redis needs --redis HOST:PORT or a Unix socket path");
+    if (o.actor && (o.td_id.empty() || o.actor_index < 0))
+      usage("--actor needs --td-id and --actor-index");
+    for (const auto& kv : o.redis_options)
+      if (kv.find('=') == std::string::npos || kv.front() == '=')
+        usage("--redis-option wants KEY=VALUE, got " + kv);
+    return o;
+#else
+    usage("the redis storage is not in this build (configure with -DTENSORDICT_WITH_REDIS=ON)");
+#endif
+  }
   const auto names = td::available_storages();
   if (std::find(names.begin(), names.end(), o.storage) == names.end())
     usage("unknown storage " + o.storage);
@@ -132,53 +184,11 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// ---- a synthetic environment whose transitions can be checked later --------
-// Transition number `id` has obs pixels id % 251, next/obs (id + 1) % 251,
-// reward id, action id / 1000 (every component), done every 50th step.
-
-td::TensorDict make_batch(int64_t first_id, int64_t n) {
-  at::Tensor ids = at::arange(first_id, first_id + n, at::kLong);
-  auto frames = [&](const at::Tensor& pixel) {
-    return pixel.remainder(251)
-        .to(at::kByte)
-        .view({n, 1, 1, 1})
-        .expand({n, 84, 84, 3})
-        .contiguous();
-  };
-  return td::TensorDict(
-      {{"obs", frames(ids)},
-       {"action", (ids.to(at::kFloat) / 1000).unsqueeze(1).expand({n, 4}).contiguous()},
-       {"reward", ids.to(at::kFloat)},
-       {"done", ids.remainder(50).eq(49)},
-       {"next", td::TensorDict({{"obs", frames(ids + 1)}}, {n})}},
-      {n});
-}
-
-td::TensorDict make_transition(int64_t id) {
-  return td::TensorDict(
-      {{"obs", at::full({84, 84, 3}, id % 251, at::kByte)},
-       {"action", at::full({4}, static_cast<float>(id) / 1000)},
-       {"reward", at::scalar_tensor(static_cast<float>(id))},
-       {"done", at::scalar_tensor((id % 50) == 49, at::kBool)},
-       {"next", td::TensorDict({{"obs", at::full({84, 84, 3}, (id + 1) % 251, at::kByte)}}, {})}},
-      {});
-}
-
 // Every row of `batch` is a whole transition of the environment, from the
 // last `size` written.
 bool consistent(const Transition& batch, const ReplayBuffer& rb) {
   at::Tensor ids = batch.reward().to(at::kLong);
-  const int64_t n = ids.size(0);
-  // Every pixel of a frame holds the same value: compare its min and max.
-  auto uniform_pixels = [&](const at::Tensor& frames, const at::Tensor& expect) {
-    at::Tensor flat = frames.reshape({n, -1});
-    return flat.amin(1).to(at::kLong).eq(expect).all().item<bool>() &&
-           flat.amax(1).to(at::kLong).eq(expect).all().item<bool>();
-  };
-  return uniform_pixels(batch.obs(), ids.remainder(251)) &&
-         uniform_pixels(batch.next().obs(), (ids + 1).remainder(251)) &&
-         batch.done().eq(ids.remainder(50).eq(49)).all().item<bool>() &&
-         at::allclose(batch.action(), (ids.to(at::kFloat) / 1000).unsqueeze(1).expand({n, 4})) &&
+  return replay::whole_transitions(batch) &&
          ids.ge(rb.total_written() - rb.size()).all().item<bool>() &&
          ids.lt(rb.total_written()).all().item<bool>();
 }
@@ -212,36 +222,51 @@ class ProgressBar {
   Clock::time_point last_{};
 };
 
-std::string rate(double count, double seconds) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(0);
-  if (seconds <= 0) return "-";
-  const double r = count / seconds;
-  if (r >= 1e6)
-    out << std::setprecision(2) << r / 1e6 << "M";
-  else if (r >= 1e3)
-    out << std::setprecision(1) << r / 1e3 << "k";
-  else
-    out << r;
-  return out.str();
+#ifdef TENSORDICT_EXAMPLE_WITH_REDIS
+// A learner or an actor of the distributed buffer (distributed.h).
+int run_distributed(const Options& opt, const char* argv0) {
+  replay::DistributedOptions d;
+  d.redis = opt.redis;
+  for (const auto& kv : opt.redis_options) {
+    const auto eq = kv.find('=');
+    const std::string value = kv.substr(eq + 1);
+    // Numbers and booleans as JSON (port=6380, cluster=true), the rest as text.
+    nlohmann::json parsed = nlohmann::json::parse(value, nullptr, false);
+    d.redis_options[kv.substr(0, eq)] =
+        parsed.is_discarded() || parsed.is_object() || parsed.is_array() ? nlohmann::json(value)
+                                                                         : parsed;
+  }
+  d.actors = opt.actors;
+  d.actors_given = opt.actors_given;
+  d.actor = opt.actor;
+  d.actor_index = opt.actor_index;
+  d.td_id = opt.td_id;
+  d.resume = opt.resume;
+  d.capacity = opt.capacity;
+  d.steps = opt.steps;
+  d.batch_size = opt.batch_size;
+  d.samples = opt.samples;
+  d.seed = opt.seed;
+  try {
+    if (d.actor) return replay::run_actor(d);
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    return replay::run_learner(d, ec ? std::string(argv0) : self.string());
+  } catch (const td::Error& e) {
+    std::cerr << "replay_buffer" << (d.actor ? " actor " + std::to_string(d.actor_index) : "")
+              << ": " << e.what() << "\n";
+    return 1;
+  }
 }
-
-void report(const std::string& what, int64_t count, const std::string& unit, double seconds) {
-  std::cout << "  " << std::left << std::setw(22) << what << std::right << std::setw(8) << count
-            << " " << std::left << std::setw(12) << unit << std::right << std::fixed
-            << std::setprecision(2) << std::setw(9) << (count ? 1e6 * seconds / count : 0.0)
-            << " us each  " << std::setw(8) << rate(static_cast<double>(count), seconds) << " "
-            << unit << "/s\n";
-}
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+#endif
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt = parse(argc, argv);
+#ifdef TENSORDICT_EXAMPLE_WITH_REDIS
+  if (opt.storage == "redis") return run_distributed(opt, argv[0]);
+#endif
   at::manual_seed(static_cast<int64_t>(opt.seed));
   std::mt19937_64 rng(opt.seed);
 

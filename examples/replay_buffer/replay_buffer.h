@@ -352,21 +352,19 @@ class PrioritizedSampler {
   /// The sampling weight p_i^alpha of row i.
   double weight(int64_t row) const { return tree_.get(row); }
 
-  /// Saves the weights as a memmap tensordict under `dir`; load() reads them back.
-  void save(const fs::path& dir) const {
+  /// The weights and the largest priority as a tensordict (any storage can
+  /// keep it); load_state() reads it back.
+  td::TensorDict state() const {
     at::Tensor weights = at::empty({tree_.capacity()}, at::kDouble);
     double* p = weights.data_ptr<double>();
     for (int64_t i = 0; i < tree_.capacity(); ++i) p[i] = tree_.get(i);
-    td::TensorDict state(
+    return td::TensorDict(
         {{"weights", weights}, {"max_priority", at::scalar_tensor(max_priority_, at::kDouble)}});
-    fs::remove_all(dir);
-    state.memmap(dir.string());
   }
-  void load(const fs::path& dir) {
-    td::TensorDictBase state = td::load_memmap(dir.string());
+  void load_state(const td::TensorDictBase& state, const std::string& where) {
     at::Tensor weights = state.get("weights").contiguous();
     if (weights.numel() != tree_.capacity() || weights.scalar_type() != at::kDouble)
-      throw td::FormatError("PrioritizedSampler::load: " + dir.string() + " holds " +
+      throw td::FormatError("PrioritizedSampler::load: " + where + " holds " +
                             std::to_string(weights.numel()) + " " +
                             std::string(c10::toString(weights.scalar_type())) +
                             " weights, expected " + std::to_string(tree_.capacity()) + " Double");
@@ -374,6 +372,13 @@ class PrioritizedSampler {
     for (int64_t i = 0; i < tree_.capacity(); ++i) tree_.set(i, p[i]);
     max_priority_ = state.get("max_priority").item<double>();
   }
+
+  /// Saves the weights as a memmap tensordict under `dir`; load() reads them back.
+  void save(const fs::path& dir) const {
+    fs::remove_all(dir);
+    state().memmap(dir.string());
+  }
+  void load(const fs::path& dir) { load_state(td::load_memmap(dir.string()), dir.string()); }
 
  private:
   SumTree tree_;

@@ -105,6 +105,11 @@ TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& s
 /// naming the td_id when the server has no such store.
 TensorDictBase from_store(const storage::Redis& storage);
 
+/// The storage::Redis that from_schema(..., "redis", options) connects with
+/// (the same option names and checks), e.g. to attach other processes with
+/// from_store(). SchemaError for an unknown option or a value of the wrong type.
+storage::Redis options_from(const StorageOptions& options);
+
 /// True when `td` is (a nested level of) a Redis store, sharded or not.
 bool is_store(const TensorDictBase& td);
 /// The store's td_id (TypeError when `td` is not a store).

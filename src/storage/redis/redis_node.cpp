@@ -11,6 +11,7 @@
 // Metadata (leaf paths, shapes, dtypes) is cached per store object; a miss
 // re-reads it from the server.
 
+#include "storage/redis/lazy_stack_store.h"
 #include "storage/redis/store.h"
 
 #include <tensordict/dtype.h>
@@ -19,6 +20,7 @@
 #include <tensordict/non_tensor.h>
 #include <tensordict/schema.h>
 #include <tensordict/storage/redis.h>
+#include <tensordict/storage/redis_lazy_stack.h>
 #include <tensordict/tensor_dict.h>
 
 #include <ATen/Functions.h>
@@ -627,7 +629,11 @@ TensorDictBase from_store(const storage::Redis& storage) {
   Batch b;
   b.add({"GET", b.own(s->key("__batch_size__"))}).add({"GET", b.own(s->key("__device__"))});
   b.add({"GET", b.own(s->key("__shards__"))});
+  b.add({"GET", b.own(s->key("__type__"))});  // a LazyStackedTensorDictStore (§4.8)
   auto r = s->conn.send(b, "attaching to store " + storage.td_id);
+  if (r[3]->type == REDIS_REPLY_STRING &&
+      std::string_view(r[3]->str, r[3]->len) == detail::redis::kLazyStackType)
+    return from_lazy_stack_store(storage);
   if (r[0]->type == REDIS_REPLY_NIL && r[2]->type != REDIS_REPLY_NIL)  // a sharded store
     return detail::redis::attach_sharded(storage, s->client,
                                          detail::redis::text(r[2].get(), s->key("__shards__")));
@@ -659,6 +665,8 @@ TensorDictBase from_store(const storage::Redis& storage) {
 }
 
 TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& storage) {
+  if (td.is<LazyStackedTensorDict>())
+    return from_lazy_stack(td.as<LazyStackedTensorDict>(), storage);
   auto dev = td.device();
   if (storage.sharded) {
     TensorDictBase store = detail::redis::create_sharded(storage, td.batch_size().vec(),
@@ -682,14 +690,20 @@ TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& s
 }
 
 bool is_store(const TensorDictBase& td) {
-  return td.defined() && dynamic_cast<const detail::redis::StoreNode*>(&td.node()) != nullptr;
+  return td.defined() && (dynamic_cast<const detail::redis::StoreNode*>(&td.node()) != nullptr ||
+                          detail::redis::lazy_stack_of(td) != nullptr);
 }
-std::string td_id(const TensorDictBase& td) { return detail::redis::node_of(td).id(); }
+std::string td_id(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->td_id();
+  return detail::redis::node_of(td).id();
+}
 std::string server_key(const TensorDictBase& td, const std::string& suffix) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->key(suffix);
   return detail::redis::node_of(td).server_key(suffix);
 }
 
 void clear(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->clear();
   const_cast<detail::redis::StoreNode&>(detail::redis::node_of(td)).clear_all();
 }
 
@@ -710,10 +724,14 @@ void set_tensorclass_name(const TensorDictBase& td, const std::string& name) {
 }
 
 std::int64_t round_trips(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->round_trips();
   return detail::redis::node_of(td).client().round_trips();
 }
 
-void close(const TensorDictBase& td) { detail::redis::node_of(td).client().close(); }
+void close(const TensorDictBase& td) {
+  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->close();
+  detail::redis::node_of(td).client().close();
+}
 
 std::vector<std::string> block_ids(const TensorDictBase& td) {
   return detail::redis::node_of(td).block_ids();
@@ -734,10 +752,7 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
   return root;
 }
 
-namespace {
-
-TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batch_size,
-                          const StorageOptions& options) {
+storage::Redis redis::options_from(const StorageOptions& options) {
   check_storage_options(
       options, "redis",
       {"host", "port", "unix_socket", "db", "username", "password", "connect_timeout", "timeout",
@@ -769,7 +784,14 @@ TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batc
   } else {
     r.seeds = storage_option<std::vector<std::string>>(options, "redis", "seeds", r.seeds);
   }
-  return from_schema(schema, batch_size, r);
+  return r;
+}
+
+namespace {
+
+TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batch_size,
+                          const StorageOptions& options) {
+  return from_schema(schema, batch_size, redis::options_from(options));
 }
 
 }  // namespace
