@@ -66,7 +66,17 @@ struct TransferOptions {
   /// Auto sends tensordicts of at most this many bytes consolidated (see
   /// docs/distributed.md for the measurements behind the default).
   std::int64_t flat_max_bytes = std::int64_t{2} << 20;
+  /// Consolidated transfers keep their message buffer for the next transfer
+  /// of the same size (a process-wide pool of at most 256 MiB, see
+  /// release_transfer_buffers()); false allocates a fresh one every time.
+  bool reuse_buffers = true;
 };
+
+/// Frees the message buffers that consolidated transfers keep for reuse
+/// (those of transfers under way are given back when they finish).
+void release_transfer_buffers();
+/// The bytes of message buffers kept for reuse right now.
+std::int64_t transfer_buffer_bytes();
 
 /// The handle isend / irecv return: the transfer runs on its own thread;
 /// wait() blocks until it has finished and rethrows its error. Destroying the

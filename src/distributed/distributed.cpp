@@ -17,7 +17,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <list>
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -232,6 +234,86 @@ void unpack(const Layout& layout, const at::Tensor& buffer, const TensorDictBase
   }
 }
 
+// ---- message buffers kept between transfers -----------------------------------
+// One-buffer transfers reuse their message buffers: a fresh buffer of a few
+// megabytes costs more in page faults than the transfer itself (the
+// hand-written floor sends from a preallocated one). A buffer is only bytes,
+// packed or received in full each time, so the pool is keyed by size alone
+// (the structure is checked on every transfer regardless). A transfer takes a
+// buffer out of the pool (concurrent isend/irecv never share one) and gives
+// it back only once every message that used it has completed; after an error
+// the buffer is dropped, since the group may still hold it.
+constexpr int64_t kPoolMaxBytes = int64_t{256} << 20;
+constexpr std::size_t kPoolMaxBuffers = 16;
+
+class BufferPool {
+ public:
+  // A buffer of exactly `nbytes` (from the pool, or new).
+  at::Tensor take(int64_t nbytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
+        if (it->numel() != nbytes) continue;
+        at::Tensor t = std::move(*it);
+        buffers_.erase(it);
+        bytes_ -= nbytes;
+        return t;
+      }
+    }
+    return at::empty({nbytes}, at::kByte);
+  }
+  // Keeps `buffer` for a later take(); the least recently given back go
+  // first when the pool is full.
+  void give(at::Tensor buffer) {
+    const int64_t n = buffer.numel();
+    if (n == 0 || n > kPoolMaxBytes) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    buffers_.push_front(std::move(buffer));
+    bytes_ += n;
+    while (bytes_ > kPoolMaxBytes || buffers_.size() > kPoolMaxBuffers) {
+      bytes_ -= buffers_.back().numel();
+      buffers_.pop_back();
+    }
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    buffers_.clear();
+    bytes_ = 0;
+  }
+  int64_t bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<at::Tensor> buffers_;  // most recently given back first
+  int64_t bytes_ = 0;
+};
+
+BufferPool& pool() {
+  static BufferPool* p = new BufferPool();  // never destroyed: isend threads may outlive main
+  return *p;
+}
+
+// A message buffer for one transfer: from the pool when the options allow,
+// back into it by done() (only after its messages completed).
+class MessageBuffer {
+ public:
+  MessageBuffer(int64_t nbytes, bool reuse)
+      : reuse_(reuse), tensor_(reuse ? pool().take(nbytes) : at::empty({nbytes}, at::kByte)) {}
+  const at::Tensor& tensor() const { return tensor_; }
+  uint8_t* data() const { return static_cast<uint8_t*>(tensor_.data_ptr()); }
+  void done() {
+    if (reuse_) pool().give(std::move(tensor_));
+    tensor_ = at::Tensor();
+  }
+
+ private:
+  bool reuse_;
+  at::Tensor tensor_;
+};
+
 at::Tensor bytes_tensor(const std::string& s) {
   at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
   if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
@@ -414,12 +496,20 @@ at::Tensor recv_expectation(Channel& ch, int dst) {
 
 // The status message recv() waits for, of the size it posted: the flat buffer
 // plus the trailer (Consolidated), or the trailer alone.
-at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes) {
+int64_t status_message_bytes(const int64_t* e) {
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
-  const int64_t data = flat ? e[kEFlatBytes] : 0;
-  at::Tensor msg = at::empty({data + kTrailerBytes}, at::kByte);
-  int64_t trailer[kTCount] = {kMagic, status, extra_bytes, 0};
-  std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + data, trailer, kTrailerBytes);
+  return (flat ? e[kEFlatBytes] : 0) + kTrailerBytes;
+}
+
+void write_trailer(const at::Tensor& msg, int64_t status, int64_t extra_bytes) {
+  const int64_t trailer[kTCount] = {kMagic, status, extra_bytes, 0};
+  std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + msg.numel() - kTrailerBytes, trailer,
+              kTrailerBytes);
+}
+
+at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes) {
+  at::Tensor msg = at::empty({status_message_bytes(e)}, at::kByte);
+  write_trailer(msg, status, extra_bytes);
   return msg;
 }
 
@@ -444,11 +534,12 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   // The receiver's mode decides (they agree unless the options differ).
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
   const std::string extra = match ? non_tensor_payload(td, layout) : std::string();
-  at::Tensor message =
-      status_message(e, match ? kStatusOk : kStatusMismatch, static_cast<int64_t>(extra.size()));
-  if (match && flat) pack_into(layout, static_cast<uint8_t*>(message.data_ptr()));
+  MessageBuffer message(status_message_bytes(e), options.reuse_buffers && match && flat);
+  write_trailer(message.tensor(), match ? kStatusOk : kStatusMismatch,
+                static_cast<int64_t>(extra.size()));
+  if (match && flat) pack_into(layout, message.data());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  works.push_back(ch.send(message, dst));
+  works.push_back(ch.send(message.tensor(), dst));
   if (!match) {
     ch.wait_all(works);
     const std::string mine = layout.text();
@@ -466,6 +557,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     }
   }
   ch.wait_all(works);
+  message.done();
 }
 
 void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
@@ -485,7 +577,9 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
   auto announced = ch.send(expectation, src);
 
-  at::Tensor message = at::empty({(flat ? layout.flat_bytes : 0) + kTrailerBytes}, at::kByte);
+  MessageBuffer buffer((flat ? layout.flat_bytes : 0) + kTrailerBytes,
+                       options.reuse_buffers && flat);
+  const at::Tensor& message = buffer.tensor();
   ch.recv_now(message, src);
   int64_t t[kTCount];
   std::memcpy(t, static_cast<uint8_t*>(message.data_ptr()) + message.numel() - kTrailerBytes,
@@ -504,6 +598,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   const std::string extra = ch.recv_string(t[kTExtraBytes], src);
   if (flat) {
     unpack(layout, message, td);
+    buffer.done();  // unpack copied everything out
   } else {
     // In place where the leaf is an in-memory contiguous tensor; otherwise a
     // temporary written with set_ (memmap, lazy stacks, other storages).
@@ -587,6 +682,10 @@ void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
 }
 
 }  // namespace
+
+void release_transfer_buffers() { pool().clear(); }
+
+int64_t transfer_buffer_bytes() { return pool().bytes(); }
 
 // ---- Work ----------------------------------------------------------------------
 
@@ -780,10 +879,13 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
   }
   if (mode == TransferMode::Consolidated) {
     if (layout.flat_bytes == 0) return;
-    std::vector<at::Tensor> buffer{is_root ? pack(layout)
-                                           : at::empty({layout.flat_bytes}, at::kByte)};
-    ch.collective([&] { return pg.broadcast(buffer, bopts); });
-    if (!is_root) unpack(layout, buffer[0], td);
+    MessageBuffer buffer(layout.flat_bytes, options.reuse_buffers);
+    if (is_root) pack_into(layout, buffer.data());
+    std::vector<at::Tensor> tensors{buffer.tensor()};
+    ch.collective([&] { return pg.broadcast(tensors, bopts); });
+    if (!is_root) unpack(layout, buffer.tensor(), td);
+    tensors.clear();
+    buffer.done();
     return;
   }
   TensorDictBase out = td;

@@ -424,3 +424,97 @@ TD_SCENARIO(protocol_misuse) {
     expect_equal(t, make_td(132));
   }
 }
+
+TD_SCENARIO(consolidated_buffer_reuse) {
+  // One-buffer transfers reuse their message buffers (a pool keyed by size):
+  // every transfer must still carry its own values, whatever the previous
+  // one left in the buffer.
+  td::TransferOptions flat;
+  flat.mode = td::TransferMode::Consolidated;
+  td::release_transfer_buffers();
+  TD_CHECK(td::transfer_buffer_bytes() == 0);
+  // Same size, other structure: 'a' [4, 6] float, or 'b' [6, 4] int32.
+  auto renamed = [](int seed) {
+    return td::TensorDict(
+        {{"b", values({6, 4}, at::kInt, seed)}, {"n", values({2, 2}, at::kDouble, seed)}}, {});
+  };
+  auto original = [](int seed) {
+    return td::TensorDict(
+        {{"a", values({4, 6}, at::kFloat, seed)}, {"n", values({2, 2}, at::kDouble, seed)}}, {});
+  };
+  if (ctx.rank == 0) {
+    // Two consecutive sends of different values.
+    td::send(make_td(140), *ctx.pg, 1, flat);
+    TD_CHECK(td::transfer_buffer_bytes() > 0);
+    td::send(make_td(141), *ctx.pg, 1, flat);
+    // The structure changes between sends (same flat size).
+    td::send(original(142), *ctx.pg, 1, flat);
+    td::send(renamed(143), *ctx.pg, 1, flat);
+    // The receiver's structure differs: both throw, the next transfer works.
+    TD_EXPECT_THROW(td::send(original(144), *ctx.pg, 1, flat), td::StructureError);
+    td::send(original(145), *ctx.pg, 1, flat);
+    // isend, wait, modify in place, isend again: the second carries the change.
+    td::TensorDict src = make_td(146);
+    td::isend(src, *ctx.pg, 1, flat).wait();
+    src.get({"nested", "leaf0"}).fill_(7);
+    src.set_non_tensor("name", json("changed"));
+    td::isend(src, *ctx.pg, 1, flat).wait();
+    // Two transfers of the same size at once (distinct tags): distinct buffers.
+    td::TransferOptions t1 = flat, t2 = flat;
+    t1.tag = 5;
+    t2.tag = 6;
+    td::TensorDict a = make_td(147), b = make_td(148);
+    td::Work w1 = td::isend(a, *ctx.pg, 1, t1);
+    td::Work w2 = td::isend(b, *ctx.pg, 1, t2);
+    w1.wait();
+    w2.wait();
+    // Without reuse nothing is kept.
+    td::release_transfer_buffers();
+    td::TransferOptions fresh = flat;
+    fresh.reuse_buffers = false;
+    td::send(make_td(149), *ctx.pg, 1, fresh);
+    TD_CHECK(td::transfer_buffer_bytes() == 0);
+  } else {
+    td::TensorDict target = make_td(0);
+    const at::Tensor leaf = target.get({"nested", "leaf0"});
+    td::recv(target, *ctx.pg, 0, flat);
+    expect_equal(target, make_td(140));
+    TD_CHECK(td::transfer_buffer_bytes() > 0);
+    td::recv(target, *ctx.pg, 0, flat);
+    expect_equal(target, make_td(141));
+    TD_CHECK(target.get({"nested", "leaf0"}).data_ptr() == leaf.data_ptr());
+    td::TensorDict o = original(0);
+    td::recv(o, *ctx.pg, 0, flat);
+    expect_equal(o, original(142));
+    td::TensorDict r = renamed(0);
+    td::recv(r, *ctx.pg, 0, flat);
+    expect_equal(r, renamed(143));
+    td::TensorDict wrong = renamed(0);
+    TD_EXPECT_THROW(td::recv(wrong, *ctx.pg, 0, flat), td::StructureError);
+    TD_CHECK(wrong.get("b").equal(renamed(0).get("b")));  // nothing written
+    td::recv(o, *ctx.pg, 0, flat);
+    expect_equal(o, original(145));
+    td::irecv(target, *ctx.pg, 0, flat).wait();
+    expect_equal(target, make_td(146));
+    td::irecv(target, *ctx.pg, 0, flat).wait();
+    TD_CHECK(target.get({"nested", "leaf0"}).eq(7).all().item<bool>());
+    TD_CHECK(target.get_non_tensor("name") == json("changed"));
+    td::TransferOptions t1 = flat, t2 = flat;
+    t1.tag = 5;
+    t2.tag = 6;
+    td::TensorDict a = make_td(0), b = make_td(0);
+    td::Work w2 = td::irecv(b, *ctx.pg, 0, t2);
+    td::Work w1 = td::irecv(a, *ctx.pg, 0, t1);
+    w1.wait();
+    w2.wait();
+    expect_equal(a, make_td(147));
+    expect_equal(b, make_td(148));
+    td::release_transfer_buffers();
+    TD_CHECK(td::transfer_buffer_bytes() == 0);
+    td::TransferOptions fresh = flat;
+    fresh.reuse_buffers = false;
+    td::recv(target, *ctx.pg, 0, fresh);
+    expect_equal(target, make_td(149));
+    TD_CHECK(td::transfer_buffer_bytes() == 0);
+  }
+}
