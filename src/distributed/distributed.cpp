@@ -20,6 +20,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -486,11 +487,15 @@ std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer
   return theirs;
 }
 
+void check_magic(Channel& ch, const at::Tensor& expectation) {
+  if (expectation.data_ptr<int64_t>()[kEMagic] != kMagic)
+    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+}
+
 at::Tensor recv_expectation(Channel& ch, int dst) {
   at::Tensor e = at::empty({kECount}, at::kLong);
   ch.recv_now(e, dst);
-  if (e.data_ptr<int64_t>()[kEMagic] != kMagic)
-    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+  check_magic(ch, e);
   return e;
 }
 
@@ -518,7 +523,23 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   check_peer(pg, dst, "send", "destination");
   Channel ch(pg, options, "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  const at::Tensor expectation = recv_expectation(ch, dst);
+  // The expectation's receive is posted first and, when this side would send
+  // one buffer (the receiver's mode, unless their options differ), the data
+  // is packed meanwhile: the copy overlaps the expectation's round trip.
+  at::Tensor expectation = at::empty({kECount}, at::kLong);
+  auto expected = ch.recv(expectation, dst);
+  std::optional<MessageBuffer> packed;
+  if (choose_mode(layout, options) == TransferMode::Consolidated) {
+    try {
+      packed.emplace(layout.flat_bytes + kTrailerBytes, options.reuse_buffers);
+      pack_into(layout, packed->data());
+    } catch (...) {
+      ch.wait(expected);  // a receive left posted would take a later message
+      throw;
+    }
+  }
+  ch.wait(expected);
+  check_magic(ch, expectation);
   const int64_t* e = expectation.data_ptr<int64_t>();
   if (e[kEKind] == kExpectInit) {
     // from_remote_init() waits for an init header: say "send" in its place.
@@ -534,10 +555,14 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   // The receiver's mode decides (they agree unless the options differ).
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
   const std::string extra = match ? non_tensor_payload(td, layout) : std::string();
-  MessageBuffer message(status_message_bytes(e), options.reuse_buffers && match && flat);
+  const bool use_packed = match && flat && packed;
+  MessageBuffer message =
+      use_packed ? std::move(*packed)
+                 : MessageBuffer(status_message_bytes(e), options.reuse_buffers && match && flat);
+  if (packed && !use_packed) packed->done();  // never sent: back to the pool
   write_trailer(message.tensor(), match ? kStatusOk : kStatusMismatch,
                 static_cast<int64_t>(extra.size()));
-  if (match && flat) pack_into(layout, message.data());
+  if (match && flat && !use_packed) pack_into(layout, message.data());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.push_back(ch.send(message.tensor(), dst));
   if (!match) {
@@ -901,33 +926,90 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
   }
 }
 
-void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op,
-                const TransferOptions& options) {
-  Channel ch(pg, options, "all_reduce");
+namespace {
+// all_reduce (root -1: every rank receives) and reduce (only `root` does):
+// one flat tensor per dtype, the leaves written back with set_.
+void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op, int root,
+                   const TransferOptions& options) {
+  const std::string name = root < 0 ? "all_reduce" : "reduce";
+  if (root >= pg.getSize())
+    throw ValueError("reduce: destination rank " + std::to_string(root) +
+                     " is not in the group of " + std::to_string(pg.getSize()));
+  Channel ch(pg, options, root < 0 ? name : name + " to rank " + std::to_string(root));
   const Layout layout = describe(td);
-  agree(ch, layout, TransferMode::Auto, 0);
-  // One flat tensor per dtype.
+  agree(ch, layout, TransferMode::Auto, std::max(root, 0));
   std::map<at::ScalarType, std::vector<const Leaf*>> groups;
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.dtype == at::kBool)
-      throw TypeError("all_reduce: the leaf " + leaf.key.repr() +
+      throw TypeError(name + ": the leaf " + leaf.key.repr() +
                       " is a bool tensor, which process groups do not reduce; cast it first");
     if (leaf.nbytes > 0) groups[leaf.dtype].push_back(&leaf);
   }
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = op;
+  const bool receives = root < 0 || pg.getRank() == root;
   TensorDictBase out = td;
   for (auto& [dtype, leaves] : groups) {
     std::vector<at::Tensor> flat_parts;
     for (const Leaf* leaf : leaves) flat_parts.push_back(contiguous_cpu(leaf->tensor).view({-1}));
     std::vector<at::Tensor> flat{at::cat(flat_parts)};
-    ch.collective([&] { return pg.allreduce(flat, opts); });
+    if (root < 0) {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = op;
+      ch.collective([&] { return pg.allreduce(flat, opts); });
+    } else {
+      c10d::ReduceOptions opts;
+      opts.reduceOp = op;
+      opts.rootRank = root;
+      ch.collective([&] { return pg.reduce(flat, opts); });
+    }
+    if (!receives) continue;  // the other ranks' tensordicts stay as they were
     int64_t offset = 0;
     for (const Leaf* leaf : leaves) {
       const int64_t n = leaf->tensor.numel();
       out.set_(leaf->key, flat[0].narrow(0, offset, n).view(leaf->shape));
       offset += n;
     }
+  }
+}
+}  // namespace
+
+void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op,
+                const TransferOptions& options) {
+  reduce_leaves(td, pg, op, -1, options);
+}
+
+void reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst, c10d::ReduceOp op,
+            const TransferOptions& options) {
+  if (dst < 0)
+    throw ValueError("reduce: destination rank " + std::to_string(dst) +
+                     " is not in the group of " + std::to_string(pg.getSize()));
+  reduce_leaves(td, pg, op, dst, options);
+}
+
+void gather_and_stack(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+                      const TransferOptions& options) {
+  const int world = pg.getSize();
+  if (dst < 0 || dst >= world)
+    throw ValueError("gather_and_stack: destination rank " + std::to_string(dst) +
+                     " is not in the group of " + std::to_string(world));
+  if (pg.getRank() != dst) {
+    send(td, pg, dst, options);
+    return;
+  }
+  if (!td.defined()) throw ValueError("gather_and_stack of a null tensordict handle");
+  if (td.batch_dims() == 0 || td.batch_size()[0] != world - 1)
+    throw ShapeError("gather_and_stack: the destination tensordict must have world_size - 1 = " +
+                     std::to_string(world - 1) +
+                     " rows along its first batch dim (one per other "
+                     "rank), not batch size " +
+                     shape_string(td.batch_size()));
+  // Each rank's data is received into a tensordict of one row's structure,
+  // then written at its row (index_put_: any storage, in place).
+  TensorDict row = td[0].to_tensordict();
+  TensorDictBase out = td;
+  for (int r = 0, k = 0; r < world; ++r) {
+    if (r == dst) continue;
+    recv(row, pg, r, options);
+    out.index_put_({at::indexing::TensorIndex(k++)}, row);
   }
 }
 

@@ -518,3 +518,45 @@ TD_SCENARIO(consolidated_buffer_reuse) {
     TD_CHECK(td::transfer_buffer_bytes() == 0);
   }
 }
+
+TD_SCENARIO(reduce_to_one_rank) {
+  auto data = [&] {
+    return td::TensorDict(
+        {{"f", at::full({3, 2}, ctx.rank + 1.0)},
+         {"n", td::TensorDict({{"i", at::full({3}, ctx.rank + 1, at::kLong)}}, {3})}},
+        {3});
+  };
+  td::TensorDict d = data();
+  td::reduce(d, *ctx.pg, /*dst=*/1);
+  if (ctx.rank == 1) {
+    const double sum = ctx.world * (ctx.world + 1) / 2.0;
+    TD_CHECK(d.get("f").equal(at::full({3, 2}, sum)));
+    TD_CHECK(d.get({"n", "i"}).equal(at::full({3}, static_cast<int64_t>(sum), at::kLong)));
+  } else {
+    expect_equal(d, data());  // the other ranks keep their own
+  }
+  td::TensorDict m({{"f", at::full({2}, static_cast<double>(ctx.rank))}}, {2});
+  td::reduce(m, *ctx.pg, 0, c10d::ReduceOp::MAX);
+  TD_CHECK(m.get("f").equal(at::full({2}, ctx.rank == 0 ? ctx.world - 1.0 : ctx.rank)));
+  TD_EXPECT_THROW(td::reduce(m, *ctx.pg, ctx.world), td::ValueError);
+  // A structure mismatch is named on every rank.
+  td::TensorDict odd({{ctx.rank == 2 ? "g" : "f", at::ones({2})}}, {2});
+  TD_EXPECT_THROW(td::reduce(odd, *ctx.pg, 0), td::StructureError);
+}
+
+TD_SCENARIO(gather_and_stack_onto_dst) {
+  // Rank 1 receives ranks 0 and 2 in its rows 0 and 1 (its own is not part of it).
+  if (ctx.rank == 1) {
+    td::TensorDict all = td::stack({make_td(0), make_td(0)}, 0);
+    td::gather_and_stack(all, *ctx.pg, 1);
+    for (const auto& key : make_td(0).keys(true, true)) {
+      TD_CHECK(all.get(key)[0].equal(make_td(150).get(key)));
+      TD_CHECK(all.get(key)[1].equal(make_td(152).get(key)));
+    }
+    // Rows for world_size - 1 ranks, or a ShapeError before any message.
+    td::TensorDict wrong = make_td(0);
+    TD_EXPECT_THROW(td::gather_and_stack(wrong, *ctx.pg, 1), td::ShapeError);
+  } else {
+    td::gather_and_stack(make_td(150 + ctx.rank), *ctx.pg, 1);
+  }
+}
