@@ -65,6 +65,19 @@ void expect_same_tensors(const td::TensorDictBase& got, const td::TensorDictBase
       throw std::runtime_error("leaf " + key.repr() + " differs");
 }
 
+// Rank 0's two isends of make_td(seed1) with t1 and make_td(seed2) with t2,
+// received at once (posted in the other order than the sends).
+void recv_two_at_once(tdtest::Ctx& ctx, const td::TransferOptions& t1,
+                      const td::TransferOptions& t2, int seed1, int seed2) {
+  td::TensorDict a = make_td(0), b = make_td(0);
+  td::Work w2 = td::irecv(b, *ctx.pg, 0, t2);
+  td::Work w1 = td::irecv(a, *ctx.pg, 0, t1);
+  w1.wait();
+  w2.wait();
+  expect_equal(a, make_td(seed1));
+  expect_equal(b, make_td(seed2));
+}
+
 }  // namespace
 
 TD_SCENARIO(send_recv_every_dtype) {
@@ -297,14 +310,7 @@ TD_SCENARIO(isend_irecv) {
     w1.wait();
     TD_CHECK(w1.is_completed() && w2.is_completed());
   } else {
-    td::TensorDict a = make_td(0), b = make_td(0);
-    // Posted in the other order than the sends.
-    td::Work w2 = td::irecv(b, *ctx.pg, 0, t2);
-    td::Work w1 = td::irecv(a, *ctx.pg, 0, t1);
-    w1.wait();
-    w2.wait();
-    expect_equal(a, make_td(80));
-    expect_equal(b, make_td(81));
+    recv_two_at_once(ctx, t1, t2, 80, 81);
     // An error travels through wait().
     td::TensorDict wrong({{"zzz", at::zeros({3})}}, {3});
     td::Work bad = td::irecv(wrong, *ctx.pg, 0, t1);
@@ -442,6 +448,11 @@ TD_SCENARIO(consolidated_buffer_reuse) {
     return td::TensorDict(
         {{"a", values({4, 6}, at::kFloat, seed)}, {"n", values({2, 2}, at::kDouble, seed)}}, {});
   };
+  // Two transfers of the same size at once (distinct tags); no reuse.
+  td::TransferOptions t1 = flat, t2 = flat, fresh = flat;
+  t1.tag = 5;
+  t2.tag = 6;
+  fresh.reuse_buffers = false;
   if (ctx.rank == 0) {
     // Two consecutive sends of different values.
     td::send(make_td(140), *ctx.pg, 1, flat);
@@ -460,9 +471,6 @@ TD_SCENARIO(consolidated_buffer_reuse) {
     src.set_non_tensor("name", json("changed"));
     td::isend(src, *ctx.pg, 1, flat).wait();
     // Two transfers of the same size at once (distinct tags): distinct buffers.
-    td::TransferOptions t1 = flat, t2 = flat;
-    t1.tag = 5;
-    t2.tag = 6;
     td::TensorDict a = make_td(147), b = make_td(148);
     td::Work w1 = td::isend(a, *ctx.pg, 1, t1);
     td::Work w2 = td::isend(b, *ctx.pg, 1, t2);
@@ -470,8 +478,6 @@ TD_SCENARIO(consolidated_buffer_reuse) {
     w2.wait();
     // Without reuse nothing is kept.
     td::release_transfer_buffers();
-    td::TransferOptions fresh = flat;
-    fresh.reuse_buffers = false;
     td::send(make_td(149), *ctx.pg, 1, fresh);
     TD_CHECK(td::transfer_buffer_bytes() == 0);
   } else {
@@ -499,20 +505,9 @@ TD_SCENARIO(consolidated_buffer_reuse) {
     td::irecv(target, *ctx.pg, 0, flat).wait();
     TD_CHECK(target.get({"nested", "leaf0"}).eq(7).all().item<bool>());
     TD_CHECK(target.get_non_tensor("name") == json("changed"));
-    td::TransferOptions t1 = flat, t2 = flat;
-    t1.tag = 5;
-    t2.tag = 6;
-    td::TensorDict a = make_td(0), b = make_td(0);
-    td::Work w2 = td::irecv(b, *ctx.pg, 0, t2);
-    td::Work w1 = td::irecv(a, *ctx.pg, 0, t1);
-    w1.wait();
-    w2.wait();
-    expect_equal(a, make_td(147));
-    expect_equal(b, make_td(148));
+    recv_two_at_once(ctx, t1, t2, 147, 148);
     td::release_transfer_buffers();
     TD_CHECK(td::transfer_buffer_bytes() == 0);
-    td::TransferOptions fresh = flat;
-    fresh.reuse_buffers = false;
     td::recv(target, *ctx.pg, 0, fresh);
     expect_equal(target, make_td(149));
     TD_CHECK(td::transfer_buffer_bytes() == 0);
