@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1286,10 +1287,15 @@ std::string stderr_on_terminal(const std::function<void()>& fn) {
   std::cerr.flush();
   ::dup2(saved, 2);
   ::close(saved);
-  ::fcntl(master, F_SETFL, O_NONBLOCK);
+  // The terminal hands written bytes to the master side asynchronously: read
+  // until nothing more comes for half a second.
   std::string out;
   char buf[4096];
-  for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) out.append(buf, n);
+  for (pollfd p{master, POLLIN, 0}; ::poll(&p, 1, 500) > 0;) {
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, n);
+  }
   ::close(slave);
   ::close(master);
   if (error) std::rethrow_exception(error);
