@@ -2,8 +2,9 @@
 /// @file distributed.h
 /// Whole tensordicts over a c10d process group (Python's td.send / recv /
 /// isend / irecv / init_remote / from_remote_init / broadcast / all_reduce /
-/// reduce / all_gather / gather_and_stack). Component tensordict::distributed (-DTENSORDICT_WITH_DISTRIBUTED=ON,
-/// find_package(tensordict COMPONENTS distributed)). See docs/distributed.md.
+/// reduce / all_gather / gather_and_stack). Component tensordict::distributed
+/// (-DTENSORDICT_WITH_DISTRIBUTED=ON, find_package(tensordict COMPONENTS distributed)). See
+/// docs/distributed.md.
 ///
 /// Every call is collective between the ranks it names: a send() needs a
 /// matching recv() (or an isend() an irecv()) with the same tag on the peer.
