@@ -2,8 +2,9 @@
 /// @file distributed.h
 /// Whole tensordicts over a c10d process group (Python's td.send / recv /
 /// isend / irecv / init_remote / from_remote_init / broadcast / all_reduce /
-/// all_gather). Component tensordict::distributed (-DTENSORDICT_WITH_DISTRIBUTED=ON,
-/// find_package(tensordict COMPONENTS distributed)). See docs/distributed.md.
+/// reduce / all_gather / gather_and_stack). Component tensordict::distributed
+/// (-DTENSORDICT_WITH_DISTRIBUTED=ON, find_package(tensordict COMPONENTS distributed)). See
+/// docs/distributed.md.
 ///
 /// Every call is collective between the ranks it names: a send() needs a
 /// matching recv() (or an isend() an irecv()) with the same tag on the peer.
@@ -66,7 +67,17 @@ struct TransferOptions {
   /// Auto sends tensordicts of at most this many bytes consolidated (see
   /// docs/distributed.md for the measurements behind the default).
   std::int64_t flat_max_bytes = std::int64_t{2} << 20;
+  /// Consolidated transfers keep their message buffer for the next transfer
+  /// of the same size (a process-wide pool of at most 256 MiB, see
+  /// release_transfer_buffers()); false allocates a fresh one every time.
+  bool reuse_buffers = true;
 };
+
+/// Frees the message buffers that consolidated transfers keep for reuse
+/// (those of transfers under way are given back when they finish).
+void release_transfer_buffers();
+/// The bytes of message buffers kept for reuse right now.
+std::int64_t transfer_buffer_bytes();
 
 /// The handle isend / irecv return: the transfer runs on its own thread;
 /// wait() blocks until it has finished and rethrows its error. Destroying the
@@ -128,6 +139,18 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
 /// bool leaf (Gloo does not reduce bools), on every rank before any data moves.
 void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg,
                 c10d::ReduceOp op = c10d::ReduceOp::SUM, const TransferOptions& options = {});
+/// Python's reduce: rank `dst`'s `td` receives the reduction (sum by default)
+/// of every rank's tensor leaves, in place; the other ranks' tensordicts stay
+/// as they were. As all_reduce otherwise (one collective per dtype, bool
+/// leaves a TypeError).
+void reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+            c10d::ReduceOp op = c10d::ReduceOp::SUM, const TransferOptions& options = {});
+/// Python's gather_and_stack: every rank but `dst` sends its `td`; rank
+/// `dst`'s `td`, of batch [world_size - 1, *batch], receives them in its rows
+/// in rank order (its own data is not part of it, as in Python). Point to
+/// point underneath (send / recv, so structure errors are those of recv).
+void gather_and_stack(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+                      const TransferOptions& options = {});
 /// Every rank's tensordict, stacked along a new first dim in rank order
 /// (batch [world_size, *batch]); non-tensor values that differ between ranks
 /// become a NonTensorStack, as in stack().

@@ -17,7 +17,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <list>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -232,6 +235,86 @@ void unpack(const Layout& layout, const at::Tensor& buffer, const TensorDictBase
   }
 }
 
+// ---- message buffers kept between transfers -----------------------------------
+// One-buffer transfers reuse their message buffers: a fresh buffer of a few
+// megabytes costs more in page faults than the transfer itself (the
+// hand-written floor sends from a preallocated one). A buffer is only bytes,
+// packed or received in full each time, so the pool is keyed by size alone
+// (the structure is checked on every transfer regardless). A transfer takes a
+// buffer out of the pool (concurrent isend/irecv never share one) and gives
+// it back only once every message that used it has completed; after an error
+// the buffer is dropped, since the group may still hold it.
+constexpr int64_t kPoolMaxBytes = int64_t{256} << 20;
+constexpr std::size_t kPoolMaxBuffers = 16;
+
+class BufferPool {
+ public:
+  // A buffer of exactly `nbytes` (from the pool, or new).
+  at::Tensor take(int64_t nbytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
+        if (it->numel() != nbytes) continue;
+        at::Tensor t = std::move(*it);
+        buffers_.erase(it);
+        bytes_ -= nbytes;
+        return t;
+      }
+    }
+    return at::empty({nbytes}, at::kByte);
+  }
+  // Keeps `buffer` for a later take(); the least recently given back go
+  // first when the pool is full.
+  void give(at::Tensor buffer) {
+    const int64_t n = buffer.numel();
+    if (n == 0 || n > kPoolMaxBytes) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    buffers_.push_front(std::move(buffer));
+    bytes_ += n;
+    while (bytes_ > kPoolMaxBytes || buffers_.size() > kPoolMaxBuffers) {
+      bytes_ -= buffers_.back().numel();
+      buffers_.pop_back();
+    }
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    buffers_.clear();
+    bytes_ = 0;
+  }
+  int64_t bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<at::Tensor> buffers_;  // most recently given back first
+  int64_t bytes_ = 0;
+};
+
+BufferPool& pool() {
+  static BufferPool* p = new BufferPool();  // never destroyed: isend threads may outlive main
+  return *p;
+}
+
+// A message buffer for one transfer: from the pool when the options allow,
+// back into it by done() (only after its messages completed).
+class MessageBuffer {
+ public:
+  MessageBuffer(int64_t nbytes, bool reuse)
+      : reuse_(reuse), tensor_(reuse ? pool().take(nbytes) : at::empty({nbytes}, at::kByte)) {}
+  const at::Tensor& tensor() const { return tensor_; }
+  uint8_t* data() const { return static_cast<uint8_t*>(tensor_.data_ptr()); }
+  void done() {
+    if (reuse_) pool().give(std::move(tensor_));
+    tensor_ = at::Tensor();
+  }
+
+ private:
+  bool reuse_;
+  at::Tensor tensor_;
+};
+
 at::Tensor bytes_tensor(const std::string& s) {
   at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
   if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
@@ -404,22 +487,34 @@ std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer
   return theirs;
 }
 
+void check_magic(Channel& ch, const at::Tensor& expectation) {
+  if (expectation.data_ptr<int64_t>()[kEMagic] != kMagic)
+    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+}
+
 at::Tensor recv_expectation(Channel& ch, int dst) {
   at::Tensor e = at::empty({kECount}, at::kLong);
   ch.recv_now(e, dst);
-  if (e.data_ptr<int64_t>()[kEMagic] != kMagic)
-    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+  check_magic(ch, e);
   return e;
 }
 
 // The status message recv() waits for, of the size it posted: the flat buffer
 // plus the trailer (Consolidated), or the trailer alone.
-at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes) {
+int64_t status_message_bytes(const int64_t* e) {
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
-  const int64_t data = flat ? e[kEFlatBytes] : 0;
-  at::Tensor msg = at::empty({data + kTrailerBytes}, at::kByte);
-  int64_t trailer[kTCount] = {kMagic, status, extra_bytes, 0};
-  std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + data, trailer, kTrailerBytes);
+  return (flat ? e[kEFlatBytes] : 0) + kTrailerBytes;
+}
+
+void write_trailer(const at::Tensor& msg, int64_t status, int64_t extra_bytes) {
+  const int64_t trailer[kTCount] = {kMagic, status, extra_bytes, 0};
+  std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + msg.numel() - kTrailerBytes, trailer,
+              kTrailerBytes);
+}
+
+at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes) {
+  at::Tensor msg = at::empty({status_message_bytes(e)}, at::kByte);
+  write_trailer(msg, status, extra_bytes);
   return msg;
 }
 
@@ -428,7 +523,23 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   check_peer(pg, dst, "send", "destination");
   Channel ch(pg, options, "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  const at::Tensor expectation = recv_expectation(ch, dst);
+  // The expectation's receive is posted first and, when this side would send
+  // one buffer (the receiver's mode, unless their options differ), the data
+  // is packed meanwhile: the copy overlaps the expectation's round trip.
+  at::Tensor expectation = at::empty({kECount}, at::kLong);
+  auto expected = ch.recv(expectation, dst);
+  std::optional<MessageBuffer> packed;
+  if (choose_mode(layout, options) == TransferMode::Consolidated) {
+    try {
+      packed.emplace(layout.flat_bytes + kTrailerBytes, options.reuse_buffers);
+      pack_into(layout, packed->data());
+    } catch (...) {
+      ch.wait(expected);  // a receive left posted would take a later message
+      throw;
+    }
+  }
+  ch.wait(expected);
+  check_magic(ch, expectation);
   const int64_t* e = expectation.data_ptr<int64_t>();
   if (e[kEKind] == kExpectInit) {
     // from_remote_init() waits for an init header: say "send" in its place.
@@ -444,11 +555,16 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   // The receiver's mode decides (they agree unless the options differ).
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
   const std::string extra = match ? non_tensor_payload(td, layout) : std::string();
-  at::Tensor message =
-      status_message(e, match ? kStatusOk : kStatusMismatch, static_cast<int64_t>(extra.size()));
-  if (match && flat) pack_into(layout, static_cast<uint8_t*>(message.data_ptr()));
+  const bool use_packed = match && flat && packed;
+  MessageBuffer message =
+      use_packed ? std::move(*packed)
+                 : MessageBuffer(status_message_bytes(e), options.reuse_buffers && match && flat);
+  if (packed && !use_packed) packed->done();  // never sent: back to the pool
+  write_trailer(message.tensor(), match ? kStatusOk : kStatusMismatch,
+                static_cast<int64_t>(extra.size()));
+  if (match && flat && !use_packed) pack_into(layout, message.data());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  works.push_back(ch.send(message, dst));
+  works.push_back(ch.send(message.tensor(), dst));
   if (!match) {
     ch.wait_all(works);
     const std::string mine = layout.text();
@@ -466,6 +582,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     }
   }
   ch.wait_all(works);
+  message.done();
 }
 
 void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
@@ -485,7 +602,9 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
   auto announced = ch.send(expectation, src);
 
-  at::Tensor message = at::empty({(flat ? layout.flat_bytes : 0) + kTrailerBytes}, at::kByte);
+  MessageBuffer buffer((flat ? layout.flat_bytes : 0) + kTrailerBytes,
+                       options.reuse_buffers && flat);
+  const at::Tensor& message = buffer.tensor();
   ch.recv_now(message, src);
   int64_t t[kTCount];
   std::memcpy(t, static_cast<uint8_t*>(message.data_ptr()) + message.numel() - kTrailerBytes,
@@ -504,6 +623,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   const std::string extra = ch.recv_string(t[kTExtraBytes], src);
   if (flat) {
     unpack(layout, message, td);
+    buffer.done();  // unpack copied everything out
   } else {
     // In place where the leaf is an in-memory contiguous tensor; otherwise a
     // temporary written with set_ (memmap, lazy stacks, other storages).
@@ -587,6 +707,10 @@ void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
 }
 
 }  // namespace
+
+void release_transfer_buffers() { pool().clear(); }
+
+int64_t transfer_buffer_bytes() { return pool().bytes(); }
 
 // ---- Work ----------------------------------------------------------------------
 
@@ -780,10 +904,13 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
   }
   if (mode == TransferMode::Consolidated) {
     if (layout.flat_bytes == 0) return;
-    std::vector<at::Tensor> buffer{is_root ? pack(layout)
-                                           : at::empty({layout.flat_bytes}, at::kByte)};
-    ch.collective([&] { return pg.broadcast(buffer, bopts); });
-    if (!is_root) unpack(layout, buffer[0], td);
+    MessageBuffer buffer(layout.flat_bytes, options.reuse_buffers);
+    if (is_root) pack_into(layout, buffer.data());
+    std::vector<at::Tensor> tensors{buffer.tensor()};
+    ch.collective([&] { return pg.broadcast(tensors, bopts); });
+    if (!is_root) unpack(layout, buffer.tensor(), td);
+    tensors.clear();
+    buffer.done();
     return;
   }
   TensorDictBase out = td;
@@ -799,33 +926,90 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
   }
 }
 
-void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op,
-                const TransferOptions& options) {
-  Channel ch(pg, options, "all_reduce");
+namespace {
+// all_reduce (root -1: every rank receives) and reduce (only `root` does):
+// one flat tensor per dtype, the leaves written back with set_.
+void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op, int root,
+                   const TransferOptions& options) {
+  const std::string name = root < 0 ? "all_reduce" : "reduce";
+  if (root >= pg.getSize())
+    throw ValueError("reduce: destination rank " + std::to_string(root) +
+                     " is not in the group of " + std::to_string(pg.getSize()));
+  Channel ch(pg, options, root < 0 ? name : name + " to rank " + std::to_string(root));
   const Layout layout = describe(td);
-  agree(ch, layout, TransferMode::Auto, 0);
-  // One flat tensor per dtype.
+  agree(ch, layout, TransferMode::Auto, std::max(root, 0));
   std::map<at::ScalarType, std::vector<const Leaf*>> groups;
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.dtype == at::kBool)
-      throw TypeError("all_reduce: the leaf " + leaf.key.repr() +
+      throw TypeError(name + ": the leaf " + leaf.key.repr() +
                       " is a bool tensor, which process groups do not reduce; cast it first");
     if (leaf.nbytes > 0) groups[leaf.dtype].push_back(&leaf);
   }
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = op;
+  const bool receives = root < 0 || pg.getRank() == root;
   TensorDictBase out = td;
   for (auto& [dtype, leaves] : groups) {
     std::vector<at::Tensor> flat_parts;
     for (const Leaf* leaf : leaves) flat_parts.push_back(contiguous_cpu(leaf->tensor).view({-1}));
     std::vector<at::Tensor> flat{at::cat(flat_parts)};
-    ch.collective([&] { return pg.allreduce(flat, opts); });
+    if (root < 0) {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = op;
+      ch.collective([&] { return pg.allreduce(flat, opts); });
+    } else {
+      c10d::ReduceOptions opts;
+      opts.reduceOp = op;
+      opts.rootRank = root;
+      ch.collective([&] { return pg.reduce(flat, opts); });
+    }
+    if (!receives) continue;  // the other ranks' tensordicts stay as they were
     int64_t offset = 0;
     for (const Leaf* leaf : leaves) {
       const int64_t n = leaf->tensor.numel();
       out.set_(leaf->key, flat[0].narrow(0, offset, n).view(leaf->shape));
       offset += n;
     }
+  }
+}
+}  // namespace
+
+void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op,
+                const TransferOptions& options) {
+  reduce_leaves(td, pg, op, -1, options);
+}
+
+void reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst, c10d::ReduceOp op,
+            const TransferOptions& options) {
+  if (dst < 0)
+    throw ValueError("reduce: destination rank " + std::to_string(dst) +
+                     " is not in the group of " + std::to_string(pg.getSize()));
+  reduce_leaves(td, pg, op, dst, options);
+}
+
+void gather_and_stack(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+                      const TransferOptions& options) {
+  const int world = pg.getSize();
+  if (dst < 0 || dst >= world)
+    throw ValueError("gather_and_stack: destination rank " + std::to_string(dst) +
+                     " is not in the group of " + std::to_string(world));
+  if (pg.getRank() != dst) {
+    send(td, pg, dst, options);
+    return;
+  }
+  if (!td.defined()) throw ValueError("gather_and_stack of a null tensordict handle");
+  if (td.batch_dims() == 0 || td.batch_size()[0] != world - 1)
+    throw ShapeError("gather_and_stack: the destination tensordict must have world_size - 1 = " +
+                     std::to_string(world - 1) +
+                     " rows along its first batch dim (one per other "
+                     "rank), not batch size " +
+                     shape_string(td.batch_size()));
+  // Each rank's data is received into a tensordict of one row's structure,
+  // then written at its row (index_put_: any storage, in place).
+  TensorDict row = td[0].to_tensordict();
+  TensorDictBase out = td;
+  for (int r = 0, k = 0; r < world; ++r) {
+    if (r == dst) continue;
+    recv(row, pg, r, options);
+    out.index_put_({at::indexing::TensorIndex(k++)}, row);
   }
 }
 

@@ -156,6 +156,9 @@ TD_DIST_TEST(all_reduce, 4)
 TD_DIST_TEST(all_gather, 3)
 TD_DIST_TEST(timeout_and_bad_ranks, 2)
 TD_DIST_TEST(protocol_misuse, 2)
+TD_DIST_TEST(consolidated_buffer_reuse, 2)
+TD_DIST_TEST(reduce_to_one_rank, 3)
+TD_DIST_TEST(gather_and_stack_onto_dst, 3)
 
 int main(int argc, char** argv) {
   if (argc == 6 && std::string(argv[1]) == "--worker")

@@ -65,6 +65,19 @@ void expect_same_tensors(const td::TensorDictBase& got, const td::TensorDictBase
       throw std::runtime_error("leaf " + key.repr() + " differs");
 }
 
+// Rank 0's two isends of make_td(seed1) with t1 and make_td(seed2) with t2,
+// received at once (posted in the other order than the sends).
+void recv_two_at_once(tdtest::Ctx& ctx, const td::TransferOptions& t1,
+                      const td::TransferOptions& t2, int seed1, int seed2) {
+  td::TensorDict a = make_td(0), b = make_td(0);
+  td::Work w2 = td::irecv(b, *ctx.pg, 0, t2);
+  td::Work w1 = td::irecv(a, *ctx.pg, 0, t1);
+  w1.wait();
+  w2.wait();
+  expect_equal(a, make_td(seed1));
+  expect_equal(b, make_td(seed2));
+}
+
 }  // namespace
 
 TD_SCENARIO(send_recv_every_dtype) {
@@ -297,14 +310,7 @@ TD_SCENARIO(isend_irecv) {
     w1.wait();
     TD_CHECK(w1.is_completed() && w2.is_completed());
   } else {
-    td::TensorDict a = make_td(0), b = make_td(0);
-    // Posted in the other order than the sends.
-    td::Work w2 = td::irecv(b, *ctx.pg, 0, t2);
-    td::Work w1 = td::irecv(a, *ctx.pg, 0, t1);
-    w1.wait();
-    w2.wait();
-    expect_equal(a, make_td(80));
-    expect_equal(b, make_td(81));
+    recv_two_at_once(ctx, t1, t2, 80, 81);
     // An error travels through wait().
     td::TensorDict wrong({{"zzz", at::zeros({3})}}, {3});
     td::Work bad = td::irecv(wrong, *ctx.pg, 0, t1);
@@ -422,5 +428,130 @@ TD_SCENARIO(protocol_misuse) {
     TD_CHECK(what.find("called send()") != std::string::npos);
     td::recv(t, *ctx.pg, 0);
     expect_equal(t, make_td(132));
+  }
+}
+
+TD_SCENARIO(consolidated_buffer_reuse) {
+  // One-buffer transfers reuse their message buffers (a pool keyed by size):
+  // every transfer must still carry its own values, whatever the previous
+  // one left in the buffer.
+  td::TransferOptions flat;
+  flat.mode = td::TransferMode::Consolidated;
+  td::release_transfer_buffers();
+  TD_CHECK(td::transfer_buffer_bytes() == 0);
+  // Same size, other structure: 'a' [4, 6] float, or 'b' [6, 4] int32.
+  auto renamed = [](int seed) {
+    return td::TensorDict(
+        {{"b", values({6, 4}, at::kInt, seed)}, {"n", values({2, 2}, at::kDouble, seed)}}, {});
+  };
+  auto original = [](int seed) {
+    return td::TensorDict(
+        {{"a", values({4, 6}, at::kFloat, seed)}, {"n", values({2, 2}, at::kDouble, seed)}}, {});
+  };
+  // Two transfers of the same size at once (distinct tags); no reuse.
+  td::TransferOptions t1 = flat, t2 = flat, fresh = flat;
+  t1.tag = 5;
+  t2.tag = 6;
+  fresh.reuse_buffers = false;
+  if (ctx.rank == 0) {
+    // Two consecutive sends of different values.
+    td::send(make_td(140), *ctx.pg, 1, flat);
+    TD_CHECK(td::transfer_buffer_bytes() > 0);
+    td::send(make_td(141), *ctx.pg, 1, flat);
+    // The structure changes between sends (same flat size).
+    td::send(original(142), *ctx.pg, 1, flat);
+    td::send(renamed(143), *ctx.pg, 1, flat);
+    // The receiver's structure differs: both throw, the next transfer works.
+    TD_EXPECT_THROW(td::send(original(144), *ctx.pg, 1, flat), td::StructureError);
+    td::send(original(145), *ctx.pg, 1, flat);
+    // isend, wait, modify in place, isend again: the second carries the change.
+    td::TensorDict src = make_td(146);
+    td::isend(src, *ctx.pg, 1, flat).wait();
+    src.get({"nested", "leaf0"}).fill_(7);
+    src.set_non_tensor("name", json("changed"));
+    td::isend(src, *ctx.pg, 1, flat).wait();
+    // Two transfers of the same size at once (distinct tags): distinct buffers.
+    td::TensorDict a = make_td(147), b = make_td(148);
+    td::Work w1 = td::isend(a, *ctx.pg, 1, t1);
+    td::Work w2 = td::isend(b, *ctx.pg, 1, t2);
+    w1.wait();
+    w2.wait();
+    // Without reuse nothing is kept.
+    td::release_transfer_buffers();
+    td::send(make_td(149), *ctx.pg, 1, fresh);
+    TD_CHECK(td::transfer_buffer_bytes() == 0);
+  } else {
+    td::TensorDict target = make_td(0);
+    const at::Tensor leaf = target.get({"nested", "leaf0"});
+    td::recv(target, *ctx.pg, 0, flat);
+    expect_equal(target, make_td(140));
+    TD_CHECK(td::transfer_buffer_bytes() > 0);
+    td::recv(target, *ctx.pg, 0, flat);
+    expect_equal(target, make_td(141));
+    TD_CHECK(target.get({"nested", "leaf0"}).data_ptr() == leaf.data_ptr());
+    td::TensorDict o = original(0);
+    td::recv(o, *ctx.pg, 0, flat);
+    expect_equal(o, original(142));
+    td::TensorDict r = renamed(0);
+    td::recv(r, *ctx.pg, 0, flat);
+    expect_equal(r, renamed(143));
+    td::TensorDict wrong = renamed(0);
+    TD_EXPECT_THROW(td::recv(wrong, *ctx.pg, 0, flat), td::StructureError);
+    TD_CHECK(wrong.get("b").equal(renamed(0).get("b")));  // nothing written
+    td::recv(o, *ctx.pg, 0, flat);
+    expect_equal(o, original(145));
+    td::irecv(target, *ctx.pg, 0, flat).wait();
+    expect_equal(target, make_td(146));
+    td::irecv(target, *ctx.pg, 0, flat).wait();
+    TD_CHECK(target.get({"nested", "leaf0"}).eq(7).all().item<bool>());
+    TD_CHECK(target.get_non_tensor("name") == json("changed"));
+    recv_two_at_once(ctx, t1, t2, 147, 148);
+    td::release_transfer_buffers();
+    TD_CHECK(td::transfer_buffer_bytes() == 0);
+    td::recv(target, *ctx.pg, 0, fresh);
+    expect_equal(target, make_td(149));
+    TD_CHECK(td::transfer_buffer_bytes() == 0);
+  }
+}
+
+TD_SCENARIO(reduce_to_one_rank) {
+  auto data = [&] {
+    return td::TensorDict(
+        {{"f", at::full({3, 2}, ctx.rank + 1.0)},
+         {"n", td::TensorDict({{"i", at::full({3}, ctx.rank + 1, at::kLong)}}, {3})}},
+        {3});
+  };
+  td::TensorDict d = data();
+  td::reduce(d, *ctx.pg, /*dst=*/1);
+  if (ctx.rank == 1) {
+    const double sum = ctx.world * (ctx.world + 1) / 2.0;
+    TD_CHECK(d.get("f").equal(at::full({3, 2}, sum)));
+    TD_CHECK(d.get({"n", "i"}).equal(at::full({3}, static_cast<int64_t>(sum), at::kLong)));
+  } else {
+    expect_equal(d, data());  // the other ranks keep their own
+  }
+  td::TensorDict m({{"f", at::full({2}, static_cast<double>(ctx.rank))}}, {2});
+  td::reduce(m, *ctx.pg, 0, c10d::ReduceOp::MAX);
+  TD_CHECK(m.get("f").equal(at::full({2}, ctx.rank == 0 ? ctx.world - 1.0 : ctx.rank)));
+  TD_EXPECT_THROW(td::reduce(m, *ctx.pg, ctx.world), td::ValueError);
+  // A structure mismatch is named on every rank.
+  td::TensorDict odd({{ctx.rank == 2 ? "g" : "f", at::ones({2})}}, {2});
+  TD_EXPECT_THROW(td::reduce(odd, *ctx.pg, 0), td::StructureError);
+}
+
+TD_SCENARIO(gather_and_stack_onto_dst) {
+  // Rank 1 receives ranks 0 and 2 in its rows 0 and 1 (its own is not part of it).
+  if (ctx.rank == 1) {
+    td::TensorDict all = td::stack({make_td(0), make_td(0)}, 0);
+    td::gather_and_stack(all, *ctx.pg, 1);
+    for (const auto& key : make_td(0).keys(true, true)) {
+      TD_CHECK(all.get(key)[0].equal(make_td(150).get(key)));
+      TD_CHECK(all.get(key)[1].equal(make_td(152).get(key)));
+    }
+    // Rows for world_size - 1 ranks, or a ShapeError before any message.
+    td::TensorDict wrong = make_td(0);
+    TD_EXPECT_THROW(td::gather_and_stack(wrong, *ctx.pg, 1), td::ShapeError);
+  } else {
+    td::gather_and_stack(make_td(150 + ctx.rank), *ctx.pg, 1);
   }
 }

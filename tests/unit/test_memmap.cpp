@@ -9,11 +9,15 @@
 #include <tensordict/storage/shared.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1259,4 +1263,92 @@ TEST_F(Memmap, UnlinkSharedRefusesOtherNames) {
     EXPECT_THROW(td::unlink_shared(bad), td::ValueError);
   }
   EXPECT_TRUE(fs::exists(prefix));
+}
+
+namespace {
+// Runs `fn` with stderr (fd 2) on a pseudo-terminal and returns what was
+// drawn there: the progress bars' real path, which draws only on a terminal.
+std::string stderr_on_terminal(const std::function<void()>& fn) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  EXPECT_GE(master, 0);
+  EXPECT_EQ(::grantpt(master), 0);
+  EXPECT_EQ(::unlockpt(master), 0);
+  const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  EXPECT_GE(slave, 0);
+  std::cerr.flush();
+  const int saved = ::dup(2);
+  ::dup2(slave, 2);
+  std::exception_ptr error;
+  try {
+    fn();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::cerr.flush();
+  ::dup2(saved, 2);
+  ::close(saved);
+  // The terminal hands written bytes to the master side asynchronously: read
+  // until nothing more comes for half a second.
+  std::string out;
+  char buf[4096];
+  for (pollfd p{master, POLLIN, 0}; ::poll(&p, 1, 500) > 0;) {
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, n);
+  }
+  ::close(slave);
+  ::close(master);
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
+// 40 leaves over two levels (and one empty leaf, which has no file).
+td::TensorDict many_leaves() {
+  td::TensorDict data(Shape{3});
+  for (int i = 0; i < 20; ++i) {
+    data.set("a" + std::to_string(i), torch::full({3, 2}, static_cast<double>(i)));
+    data.set({"n", "b" + std::to_string(i)}, torch::full({3}, i, torch::kLong));
+  }
+  data.set("empty", torch::empty({3, 0}));
+  return data;
+}
+}  // namespace
+
+TEST_F(Memmap, ProgressBarOnATerminalCountsEveryLeafFile) {
+  td::MemmapOptions save;
+  save.pbar = true;
+  save.num_threads = 2;  // advanced from several threads
+  std::string drawn = stderr_on_terminal([&] { many_leaves().memmap(P(), save); });
+  EXPECT_NE(drawn.find("memmap ["), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find("] 40/40 (100%)"), std::string::npos) << drawn;
+  EXPECT_EQ(drawn.find("41/"), std::string::npos) << drawn;
+  EXPECT_EQ(drawn.back(), '\n');  // the final line is ended
+
+  drawn = stderr_on_terminal([&] { many_leaves().memmap_like(root.string() + "/like", save); });
+  EXPECT_NE(drawn.find("memmap_like ["), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find("] 40/40 (100%)"), std::string::npos) << drawn;
+
+  td::LoadOptions load;
+  load.pbar = true;
+  td::TensorDictBase loaded;
+  drawn = stderr_on_terminal([&] { loaded = td::load_memmap(P(), load); });
+  EXPECT_NE(drawn.find("load_memmap ["), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find("] 40/40 (100%)"), std::string::npos) << drawn;
+  EXPECT_TRUE(loaded.equal(many_leaves()));
+
+  // Off by default, even on a terminal.
+  EXPECT_EQ(stderr_on_terminal([&] { many_leaves().memmap(P()); }), "");
+  EXPECT_EQ(stderr_on_terminal([&] { td::load_memmap(P()); }), "");
+}
+
+TEST_F(Memmap, ProgressBarDrawsNothingWhenStderrIsNotATerminal) {
+  td::MemmapOptions save;
+  save.pbar = true;
+  td::LoadOptions load;
+  load.pbar = true;
+  ::testing::internal::CaptureStderr();  // a file: not a terminal
+  many_leaves().memmap(P(), save);
+  td::TensorDictBase loaded = td::load_memmap(P(), load);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_TRUE(loaded.equal(many_leaves()));
 }

@@ -16,6 +16,9 @@ struct MemmapOptions {
   /// Overwrite leaf files that already exist at the prefix (Python's existsok).
   /// When false, an existing leaf file is a StorageError and nothing is written.
   bool existsok = true;
+  /// A progress bar on stderr (leaf files written / total) for long saves of
+  /// many leaves, drawn only when stderr is a terminal (as MapOptions::pbar).
+  bool pbar = false;
 };
 
 /// How a memory-mapped directory is opened.
@@ -26,6 +29,9 @@ struct LoadOptions {
   /// Move every tensor to this device after mapping. The "meta" device reads
   /// no data at all: only shapes and dtypes.
   std::optional<c10::Device> device = std::nullopt;
+  /// A progress bar on stderr (leaf files mapped / total) for long loads of
+  /// many leaves, drawn only when stderr is a terminal (as MapOptions::pbar).
+  bool pbar = false;
 };
 
 }  // namespace tensordict

@@ -4,6 +4,7 @@
 #include "formats/json_io.h"
 #include "storage/memmap/mapped_file.h"
 
+#include <tensordict/detail/progress.h>
 #include <tensordict/storage/memmap.h>
 #include <tensordict/storage/shared.h>
 
@@ -315,7 +316,7 @@ fs::path staged(const fs::path& p, const fs::path& root, const fs::path& stage) 
 // from its final file (memmap_ again at the same prefix) is hard-linked, so
 // its bytes are not copied and its mappings stay those of the saved file.
 void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads, const fs::path& root,
-                const fs::path& stage) {
+                const fs::path& stage, Progress& progress) {
   std::atomic<std::size_t> next{0};
   std::mutex err_mutex;
   std::exception_ptr error;
@@ -324,9 +325,13 @@ void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads, con
       try {
         auto& j = jobs[i];
         const std::string to = staged(j.path, root, stage).string();
-        if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) continue;
+        if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) {
+          progress.advance();
+          continue;
+        }
         j.reuse = false;  // written anew: mapped from the new file below
         write_file(to, j.source, copy_data, " for key " + j.full_key.repr());
+        progress.advance();
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mutex);
         if (!error) error = std::current_exception();
@@ -460,7 +465,9 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
         throw StorageError("memmap: cannot create directory " + file.parent_path().string() + ": " +
                            ec.message());
     }
-    write_jobs(jobs, copy_data, opt.num_threads, root, stage);
+    Progress progress(copy_data ? "memmap" : "memmap_like", static_cast<int64_t>(jobs.size()),
+                      opt.pbar);
+    write_jobs(jobs, copy_data, opt.num_threads, root, stage, progress);
     for (const auto& [file, text] : texts) {
       const fs::path to = staged(file, root, stage);
       std::ofstream f(to, std::ios::binary | std::ios::trunc);
@@ -489,8 +496,19 @@ struct Loader {
   // Directories entered (nested tensordicts, stack members): bounded by
   // kMaxNestingDepth, as the loader recurses once per level.
   mutable int depth = 0;
+  Progress* progress = nullptr;  // leaf files mapped, when LoadOptions::pbar draws
   bool meta_device() const { return opt.device && opt.device->type() == at::kMeta; }
 };
+
+// The leaf files under `dir` (the total of load_memmap's progress bar).
+int64_t count_leaf_files(const fs::path& dir) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->path().extension() == ".memmap") ++n;
+  return n;
+}
 
 Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
                      at::IntArrayRef parent_batch);
@@ -587,6 +605,7 @@ at::Tensor load_leaf(const fs::path& dir, const std::string& k, const ojson& ent
                         meta_file);
     t = map_file(file.string(), dtype, shape, L.opt.writable, " for key " + key.repr(),
                  /*write_through_links=*/false);
+    if (L.progress) L.progress->advance();
   }
   if (L.opt.device && L.opt.device->type() != at::kCPU) {
     try {
@@ -975,7 +994,13 @@ TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options
     throw FormatError("load_memmap: " + prefix + " is not a directory" +
                       (ec ? " (" + ec.message() + ")" : std::string()));
   d::Loader L{options};
+  // Counting the files costs a directory walk: only when the bar is drawn (a
+  // meta-device load maps nothing).
+  const bool draw = options.pbar && !L.meta_device() && d::Progress::stderr_is_terminal();
+  d::Progress progress("load_memmap", draw ? d::count_leaf_files(dir) : 0, draw);
+  L.progress = &progress;
   Value v = d::load_entry_dir(dir, L, NestedKey(), {});
+  progress.finish();
   if (!v.is_tensordict())
     throw FormatError("load_memmap: " + prefix + " holds a non-tensor value, not a tensordict");
   TensorDictBase out = v.tensordict();
