@@ -236,14 +236,13 @@ void unpack(const Layout& layout, const at::Tensor& buffer, const TensorDictBase
 }
 
 // ---- message buffers kept between transfers -----------------------------------
-// One-buffer transfers reuse their message buffers: a fresh buffer of a few
-// megabytes costs more in page faults than the transfer itself (the
-// hand-written floor sends from a preallocated one). A buffer is only bytes,
-// packed or received in full each time, so the pool is keyed by size alone
-// (the structure is checked on every transfer regardless). A transfer takes a
-// buffer out of the pool (concurrent isend/irecv never share one) and gives
-// it back only once every message that used it has completed; after an error
-// the buffer is dropped, since the group may still hold it.
+// One-buffer transfers reuse their message buffers: a fresh buffer of many
+// megabytes is mapped anew by malloc and page-faulted in on every transfer
+// (3x the hand-written floor, which sends from a preallocated one, at 100 MB). A buffer is only
+// bytes, packed or received in full each time, so the pool is keyed by size alone (the structure is
+// checked on every transfer regardless). A transfer takes a buffer out of the pool (concurrent
+// isend/irecv never share one) and gives it back only once every message that used it has
+// completed; after an error the buffer is dropped, since the group may still hold it.
 constexpr int64_t kPoolMaxBytes = int64_t{256} << 20;
 constexpr std::size_t kPoolMaxBuffers = 16;
 
