@@ -99,6 +99,14 @@ std::string_view text(const redisReply* r, const std::string& what) {
   return {r->str, r->len};
 }
 
+std::vector<std::string> set_members(Connection& conn, const std::string& key) {
+  Reply members = conn.call({"SMEMBERS", key}, "reading " + key);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < members->elements; ++i)
+    out.emplace_back(text(members->element[i], key));
+  return out;
+}
+
 // ---- Link: one hiredis context ---------------------------------------------------
 
 class Link {

@@ -115,5 +115,7 @@ class Connection {
 
 /// The text of a string or status reply; FormatError naming `what` otherwise.
 std::string_view text(const redisReply* r, const std::string& what);
+/// The members of the set at `key` (one SMEMBERS round trip), as stored.
+std::vector<std::string> set_members(Connection& conn, const std::string& key);
 
 }  // namespace tensordict::detail::redis

@@ -200,10 +200,7 @@ struct LazyStackState final : LazyStackHandle {
 
   /// Re-reads the leaf paths and their metadata (two round trips).
   void load() {
-    Reply members = conn.call({"SMEMBERS", key("__keys__")}, "reading " + key("__keys__"));
-    std::vector<std::string> paths;
-    for (std::size_t i = 0; i < members->elements; ++i)
-      paths.emplace_back(text(members->element[i], key("__keys__")));
+    std::vector<std::string> paths = set_members(conn, key("__keys__"));
     Batch b;
     for (const auto& p : paths) {
       b.add({"HGETALL", b.own(meta_key(p))});
