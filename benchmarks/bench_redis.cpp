@@ -104,10 +104,41 @@ void BM_row_write_10_leaves_floor(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The same SETRANGEs in one MULTI/EXEC by hand: the commands the default
+// (transaction = true) sends, so its ratio is the library's own cost.
+void BM_row_write_10_leaves_floor_transaction(benchmark::State& state) {
+  store();
+  Raw raw;
+  const auto leaves = row_leaves();
+  int64_t i = 0;
+  for (auto _ : state) {
+    const std::string off = std::to_string(((i++ * 7919) % kRows) * kRowBytes);
+    raw.append({"MULTI"});
+    for (int l = 0; l < kLeaves; ++l)
+      raw.append({"SETRANGE", raw.keys[l], off,
+                  std::string_view(static_cast<const char*>(leaves[l].data_ptr()), kRowBytes)});
+    raw.append({"EXEC"});
+    raw.replies(kLeaves + 2);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 at::Tensor sample_index() { return torch::randint(kRows, {256}, torch::kLong); }
 
 void BM_sample_256_10_leaves_td(benchmark::State& state) {
   auto& s = store();
+  auto idx = sample_index();
+  for (auto _ : state) benchmark::DoNotOptimize(s.index({idx}));
+  state.SetItemsProcessed(state.iterations() * 256);
+}
+
+// The same without MULTI/EXEC (transaction = false): a plain pipeline, as
+// the plain floor below.
+void BM_sample_256_10_leaves_td_no_transaction(benchmark::State& state) {
+  auto opts = options("bench");
+  opts.transaction = false;
+  store();
+  auto s = td::redis::from_store(opts);
   auto idx = sample_index();
   for (auto _ : state) benchmark::DoNotOptimize(s.index({idx}));
   state.SetItemsProcessed(state.iterations() * 256);
@@ -139,6 +170,46 @@ void BM_sample_256_10_leaves_floor(benchmark::State& state) {
       }
       out.push_back(t);
     }
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * 256);
+}
+
+// The commands the default (transaction = true) sends, by hand: MULTI, per
+// leaf its STRLEN (the size check) and the GETRANGEs, EXEC; the replies
+// copied into tensors. The library's own cost is its ratio to this.
+void BM_sample_256_10_leaves_floor_transaction(benchmark::State& state) {
+  store();
+  Raw raw;
+  auto idx = sample_index();
+  std::vector<std::string> offs, ends;
+  for (int64_t j = 0; j < 256; ++j) {
+    const int64_t o = idx[j].item<int64_t>() * kRowBytes;
+    offs.push_back(std::to_string(o));
+    ends.push_back(std::to_string(o + kRowBytes - 1));
+  }
+  for (auto _ : state) {
+    raw.append({"MULTI"});
+    for (int l = 0; l < kLeaves; ++l) {
+      raw.append({"STRLEN", raw.keys[l]});
+      for (int64_t j = 0; j < 256; ++j) raw.append({"GETRANGE", raw.keys[l], offs[j], ends[j]});
+    }
+    raw.append({"EXEC"});
+    raw.replies(1 + kLeaves * 257);  // +OK and the +QUEUED replies
+    void* r = nullptr;
+    redisGetReply(raw.c, &r);
+    const auto* exec = static_cast<redisReply*>(r);
+    std::vector<at::Tensor> out;
+    std::size_t e = 0;
+    for (int l = 0; l < kLeaves; ++l) {
+      at::Tensor t = at::empty({256, kWidth});
+      char* p = static_cast<char*>(t.data_ptr());
+      ++e;  // the STRLEN
+      for (int64_t j = 0; j < 256; ++j)
+        std::memcpy(p + j * kRowBytes, exec->element[e++]->str, kRowBytes);
+      out.push_back(t);
+    }
+    freeReplyObject(r);
     benchmark::DoNotOptimize(out);
   }
   state.SetItemsProcessed(state.iterations() * 256);
@@ -265,14 +336,19 @@ void BM_from_schema_100k_floor(benchmark::State& state) {
 }
 
 void register_all() {
+  // Each op twice: with MULTI/EXEC (the default, atomic) next to the same
+  // transaction by hand, and as a plain pipeline (transaction = false) next
+  // to the plain pipeline by hand, the fastest hand-written form.
   static const NamedBench benchmarks[] = {
       {"BM_row_write_10_leaves/tensordict", BM_row_write_10_leaves_td},
-      {"BM_row_write_10_leaves/tensordict_no_transaction",
-       BM_row_write_10_leaves_td_no_transaction},
-      {"BM_row_write_10_leaves/floor", BM_row_write_10_leaves_floor},
+      {"BM_row_write_10_leaves/floor", BM_row_write_10_leaves_floor_transaction},
+      {"BM_row_write_10_leaves_pipeline/tensordict", BM_row_write_10_leaves_td_no_transaction},
+      {"BM_row_write_10_leaves_pipeline/floor", BM_row_write_10_leaves_floor},
       {"BM_sample_256_10_leaves/tensordict", BM_sample_256_10_leaves_td},
-      {"BM_sample_256_10_leaves/floor", BM_sample_256_10_leaves_floor},
-      {"BM_sample_256_10_leaves/lua_by_hand", BM_sample_256_10_leaves_lua_by_hand},
+      {"BM_sample_256_10_leaves/floor", BM_sample_256_10_leaves_floor_transaction},
+      {"BM_sample_256_10_leaves_pipeline/tensordict", BM_sample_256_10_leaves_td_no_transaction},
+      {"BM_sample_256_10_leaves_pipeline/floor", BM_sample_256_10_leaves_floor},
+      {"BM_sample_256_10_leaves_pipeline/lua_by_hand", BM_sample_256_10_leaves_lua_by_hand},
       {"BM_row_stream_64/tensordict", BM_row_stream_64_td},
       {"BM_row_stream_64/floor", BM_row_stream_64_floor},
   };

@@ -47,6 +47,14 @@ HEADLINES = [
     ("hdf5", "BM_h5_row_read_10_leaves/tensordict", 1.3, "HDF5 td[i], 10 leaves"),
     ("hdf5", "BM_h5_row_write_10_leaves/tensordict", 1.3, "HDF5 td[i] = row, 10 leaves"),
     ("hdf5", "BM_h5_read_256_random_rows/tensordict", 1.3, "HDF5 td[256 random rows]"),
+    # Redis: MULTI/EXEC (the default) next to the same transaction by hand, and
+    # the plain pipeline (transaction = false) next to the plain pipeline by hand.
+    ("redis", "BM_row_write_10_leaves/tensordict", 1.2, "Redis td[i] = row, 10 leaves"),
+    ("redis", "BM_row_write_10_leaves_pipeline/tensordict", 1.2,
+     "Redis td[i] = row, 10 leaves, no transaction"),
+    ("redis", "BM_sample_256_10_leaves/tensordict", 1.2, "Redis td[256 random], 10 leaves"),
+    ("redis", "BM_sample_256_10_leaves_pipeline/tensordict", 1.2,
+     "Redis td[256 random], 10 leaves, no transaction"),
     # save >= 0.8x of raw write() bandwidth = time <= 1.25x the write() floor.
     ("checkpoint", "BM_ckpt_save_100MB/tensordict", 1.25, "checkpoint save vs write()"),
     # Comparisons of two variants (time of the first / time of the second).

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+
+#include <ATen/core/DimVector.h>
 
 namespace tensordict {
 namespace detail {
@@ -404,9 +407,11 @@ bool all_full_slices(IndexList index) {
   return true;
 }
 
-std::vector<int64_t> concat_shape(at::IntArrayRef a, at::IntArrayRef b) {
-  std::vector<int64_t> out(a.begin(), a.end());
-  out.insert(out.end(), b.begin(), b.end());
+// A small vector: this runs per leaf on the row-write path, and shapes
+// rarely have more than 5 dims (no allocation then).
+at::DimVector concat_shape(at::IntArrayRef a, at::IntArrayRef b) {
+  at::DimVector out(a.begin(), a.end());
+  out.append(b.begin(), b.end());
   return out;
 }
 
@@ -590,13 +595,47 @@ TensorDict TensorDictBase::masked_select(const at::Tensor& mask) const {
 
 namespace {
 
+// What the checking walk found for one entry of the value, kept for the
+// writing walk: both walks visit the entries in the same order, so the
+// destination (a storage's metadata) is asked once per leaf, not twice.
+struct PutLookup {
+  Value vv;
+  std::optional<Value> dv;
+  std::optional<TensorMeta> meta;
+};
+
 struct PutPlan {
   const TranslatedIndex* t;
   std::size_t B;
   // Rows of storages that do not hold values, written after the walk with one
   // write_leaves_ call per storage.
   detail::BatchedWrites* writes;
+  // Filled by the checking walk (a deque: references stay valid while the
+  // walk recurses), read in order by the writing walk.
+  std::deque<PutLookup>* lookups;
+  std::size_t* next;
 };
+
+PutLookup look_up(const std::shared_ptr<Node>& dest, const Node& vn, const std::string& k) {
+  PutLookup l{*vn.find(k), std::nullopt, std::nullopt};
+  if (!dest) return l;
+  if (dest->holds_values()) {
+    if (const Value* p = dest->peek(k)) l.dv = *p;
+  } else {
+    // Storages are asked for metadata only, never for a whole tensor leaf;
+    // tensor_meta first, as most entries of a row are tensors (one lookup).
+    if ((l.meta = dest->tensor_meta(k))) {
+      l.dv = Value(at::Tensor());  // placeholder: a tensor lives here
+    } else if (dest->kind(k)) {
+      l.dv = dest->find(k);
+    }
+  }
+  if (l.dv && l.dv->is_tensor() && !l.meta) {
+    const auto& t = l.dv->tensor();
+    l.meta = TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
+  }
+  return l;
+}
 
 // Walks `value` against `dest`. With dry_run, only checks (dest may be null
 // for a nested tensordict that will be created); otherwise writes.
@@ -608,28 +647,13 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
   if (dest && !dest->holds_values() && !storage) storage = dest.get();
   for (const auto& k : vn.keys()) {
     NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
-    Value vv = *vn.find(k);
-    // Storages are asked for metadata only, never for a whole tensor leaf.
-    std::optional<Value> dv;
-    std::optional<TensorMeta> meta;
-    if (dest) {
-      if (dest->holds_values()) {
-        const Value* p = dest->peek(k);
-        if (p) dv = *p;
-      } else {
-        auto kind = dest->kind(k);
-        if (kind == EntryKind::Tensor) {
-          meta = dest->tensor_meta(k);
-          dv = Value(at::Tensor());  // placeholder: a tensor lives here
-        } else if (kind) {
-          dv = dest->find(k);
-        }
-      }
-      if (dv && dv->is_tensor() && !meta) {
-        const auto& t = dv->tensor();
-        meta = TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
-      }
-    }
+    // A destination created by the writing walk (dest null when checking) is
+    // new and empty, so what the checking walk found holds for it too.
+    PutLookup& found = dry_run ? plan.lookups->emplace_back(look_up(dest, vn, k))
+                               : (*plan.lookups)[(*plan.next)++];
+    const Value& vv = found.vv;
+    const std::optional<Value>& dv = found.dv;
+    const std::optional<TensorMeta>& meta = found.meta;
     auto refuse_new = [&]() {
       if (!allow_create)
         throw KeyError("update_at_(): key " + key.repr() + " not found in the destination");
@@ -644,7 +668,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
                           " here and a Tensor in the value");
         if (dv) {
           auto target = concat_shape(plan.t->batch, at::IntArrayRef(meta->shape).slice(plan.B));
-          if (!at::is_expandable_to(src.sizes(), target))
+          // Checked by the checking walk; not again when writing.
+          if (dry_run && !at::is_expandable_to(src.sizes(), target))
             throw ShapeError("index_put_: cannot write a value of shape " +
                              format_shape(src.sizes()) + " into " + key.repr() +
                              " at an index of shape " + format_shape(target));
@@ -658,7 +683,7 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
             detail::put_index(leaf, *plan.t, cast);
           } else {
             // expand() is a dispatcher call too: skipped when the shape is already right.
-            plan.writes->add(storage, dest, key,
+            plan.writes->add(storage, dest, std::move(key),
                              cast.sizes().equals(target) ? cast : cast.expand(target));
           }
         } else {
@@ -752,7 +777,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
         auto extra =
             src.batch_size().slice(std::min(plan.t->batch.size(), src.batch_size().size()));
         auto shape = concat_shape(dest->batch_size().slice(0, plan.B), extra);
-        Value fresh = NonTensorData(src.values().front(), shape, dest->device());
+        Value fresh = NonTensorData(
+            src.values().front(), std::vector<int64_t>(shape.begin(), shape.end()), dest->device());
         if (!shape.empty()) fresh = NonTensorStack::from_non_tensor(fresh.non_tensor());
         auto updated = detail::put_non_tensor(fresh, *plan.t, vv, key);
         dest->write(k, updated ? *updated : fresh);
@@ -797,7 +823,9 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index, const TensorDictBase
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase v = broadcast_value(value, t.batch);
   detail::BatchedWrites writes;
-  PutPlan plan{&t, batch_size().size(), &writes};
+  std::deque<PutLookup> lookups;
+  std::size_t next = 0;
+  PutPlan plan{&t, batch_size().size(), &writes, &lookups, &next};
   put_rec(node_, v, plan, /*dry_run=*/true, true, NestedKey());
   put_rec(node_, v, plan, /*dry_run=*/false, true, NestedKey());
   if (!writes.empty()) writes.run(RowSelection::of(t, batch_size()));
@@ -817,7 +845,9 @@ TensorDictBase& TensorDictBase::update_at_(const TensorDictBase& other, IndexLis
       keys_to_update.empty() ? other : TensorDictBase(other.select(keys_to_update));
   TensorDictBase v = broadcast_value(src, t.batch);
   detail::BatchedWrites writes;
-  PutPlan plan{&t, batch_size().size(), &writes};
+  std::deque<PutLookup> lookups;
+  std::size_t next = 0;
+  PutPlan plan{&t, batch_size().size(), &writes, &lookups, &next};
   put_rec(node_, v, plan, true, false, NestedKey());
   put_rec(node_, v, plan, false, false, NestedKey());
   if (!writes.empty()) writes.run(RowSelection::of(t, batch_size()));

@@ -139,7 +139,7 @@ class BatchedReads {
 /// check of one operation and sent as one Node::write_leaves_ call per storage.
 class BatchedWrites {
  public:
-  void add(Node* root, std::shared_ptr<Node> node, NestedKey path, at::Tensor value);
+  void add(Node* root, const std::shared_ptr<Node>& node, NestedKey path, at::Tensor value);
   bool empty() const noexcept { return groups_.empty(); }
   void run(const RowSelection& rows);
 

@@ -250,9 +250,17 @@ class RedisNode final : public StoreNode {
   }
   std::optional<TensorMeta> tensor_meta(std::string_view key) const override {
     std::lock_guard lock(s_->mu);
-    if (kind(key) != EntryKind::Tensor) return std::nullopt;
-    const LeafInfo& info = s_->leaves.at(path(key));
-    return TensorMeta{info.shape, info.dtype, at::kCPU};
+    const std::string p = path(key);
+    s_->ensure_loaded();
+    // One lookup when cached (the row-write path asks this per leaf); a
+    // miss re-reads the metadata as kind() does.
+    auto it = s_->leaves.find(p);
+    if (it == s_->leaves.end()) {
+      if (s_->kind_at(p) != EntryKind::Tensor) return std::nullopt;
+      it = s_->leaves.find(p);
+    }
+    if (it->second.non_tensor) return std::nullopt;
+    return TensorMeta{it->second.shape, it->second.dtype, at::kCPU};
   }
 
   std::optional<Value> find(std::string_view key) const override {
@@ -364,8 +372,12 @@ class RedisNode final : public StoreNode {
       }
       for (const auto& [off, len] : runs[i]) {
         const redisReply* r = replies[next++].get();
-        const std::size_t n =
-            r->type == REDIS_REPLY_NIL ? 0 : text(r, s_->data_key(paths[i])).size();
+        // The key's name is built only for the error (this runs per row).
+        const bool is_text = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
+                             r->type == REDIS_REPLY_NIL;
+        const std::size_t n = r->type == REDIS_REPLY_NIL ? 0
+                              : is_text                  ? r->len
+                                                         : text(r, s_->data_key(paths[i])).size();
         if (static_cast<int64_t>(n) != len) {
           // Shorter than its metadata says: replaced or removed by another
           // process. Refresh the cache so that the next call sees it.
@@ -416,14 +428,18 @@ class RedisNode final : public StoreNode {
       Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
     });
     if (mine.empty()) return;
-    std::vector<std::string> paths;
-    std::vector<LeafInfo> infos;
+    // Pointers into the cache (a std::map: stable), not copies: this is the
+    // row-write hot path.
+    std::vector<std::pair<const std::string*, const LeafInfo*>> cached;
     std::vector<at::Tensor> values;
+    cached.reserve(mine.size());
+    values.reserve(mine.size());
     bool general = rows.kind() == RowSelection::Kind::General;
     for (const auto* l : mine) {
-      paths.push_back(static_cast<const RedisNode*>(l->node)->path(l->key()));
-      infos.push_back(tensor_leaf(paths.back()));
-      values.push_back(as_stored(l->value, infos.back().dtype));
+      const auto& [p, info] =
+          *cached_tensor_leaf(static_cast<const RedisNode*>(l->node)->path(l->key()));
+      cached.emplace_back(&p, &info);
+      values.push_back(as_stored(l->value, info.dtype));
     }
     if (general) {
       // Read the leaves whole (one round trip), patch here, write them back.
@@ -439,27 +455,32 @@ class RedisNode final : public StoreNode {
     Batch b;
     if (rows.is_all() || general) {
       for (std::size_t i = 0; i < mine.size(); ++i)
-        if (infos[i].nbytes() > 0)
-          b.add({"SET", b.own(s_->data_key(paths[i])),
+        if (cached[i].second->nbytes() > 0)
+          b.add({"SET", cached[i].second->data_key,
                  std::string_view(static_cast<const char*>(values[i].data_ptr()),
                                   values[i].nbytes())});
       s_->conn.send(b, "writing " + std::to_string(mine.size()) + " leaves",
                     s_->options.transaction);
       return;
     }
+    // Leaves of one row size share their offsets: each offset's text is
+    // made once, not once per leaf.
+    int64_t last_off = -1;
+    std::string_view last_text;
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      const std::string_view dk = b.own(s_->data_key(paths[i]));
+      const std::string_view dk = cached[i].second->data_key;
       const char* data = static_cast<const char*>(values[i].data_ptr());
       int64_t pos = 0;
-      const auto runs = *ranges_of(rows, infos[i]);
+      const auto runs = *ranges_of(rows, *cached[i].second);
       for (const auto& [off, len] : runs) {
         if (len == 0) continue;
-        b.add({"SETRANGE", dk, b.own(std::to_string(off)),
+        if (off != last_off) last_off = off, last_text = b.own(std::to_string(off));
+        b.add({"SETRANGE", dk, last_text,
                std::string_view(data + pos, static_cast<std::size_t>(len))});
         pos += len;
       }
       if (pos != static_cast<int64_t>(values[i].nbytes()))
-        throw ShapeError("Redis store: '" + paths[i] + "': the value has " +
+        throw ShapeError("Redis store: '" + *cached[i].first + "': the value has " +
                          std::to_string(values[i].nbytes()) + " bytes for " + std::to_string(pos) +
                          " selected bytes");
     }
@@ -543,11 +564,13 @@ class RedisNode final : public StoreNode {
   }
 
   // The cached metadata of the tensor leaf at `p` (a batched call's leaf).
-  const LeafInfo& tensor_leaf(const std::string& p) const {
+  const LeafInfo& tensor_leaf(const std::string& p) const { return cached_tensor_leaf(p)->second; }
+  // The cache entry (path and metadata) of a tensor leaf; KeyError when none.
+  std::map<std::string, LeafInfo>::const_iterator cached_tensor_leaf(const std::string& p) const {
     auto it = s_->leaves.find(p);
     if (it == s_->leaves.end() || it->second.non_tensor)
       throw KeyError("Redis store " + s_->options.td_id + ": no tensor leaf '" + p + "'");
-    return it->second;
+    return it;
   }
 
   std::shared_ptr<Store> s_;

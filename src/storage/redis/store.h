@@ -32,6 +32,8 @@ struct LeafInfo {
   std::string encoding;  // json | json_array | pickle
   std::vector<int64_t> shape;
   at::ScalarType dtype = at::kFloat;
+  /// The leaf's d: key, filled by Store::remember (built once, not per row write).
+  std::string data_key;
   int64_t nbytes() const {
     int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
     for (auto d : shape) n *= d;
@@ -103,8 +105,10 @@ struct Store {
     for (const auto& p : paths) b.add({"HGETALL", b.own(meta_key(p))});
     auto replies = conn.send(b, "reading leaf metadata");
     std::map<std::string, LeafInfo> fresh;
-    for (std::size_t i = 0; i < paths.size(); ++i)
-      fresh[paths[i]] = parse_meta(paths[i], replies[i].get());
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      LeafInfo& info = fresh[paths[i]] = parse_meta(paths[i], replies[i].get());
+      info.data_key = data_key(paths[i]);
+    }
     // Keep this process's insertion order for the paths it already knew.
     std::vector<std::string> kept;
     for (const auto& p : order)
@@ -158,6 +162,7 @@ struct Store {
   }
   void remember(const std::string& path, LeafInfo info) {
     if (!leaves.count(path)) order.push_back(path);
+    info.data_key = data_key(path);
     leaves[path] = std::move(info);
   }
   /// True when some leaf lives under `level` ("a.b.").
