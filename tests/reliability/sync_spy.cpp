@@ -120,10 +120,8 @@ int renameat(int fromfd, const char* from, int tofd, const char* to) noexcept {
   return rc;
 }
 
-int renameat2(int fromfd, const char* from, int tofd, const char* to,
-              unsigned int flags) noexcept {
-  static auto real =
-      next<int (*)(int, const char*, int, const char*, unsigned int)>("renameat2");
+int renameat2(int fromfd, const char* from, int tofd, const char* to, unsigned int flags) noexcept {
+  static auto real = next<int (*)(int, const char*, int, const char*, unsigned int)>("renameat2");
   const int rc = real(fromfd, from, tofd, to, flags);
   if (rc == 0) record(std::string("rename\t") + from + "\t" + to);
   return rc;

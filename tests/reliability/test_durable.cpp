@@ -219,7 +219,9 @@ TEST_F(Reliability, DurableFromSchemaSyncsTheAllocatedFiles) {
     ASSERT_FALSE(at.empty()) << p << "\n" << dump(run);
     EXPECT_LT(at.front(), installs[0]);
   }
-  EXPECT_GT(find_path(run, "fsync", base).back(), installs[0]);
+  const auto parent = find_path(run, "fsync", base);
+  ASSERT_FALSE(parent.empty()) << dump(run);
+  EXPECT_GT(parent.back(), installs[0]);
   EXPECT_EQ(td::load_memmap(dir.string()).get("x").sizes(), (std::vector<int64_t>{5, 3}));
 }
 
