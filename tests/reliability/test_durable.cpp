@@ -30,9 +30,10 @@ struct SpiedRun {
 
 // Runs `tensordict_reliability_child durable <op> <path> <on>` with the spy
 // preloaded, fsync failing for paths matching `fail` (an fnmatch pattern).
-SpiedRun run_spied(const fs::path& dir, const std::string& op, const fs::path& path, bool on,
+// The spy's log and the child's stderr go to `where`.
+SpiedRun run_spied(const fs::path& where, const std::string& op, const fs::path& path, bool on,
                    const std::string& fail = "") {
-  const fs::path log = dir / "spy.log", err = dir / "child.err";
+  const fs::path log = where / "spy.log", err = where / "child.err";
   fs::remove(log);
   std::vector<std::string> env;
   std::string asan = "verify_asan_link_order=0";  // the spy comes before libasan
@@ -107,14 +108,6 @@ std::string dump(const SpiedRun& run) {
   return out;
 }
 
-td::TensorDict first_save() {
-  td::TensorDict t(std::vector<int64_t>{4});
-  t.set("a", torch::arange(4, torch::kFloat));
-  t.set({"sub", "b"}, torch::ones({4, 2}, torch::kLong));
-  t.set("s", td::NonTensorData("old"));
-  return t;
-}
-
 void expect_save(const fs::path& dir, float a, int64_t b, const std::string& s) {
   auto back = td::load_memmap(dir.string());
   EXPECT_TRUE(back.get("a").equal(a < 0 ? torch::arange(4, torch::kFloat) : torch::full({4}, a)));
@@ -124,13 +117,11 @@ void expect_save(const fs::path& dir, float a, int64_t b, const std::string& s) 
 void expect_first_save(const fs::path& dir) { expect_save(dir, -1, 1, "old"); }
 void expect_new_save(const fs::path& dir) { expect_save(dir, 7, 3, "new"); }
 
-// Nothing but `name` (and the spy's files) in `parent`: no staging directory
-// or temporary file left behind.
-void expect_no_leftovers(const fs::path& parent, const std::string& name) {
-  for (const auto& e : fs::directory_iterator(parent)) {
-    const std::string f = e.path().filename().string();
-    EXPECT_TRUE(f == name || f == "spy.log" || f == "child.err") << "left behind: " << e.path();
-  }
+// Nothing but the saves (and the spy's files) in `parent`: no staging
+// directory or temporary file left behind.
+void expect_no_leftovers(const fs::path& parent) {
+  for (const auto& e : fs::directory_iterator(parent))
+    EXPECT_NE(e.path().filename().string()[0], '.') << "left behind: " << e.path();
 }
 
 // The files and directories of first_save()'s layout, relative to the save.
@@ -162,12 +153,22 @@ void expect_durable_install(const SpiedRun& run, const fs::path& dir) {
   EXPECT_GT(parent.back(), at) << "the parent directory is synced before the rename";
 }
 
+// A fresh directory (its real path: the spy records resolved paths) with
+// the earlier save at `dir`.
+class Durable : public Reliability {
+ protected:
+  void SetUp() override {
+    Reliability::SetUp();
+    base = fs::canonical(root);
+    dir = base / "p";
+    first_save().memmap(dir.string());
+  }
+  fs::path base, dir;
+};
+
 }  // namespace
 
-TEST_F(Reliability, DurableMemmapSyncsEveryFileAndDirectoryBeforeTheRename) {
-  const fs::path base = fs::canonical(root);
-  const fs::path dir = base / "p";
-  first_save().memmap(dir.string());
+TEST_F(Durable, MemmapSyncsEveryFileAndDirectoryBeforeTheRename) {
   const auto run = run_spied(base, "memmap", dir, true);
   ASSERT_EQ(run.status, 0) << dump(run);
   expect_durable_install(run, dir);
@@ -175,26 +176,20 @@ TEST_F(Reliability, DurableMemmapSyncsEveryFileAndDirectoryBeforeTheRename) {
   // staging tree, the parent.
   EXPECT_EQ(count_syncs(run), kFiles.size() + kDirs.size() + 2) << dump(run);
   expect_new_save(dir);
-  expect_no_leftovers(base, "p");
+  expect_no_leftovers(base);
 }
 
 // memmap_ at the prefix the tensordict was loaded from hard-links its leaf
 // files instead of copying them: they are synced as well (writes through
 // their mappings may not be on the disk yet).
-TEST_F(Reliability, DurableMemmapInPlaceSyncsTheLinkedLeafFiles) {
-  const fs::path base = fs::canonical(root);
-  const fs::path dir = base / "p";
-  first_save().memmap(dir.string());
+TEST_F(Durable, MemmapInPlaceSyncsTheLinkedLeafFiles) {
   const auto run = run_spied(base, "memmap_", dir, true);
   ASSERT_EQ(run.status, 0) << dump(run);
   expect_durable_install(run, dir);
   expect_first_save(dir);
 }
 
-TEST_F(Reliability, AMemmapWithoutDurableSyncsNothing) {
-  const fs::path base = fs::canonical(root);
-  const fs::path dir = base / "p";
-  first_save().memmap(dir.string());
+TEST_F(Durable, AMemmapWithoutDurableSyncsNothing) {
   for (const std::string op : {"memmap", "memmap_", "schema"}) {
     const auto run = run_spied(base, op, op == "schema" ? base / "q" : dir, false);
     ASSERT_EQ(run.status, 0) << op << "\n" << dump(run);
@@ -206,12 +201,12 @@ TEST_F(Reliability, AMemmapWithoutDurableSyncsNothing) {
 }
 
 // from_schema("memmap", {"durable": true}): the allocated file is synced too.
-TEST_F(Reliability, DurableFromSchemaSyncsTheAllocatedFiles) {
-  const fs::path base = fs::canonical(root);
-  const fs::path dir = base / "q";
-  const auto run = run_spied(base, "schema", dir, true);
+TEST_F(Durable, FromSchemaSyncsTheAllocatedFiles) {
+  const fs::path fresh = base / "q";  // a new save
+  const auto run = run_spied(base, "schema", fresh, true);
   ASSERT_EQ(run.status, 0) << dump(run);
-  const auto installs = find(run, "rename", [&](const Record& r) { return r[2] == dir.string(); });
+  const auto installs =
+      find(run, "rename", [&](const Record& r) { return r[2] == fresh.string(); });
   ASSERT_EQ(installs.size(), 1u) << dump(run);
   const fs::path stage = run.log[installs[0]][1];
   for (const auto& p : {stage / "x.memmap", stage / "meta.json", stage}) {
@@ -222,15 +217,12 @@ TEST_F(Reliability, DurableFromSchemaSyncsTheAllocatedFiles) {
   const auto parent = find_path(run, "fsync", base);
   ASSERT_FALSE(parent.empty()) << dump(run);
   EXPECT_GT(parent.back(), installs[0]);
-  EXPECT_EQ(td::load_memmap(dir.string()).get("x").sizes(), (std::vector<int64_t>{5, 3}));
+  EXPECT_EQ(td::load_memmap(fresh.string()).get("x").sizes(), (std::vector<int64_t>{5, 3}));
 }
 
 // A failed fsync of a leaf file, of a meta.json or of a directory of the
 // staging tree: StorageError naming it, no rename, the earlier save whole.
-TEST_F(Reliability, AFailedFsyncLeavesTheEarlierSave) {
-  const fs::path base = fs::canonical(root);
-  const fs::path dir = base / "p";
-  first_save().memmap(dir.string());
+TEST_F(Durable, AFailedFsyncLeavesTheEarlierSave) {
   for (const auto& [pattern, named] :
        std::vector<std::pair<std::string, std::string>>{{"*/sub/b.memmap", "/sub/b.memmap"},
                                                         {"*/sub/meta.json", "/sub/meta.json"},
@@ -243,24 +235,20 @@ TEST_F(Reliability, AFailedFsyncLeavesTheEarlierSave) {
     EXPECT_EQ(find(run, "fail", [](const Record&) { return true; }).size(), 1u) << dump(run);
     EXPECT_TRUE(find(run, "rename", [](const Record&) { return true; }).empty()) << dump(run);
     expect_first_save(dir);
-    expect_no_leftovers(base, "p");
+    expect_no_leftovers(base);
   }
 }
 
 // The parent directory cannot be synced after the rename: the new save is in
 // place, and the StorageError says its rename may not be durable.
-TEST_F(Reliability, AFailedFsyncOfTheParentIsReportedAfterTheRename) {
-  const fs::path base = fs::canonical(root);
-  const fs::path dir = base / "p";
-  first_save().memmap(dir.string());
+TEST_F(Durable, AFailedFsyncOfTheParentIsReportedAfterTheRename) {
   const auto run = run_spied(base, "memmap", dir, true, base.string());
   EXPECT_EQ(run.status, 5) << dump(run);
   EXPECT_NE(run.err.find("holds the new save"), std::string::npos) << run.err;
   expect_new_save(dir);
 }
 
-TEST_F(Reliability, DurableSaveStateDictSyncsTheFileThenRenamesThenSyncsTheDirectory) {
-  const fs::path base = fs::canonical(root);
+TEST_F(Durable, SaveStateDictSyncsTheFileThenRenamesThenSyncsTheDirectory) {
   const fs::path file = base / "sd.pt";
   td::save_state_dict(first_save().state_dict(), file.string());
   const auto run = run_spied(base, "state_dict", file, true);
@@ -285,8 +273,7 @@ TEST_F(Reliability, DurableSaveStateDictSyncsTheFileThenRenamesThenSyncsTheDirec
   EXPECT_EQ(find(plain, "rename", [](const Record&) { return true; }).size(), 1u);
 }
 
-TEST_F(Reliability, AFailedFsyncLeavesTheEarlierStateDictFile) {
-  const fs::path base = fs::canonical(root);
+TEST_F(Durable, AFailedFsyncLeavesTheEarlierStateDictFile) {
   const fs::path file = base / "sd.pt";
   td::save_state_dict(first_save().state_dict(), file.string());
   const std::string before = read_text(file);
@@ -299,15 +286,12 @@ TEST_F(Reliability, AFailedFsyncLeavesTheEarlierStateDictFile) {
   EXPECT_EQ(read_text(file), before);
   EXPECT_TRUE(
       td::load_state_dict_file(file.string()).tensor("a").equal(torch::arange(4, torch::kFloat)));
-  expect_no_leftovers(base, "sd.pt");
+  expect_no_leftovers(base);
 }
 
 // Node::flush on a loaded, memory-mapped tensordict msyncs each mapped leaf
 // (nested levels included) and fsyncs its non-tensor files.
-TEST_F(Reliability, FlushMsyncsTheMappedLeavesOfAMemmapTensordict) {
-  const fs::path base = fs::canonical(root);
-  const fs::path dir = base / "p";
-  first_save().memmap(dir.string());
+TEST_F(Durable, FlushMsyncsTheMappedLeavesOfAMemmapTensordict) {
   const auto run = run_spied(base, "flush", dir, true);
   ASSERT_EQ(run.status, 0) << dump(run);
   EXPECT_EQ(find_path(run, "msync", dir / "a.memmap").size(), 1u) << dump(run);
