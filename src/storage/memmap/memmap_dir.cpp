@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -312,36 +313,23 @@ fs::path staged(const fs::path& p, const fs::path& root, const fs::path& stage) 
   return stage / p.lexically_relative(root);
 }
 
-// Writes every leaf file into the staging directory. A leaf already mapped
-// from its final file (memmap_ again at the same prefix) is hard-linked, so
-// its bytes are not copied and its mappings stay those of the saved file.
-// Durable: each file is fsync()ed (a linked one too: writes through its
-// mappings may still be in the page cache).
-void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, const MemmapOptions& opt,
-                const fs::path& root, const fs::path& stage, Progress& progress) {
+// fn(0) ... fn(count - 1) on up to `num_threads` threads (thread_count);
+// the first exception is rethrown once all have run.
+void run_parallel(std::size_t count, int num_threads, const std::function<void(std::size_t)>& fn) {
   std::atomic<std::size_t> next{0};
   std::mutex err_mutex;
   std::exception_ptr error;
   auto worker = [&]() {
-    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+    for (std::size_t i = next++; i < count; i = next++) {
       try {
-        auto& j = jobs[i];
-        const std::string to = staged(j.path, root, stage).string();
-        if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) {
-          if (opt.durable) fsync_path(to, "memmap");
-          progress.advance();
-          continue;
-        }
-        j.reuse = false;  // written anew: mapped from the new file below
-        write_file(to, j.source, copy_data, " for key " + j.full_key.repr(), opt.durable);
-        progress.advance();
+        fn(i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mutex);
         if (!error) error = std::current_exception();
       }
     }
   };
-  int n = thread_count(opt.num_threads, jobs.size());
+  int n = thread_count(num_threads, count);
   if (n <= 1) {
     worker();
   } else {
@@ -350,6 +338,27 @@ void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, const MemmapOptions&
     for (auto& t : pool) t.join();
   }
   if (error) std::rethrow_exception(error);
+}
+
+// Writes every leaf file into the staging directory. A leaf already mapped
+// from its final file (memmap_ again at the same prefix) is hard-linked, so
+// its bytes are not copied and its mappings stay those of the saved file.
+// Durable: each file is fsync()ed (a linked one too: writes through its
+// mappings may still be in the page cache).
+void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, const MemmapOptions& opt,
+                const fs::path& root, const fs::path& stage, Progress& progress) {
+  run_parallel(jobs.size(), opt.num_threads, [&](std::size_t i) {
+    auto& j = jobs[i];
+    const std::string to = staged(j.path, root, stage).string();
+    if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) {
+      if (opt.durable) fsync_path(to, "memmap");
+      progress.advance();
+      return;
+    }
+    j.reuse = false;  // written anew: mapped from the new file below
+    write_file(to, j.source, copy_data, " for key " + j.full_key.repr(), opt.durable);
+    progress.advance();
+  });
 }
 
 // Maps the installed files; each job's result replaces its placeholder in `out`.
@@ -405,9 +414,9 @@ void install_dir(const fs::path& stage, const fs::path& root) {
   fs::remove_all(old, ec);
 }
 
-// fsync() of every directory of the tree at `stage`, the deepest first and
-// `stage` itself last.
-void sync_tree_dirs(const fs::path& stage) {
+// fsync() of every directory of the tree at `stage` (on `num_threads`
+// threads: each waits for the disk), `stage` itself last.
+void sync_tree_dirs(const fs::path& stage, int num_threads) {
   std::vector<fs::path> dirs;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(stage, ec);
@@ -416,7 +425,8 @@ void sync_tree_dirs(const fs::path& stage) {
   if (ec)
     throw StorageError("memmap: cannot list the staging directory " + stage.string() + ": " +
                        ec.message());
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) fsync_path(it->string(), "memmap");
+  run_parallel(dirs.size(), num_threads,
+               [&](std::size_t i) { fsync_path(dirs[i].string(), "memmap"); });
   fsync_path(stage.string(), "memmap");
 }
 
@@ -506,13 +516,17 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
     Progress progress(copy_data ? "memmap" : "memmap_like", static_cast<int64_t>(jobs.size()),
                       opt.pbar);
     write_jobs(jobs, copy_data, opt, root, stage, progress);
-    for (const auto& [file, text] : texts)
+    // In parallel when durable (each fsync waits for the disk); small writes
+    // into the page cache are faster on one thread.
+    run_parallel(texts.size(), opt.durable ? opt.num_threads : 1, [&](std::size_t i) {
+      const auto& [file, text] = texts[i];
       write_new_file(staged(file, root, stage).string(), text.data(), text.size(), opt.durable,
                      "memmap");
+    });
     // Durable: every directory of the staging tree holds the names of files
     // just written; synced before the rename, so that a failure here leaves
     // the earlier save in place.
-    if (opt.durable) sync_tree_dirs(stage);
+    if (opt.durable) sync_tree_dirs(stage, opt.num_threads);
     install_dir(stage, root);
   } catch (...) {
     fs::remove_all(stage, ec);
