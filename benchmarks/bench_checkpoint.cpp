@@ -4,8 +4,11 @@
 //  - the floor: raw write()/read() of the same parameter bytes, one file per
 //    tensor (the same number of files as the memmap directory), on one thread;
 //  - torch::save / torch::load of the module (a second variant).
-// No side calls fsync (neither do memmap() and torch::save): every variant
-// measures writing into the page cache. torch::save truncates its previous
+// The save benchmarks call no fsync (neither do memmap() and torch::save by
+// default): they measure writing into the page cache. BM_ckpt_save_durable_100MB
+// measures what memmap(dir, {.durable = true}) adds: every file and directory
+// fsync()ed, next to a floor that writes and fsyncs each file, then the
+// directory. torch::save truncates its previous
 // file (std::ofstream), memmap() and the floor unlink and recreate theirs. Files go to
 // $TENSORDICT_BENCH_DIR (default: the system temp dir); results/checkpoint.md says which was used.
 #include <benchmark/benchmark.h>
@@ -100,25 +103,24 @@ void read_all(int fd, char* p, std::size_t n) {
 
 // ---- save -----------------------------------------------------------------------
 
-void BM_ckpt_save_td(benchmark::State& state) {
-  auto dir = bench_dir() / "td";
+void save_td(benchmark::State& state, const char* name, const td::MemmapOptions& options) {
+  auto dir = bench_dir() / name;
   for (auto _ : state) {
-    td::TensorDictBase saved = td::from_module(*model()).memmap(dir.string());
+    td::TensorDictBase saved = td::from_module(*model()).memmap(dir.string(), options);
     benchmark::DoNotOptimize(saved);
   }
   report(state);
 }
+void BM_ckpt_save_td(benchmark::State& state) { save_td(state, "td", {}); }
 // The same with one writer thread, like the floor.
-void BM_ckpt_save_td_1thread(benchmark::State& state) {
-  auto dir = bench_dir() / "td1";
-  for (auto _ : state) {
-    td::TensorDictBase saved = td::from_module(*model()).memmap(dir.string(), {.num_threads = 1});
-    benchmark::DoNotOptimize(saved);
-  }
-  report(state);
+void BM_ckpt_save_td_1thread(benchmark::State& state) { save_td(state, "td1", {.num_threads = 1}); }
+// Durable: the bytes are on the disk when the call returns.
+void BM_ckpt_save_td_durable(benchmark::State& state) {
+  save_td(state, "td_durable", {.durable = true});
 }
-void BM_ckpt_save_floor(benchmark::State& state) {
-  auto dir = bench_dir() / "raw";
+// One file per tensor written with write(); with `sync`, each fsync()ed, then
+// the directory (what a durable save must do at the least).
+void save_floor(benchmark::State& state, const fs::path& dir, bool sync) {
   fs::create_directories(dir);
   const auto files = leaves(dir);
   for (auto _ : state) {
@@ -128,10 +130,20 @@ void BM_ckpt_save_floor(benchmark::State& state) {
       ::unlink(l.file.c_str());
       int fd = ::open(l.file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       write_all(fd, static_cast<const char*>(l.tensor.data_ptr()), l.tensor.nbytes());
+      if (sync) ::fsync(fd);
       ::close(fd);
+    }
+    if (sync) {
+      int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      ::fsync(d);
+      ::close(d);
     }
   }
   report(state);
+}
+void BM_ckpt_save_floor(benchmark::State& state) { save_floor(state, bench_dir() / "raw", false); }
+void BM_ckpt_save_floor_fsync(benchmark::State& state) {
+  save_floor(state, bench_dir() / "raw_fsync", true);
 }
 void BM_ckpt_save_torch_save(benchmark::State& state) {
   auto file = bench_dir() / "model.pt";
@@ -216,6 +228,8 @@ void register_all() {
       {"BM_ckpt_save_100MB/tensordict_1thread", BM_ckpt_save_td_1thread},
       {"BM_ckpt_save_100MB/floor", BM_ckpt_save_floor},
       {"BM_ckpt_save_100MB/torch_save", BM_ckpt_save_torch_save},
+      {"BM_ckpt_save_durable_100MB/tensordict", BM_ckpt_save_td_durable},
+      {"BM_ckpt_save_durable_100MB/floor", BM_ckpt_save_floor_fsync},
   };
   auto setup = [](benchmark::internal::Benchmark* b) {
     b->Iterations(10)->Unit(benchmark::kMillisecond)->UseRealTime();

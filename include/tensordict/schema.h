@@ -94,6 +94,8 @@ struct Memmap {
   /// existsok=True keeps the old contents instead.)
   bool existsok = true;
   int num_threads = 0;
+  /// fsync the files and directories before returning (MemmapOptions::durable).
+  bool durable = false;
 };
 
 /// Shared memory (/dev/shm): a locked, shared TensorDict, attachable by name

@@ -174,6 +174,18 @@ StateDict state_dict_from_ivalue(const c10::IValue& value);
 /// for what Python sees and how to pass it to td.load_state_dict.
 /// StorageError when the file cannot be written.
 void save_state_dict(const StateDict& state_dict, const std::string& path);
+
+/// How save_state_dict writes its file.
+struct SaveStateDictOptions {
+  /// Survive a power loss, not only a crash of the process: the new file is
+  /// fsync()ed before it is renamed over `path`, and the directory after.
+  /// Off by default, as torch.save (docs/storage.md has the cost). A failed
+  /// fsync is a StorageError and the earlier file stays as it was.
+  bool durable = false;
+};
+/// save_state_dict(state_dict, path) with options.
+void save_state_dict(const StateDict& state_dict, const std::string& path,
+                     const SaveStateDictOptions& options);
 /// Reads a file written by save_state_dict, or by Python's torch.save of a
 /// plain dict of tensors (see state_dict_from_ivalue). FormatError naming the
 /// file when it is not a readable pickle archive.

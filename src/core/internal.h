@@ -300,6 +300,11 @@ inline bool backs_files(const Node& node) {
 /// Defined in src/memmap/memmap_dir.cpp.
 void persist_non_tensor(const Node& parent, std::string_view key, const Value& value);
 
+/// fsync() of the files persist_non_tensor writes for the entry `key` of
+/// `parent` and of their directories (nothing unless backs_files(parent));
+/// StorageError naming a file that cannot be synced. Node::flush calls it.
+void sync_non_tensor_files(const Node& parent, std::string_view key);
+
 /// persist_non_tensor for a write into part of the entry (index_put_):
 /// under an exclusive lock (flock) on the entry's directory, `apply` runs on
 /// the value in the file, which another process may have changed since this

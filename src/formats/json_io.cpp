@@ -1,5 +1,6 @@
 // JSON as Python writes it (formats spec §0.4): see json_io.h.
 #include "formats/json_io.h"
+#include "storage/memmap/mapped_file.h"
 
 #include <tensordict/errors.h>
 
@@ -153,7 +154,7 @@ std::string read_regular_file(const std::string& path, const std::string& what) 
 }
 
 void replace_file_atomically(const std::string& path, const char* data, std::size_t size,
-                             const std::string& op) {
+                             const std::string& op, bool durable) {
   namespace fs = std::filesystem;
   fs::path target(path);
   struct stat lst {};
@@ -166,29 +167,26 @@ void replace_file_atomically(const std::string& path, const char* data, std::siz
   const fs::path tmp =
       target.parent_path() / ("." + target.filename().string() + ".tdtmp-" +
                               std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0)
-    throw StorageError(op + ": cannot write " + path + " (creating " + tmp.string() +
-                       " beside it): " + std::strerror(errno));
-  std::string error;
-  std::size_t done = 0;
-  while (done < size && error.empty()) {
-    const ssize_t n = ::write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      error = "cannot write " + tmp.string() + " (" + std::to_string(done) + " of " +
-              std::to_string(size) + " bytes written): " + std::strerror(errno);
-    else
-      done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0 && error.empty())
-    error = "cannot write " + tmp.string() + ": " + std::strerror(errno);
-  if (error.empty() && ::rename(tmp.c_str(), target.c_str()) != 0)
-    error =
-        "cannot rename " + tmp.string() + " to " + target.string() + ": " + std::strerror(errno);
-  if (!error.empty()) {
+  // Durable: the bytes reach the disk before the name does, so a power loss
+  // after the rename cannot leave an empty or partial file at `path`.
+  try {
+    write_new_file(tmp.string(), data, size, durable, op);
+    if (::rename(tmp.c_str(), target.c_str()) != 0)
+      throw StorageError(op + ": cannot rename " + tmp.string() + " to " + target.string() + ": " +
+                         std::strerror(errno));
+  } catch (const StorageError& e) {
     ::unlink(tmp.c_str());
-    throw StorageError(op + ": " + error + " (" + path + " is left as it was)");
+    throw StorageError(std::string(e.what()) + " (" + path + " is left as it was)");
+  }
+  if (durable) {
+    // The rename itself is made durable by syncing the directory holding it.
+    const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    try {
+      fsync_path(dir.string(), op);
+    } catch (const StorageError& e) {
+      throw StorageError(std::string(e.what()) + " (" + path +
+                         " holds the new content, but its rename may not survive a power loss)");
+    }
   }
 }
 

@@ -35,9 +35,10 @@ std::string read_regular_file(const std::string& path, const std::string& what);
 /// `path` (through a symbolic link, over the file it names): a reader, a
 /// crash or a full disk leaves the old file or the new one, never a
 /// truncated one. StorageError (prefixed by `op`) on failure, the temporary
-/// file removed.
+/// file removed. With `durable`, the temporary file is fsync()ed before the
+/// rename (a failure leaves `path` as it was) and its directory after.
 void replace_file_atomically(const std::string& path, const char* data, std::size_t size,
-                             const std::string& op);
+                             const std::string& op, bool durable = false);
 
 /// `j` as a plain nlohmann::json (objects sorted by key), NaN and infinities
 /// kept.

@@ -928,8 +928,14 @@ c10::IValue state_dict_to_ivalue(const StateDict& state_dict) { return to_ivalue
 StateDict state_dict_from_ivalue(const c10::IValue& value) { return from_ivalue(value, ""); }
 
 void save_state_dict(const StateDict& state_dict, const std::string& path) {
+  save_state_dict(state_dict, path, SaveStateDictOptions{});
+}
+
+void save_state_dict(const StateDict& state_dict, const std::string& path,
+                     const SaveStateDictOptions& options) {
   const std::vector<char> bytes = torch::pickle_save(state_dict_to_ivalue(state_dict));
-  detail::replace_file_atomically(path, bytes.data(), bytes.size(), "save_state_dict");
+  detail::replace_file_atomically(path, bytes.data(), bytes.size(), "save_state_dict",
+                                  options.durable);
 }
 
 StateDict load_state_dict_file(const std::string& path) {

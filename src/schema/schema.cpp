@@ -226,11 +226,12 @@ Registry& registry() {
     };
     reg->factories["memmap"] = [](const Schema& s, const std::vector<int64_t>& b,
                                   const StorageOptions& o) {
-      check_storage_options(o, "memmap", {"prefix", "existsok", "num_threads"});
+      check_storage_options(o, "memmap", {"prefix", "existsok", "num_threads", "durable"});
       storage::Memmap m;
       m.prefix = storage_option<std::string>(o, "memmap", "prefix", "");
       m.existsok = storage_option<bool>(o, "memmap", "existsok", true);
       m.num_threads = storage_option<int>(o, "memmap", "num_threads", 0);
+      m.durable = storage_option<bool>(o, "memmap", "durable", false);
       return from_schema(s, b, m);
     };
     reg->factories["shared"] = [](const Schema& s, const std::vector<int64_t>& b,
@@ -312,6 +313,7 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
   MemmapOptions opt;
   opt.existsok = storage.existsok;
   opt.num_threads = storage.num_threads;
+  opt.durable = storage.durable;
   return expanded_zeros(schema, batch_size).memmap_like(storage.prefix, opt);
 }
 

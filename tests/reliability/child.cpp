@@ -11,6 +11,16 @@
 //                       tensordict "shm:<name>") and writes rows
 //                       [first, first+count) of "x" (and, with `nontensor`,
 //                       of the NonTensorStack "tag") one index_put_ each.
+//   durable <op> <path> <0|1>
+//                       one save or flush, with durable (or flush) when 1,
+//                       run under LD_PRELOAD of libtensordict_sync_spy.so by
+//                       test_durable.cpp: <op> is memmap (a new tensordict
+//                       saved at <path>), memmap_ (the save at <path> loaded
+//                       and saved again in place), schema (from_schema
+//                       "memmap"), state_dict (save_state_dict to <path>) or
+//                       flush (the save at <path> loaded, a row written, then
+//                       Node::flush when 1). Exit 0; 5: a StorageError; 4:
+//                       another exception.
 #include <tensordict/tensordict.h>
 
 #include <torch/torch.h>
@@ -140,6 +150,46 @@ int rows(const std::string& where, int64_t first, int64_t count, double value, b
   }
 }
 
+// The tensordict `durable memmap` saves (test_durable.cpp checks it).
+td::TensorDict new_save() {
+  td::TensorDict t(std::vector<int64_t>{4});
+  t.set("a", torch::full({4}, 7.0f));
+  t.set({"sub", "b"}, torch::full({4, 2}, 3, torch::kLong));
+  t.set("s", td::NonTensorData("new"));
+  return t;
+}
+
+int durable(const std::string& op, const std::string& path, bool on) {
+  try {
+    if (op == "memmap") {
+      new_save().memmap(path, {.durable = on});
+    } else if (op == "memmap_") {
+      td::load_memmap(path).memmap_(path, {.durable = on});
+    } else if (op == "schema") {
+      td::Schema schema{{"x", td::FieldSpec{{3}, at::kFloat}}};
+      td::from_schema(schema, {5}, "memmap", {{"prefix", path}, {"durable", on}});
+    } else if (op == "state_dict") {
+      td::save_state_dict(new_save().state_dict(), path, {.durable = on});
+    } else if (op == "flush") {
+      auto t = td::load_memmap(path);
+      t.lock_();
+      t.get("a")[0].fill_(42.0f);
+      t.get({"sub", "b"})[1].fill_(42);
+      if (on) t.node().flush();
+    } else {
+      std::cerr << "durable: unknown op " << op << "\n";
+      return 2;
+    }
+    return 0;
+  } catch (const td::StorageError& e) {
+    std::cerr << "durable: StorageError: " << e.what() << "\n";
+    return 5;
+  } catch (const std::exception& e) {
+    std::cerr << "durable: other exception: " << e.what() << "\n";
+    return 4;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,6 +203,7 @@ int main(int argc, char** argv) {
   if (cmd == "rows" && (argc == 6 || argc == 7))
     return rows(argv[2], std::stoll(argv[3]), std::stoll(argv[4]), std::stod(argv[5]),
                 argc == 7 && std::string(argv[6]) == "nontensor");
+  if (cmd == "durable" && argc == 5) return durable(argv[2], argv[3], std::string(argv[4]) == "1");
   std::cerr << "unknown command " << cmd << "\n";
   return 2;
 }

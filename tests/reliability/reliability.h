@@ -3,6 +3,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <tensordict/tensordict.h>
+#include <torch/torch.h>
 
 #include <chrono>
 #include <filesystem>
@@ -107,5 +109,14 @@ inline int wait_child(pid_t pid) {
 
 /// Runs the child to its end.
 inline int run_child(const std::vector<std::string>& args) { return wait_child(spawn_child(args)); }
+
+/// The earlier save of the save tests: a leaf, a nested leaf, a non-tensor.
+inline tensordict::TensorDict first_save() {
+  tensordict::TensorDict t(std::vector<int64_t>{4});
+  t.set("a", torch::arange(4, torch::kFloat));
+  t.set({"sub", "b"}, torch::ones({4, 2}, torch::kLong));
+  t.set("s", tensordict::NonTensorData("old"));
+  return t;
+}
 
 }  // namespace td_rel

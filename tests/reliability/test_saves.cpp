@@ -11,14 +11,6 @@ using namespace td_rel;
 
 namespace {
 
-td::TensorDict first_save() {
-  td::TensorDict t(std::vector<int64_t>{4});
-  t.set("a", torch::arange(4, torch::kFloat));
-  t.set({"sub", "b"}, torch::ones({4, 2}, torch::kLong));
-  t.set("s", td::NonTensorData("old"));
-  return t;
-}
-
 void expect_first_save(const fs::path& dir) {
   auto back = td::load_memmap(dir.string());
   EXPECT_TRUE(back.get("a").equal(torch::arange(4, torch::kFloat)));

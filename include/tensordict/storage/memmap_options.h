@@ -19,6 +19,13 @@ struct MemmapOptions {
   /// A progress bar on stderr (leaf files written / total) for long saves of
   /// many leaves, drawn only when stderr is a terminal (as MapOptions::pbar).
   bool pbar = false;
+  /// Survive a power loss, not only a crash of the process: every file
+  /// written is fsync()ed, then the staging directory, then (after the
+  /// rename that installs the save) the parent directory. Off by default, as
+  /// torch.save and Python tensordict: it waits for the disk (docs/storage.md
+  /// has the cost). A failed fsync is a StorageError and the earlier save at
+  /// the prefix stays as it was.
+  bool durable = false;
 };
 
 /// How a memory-mapped directory is opened.

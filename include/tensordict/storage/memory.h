@@ -59,6 +59,10 @@ class MemoryNode final : public Node {
   void write(std::string_view key, Value value) override;
   void write_(std::string_view key, const at::Tensor& value) override;
   void remove(std::string_view key) override;
+  /// For a memory-mapped level: msync(MS_SYNC) of every leaf mapped shared
+  /// from a file, and fsync of the files of its non-tensor entries, nested
+  /// levels included. Nothing for leaves in RAM.
+  void flush() override;
   const Value* peek(std::string_view key) const override {
     auto pos = position(key);
     return pos == npos ? nullptr : &entries_[pos].second;

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -138,7 +139,7 @@ at::Tensor map_file(const std::string& path, at::ScalarType dtype, at::IntArrayR
 }
 
 void write_file(const std::string& path, const at::Tensor& tensor, bool copy_data,
-                const std::string& what) {
+                const std::string& what, bool durable) {
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
     throw StorageError("refusing to write through the symbolic link " + path + what);
@@ -168,23 +169,77 @@ void write_file(const std::string& path, const at::Tensor& tensor, bool copy_dat
                            what + ": " + std::strerror(rc));
       }
     }
-    return;
+  } else {
+    at::Tensor src = tensor.detach();
+    if (src.device().type() != c10::kCPU) src = src.cpu();
+    src = src.resolve_conj().resolve_neg().contiguous();
+    const std::string error =
+        write_all(f.fd, static_cast<const char*>(src.data_ptr()), nbytes, path + what);
+    if (!error.empty()) throw StorageError(error);
   }
-  at::Tensor src = tensor.detach();
-  if (src.device().type() != c10::kCPU) src = src.cpu();
-  src = src.resolve_conj().resolve_neg().contiguous();
-  const char* data = static_cast<const char*>(src.data_ptr());
+  if (durable) fsync_fd(f.fd, path + what, "memmap");
+}
+
+std::string write_all(int fd, const char* data, std::size_t size, const std::string& path) {
   std::size_t done = 0;
-  while (done < nbytes) {
-    std::size_t chunk = std::min<std::size_t>(nbytes - done, std::size_t{1} << 30);
-    ssize_t n = ::pwrite(f.fd, data + done, chunk, static_cast<off_t>(done));
+  while (done < size) {
+    std::size_t chunk = std::min<std::size_t>(size - done, std::size_t{1} << 30);
+    ssize_t n = ::pwrite(fd, data + done, chunk, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw StorageError("cannot write " + path + what + " (" + std::to_string(done) + " of " +
-                         std::to_string(nbytes) + " bytes written): " + errno_text());
+      return "cannot write " + path + " (" + std::to_string(done) + " of " + std::to_string(size) +
+             " bytes written): " + errno_text();
     }
     done += static_cast<std::size_t>(n);
   }
+  return {};
+}
+
+void write_new_file(const std::string& path, const char* data, std::size_t size, bool durable,
+                    const std::string& op) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (f.fd < 0) throw StorageError(op + ": cannot create " + path + ": " + errno_text());
+  std::string error = write_all(f.fd, data, size, path);
+  if (error.empty() && durable) error = fsync_error(f.fd, path);
+  const int fd = f.fd;
+  f.fd = -1;
+  // close() reports what a file system without fsync defers (NFS quotas).
+  if (::close(fd) != 0 && error.empty()) error = "cannot write " + path + ": " + errno_text();
+  if (!error.empty()) throw StorageError(op + ": " + error);
+}
+
+std::string fsync_error(int fd, const std::string& path) {
+  // fsync is not restarted after a signal on every system: retried on EINTR.
+  while (::fsync(fd) != 0)
+    if (errno != EINTR) return "cannot fsync " + path + ": " + errno_text();
+  return {};
+}
+
+void fsync_fd(int fd, const std::string& path, const std::string& op) {
+  if (std::string error = fsync_error(fd, path); !error.empty())
+    throw StorageError(op + ": " + error);
+}
+
+void fsync_path(const std::string& path, const std::string& op) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (f.fd < 0) throw StorageError(op + ": cannot open " + path + " to fsync it: " + errno_text());
+  fsync_fd(f.fd, path, op);
+}
+
+bool sync_mapping(const at::Tensor& tensor, std::vector<const void*>& synced) {
+  if (!tensor.defined() || !tensor.has_storage()) return false;
+  const auto& ptr = tensor.storage().data_ptr();
+  if (ptr.get_deleter() != &release_mapping) return false;
+  const auto* m = static_cast<const MappedFile*>(ptr.get_context());
+  if (!m->shared) return false;
+  if (std::find(synced.begin(), synced.end(), m) != synced.end()) return true;
+  if (::msync(m->addr, m->length, MS_SYNC) != 0)
+    throw StorageError("flush: cannot msync " + m->path + ": " + errno_text() +
+                       " (writes to it may not be on the disk)");
+  synced.push_back(m);
+  return true;
 }
 
 std::optional<std::string> mapped_filename(const at::Tensor& tensor) {

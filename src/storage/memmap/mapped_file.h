@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tensordict::detail {
 
@@ -25,9 +26,37 @@ at::Tensor map_file(const std::string& path, at::ScalarType dtype, at::IntArrayR
                     bool writable, const std::string& what, bool write_through_links = true);
 
 /// Creates `path` holding `tensor`'s bytes (copy_data) or its size in zeros
-/// (sparse). Refuses symbolic links.
+/// (blocks reserved). Refuses symbolic links. With `durable`, the file is
+/// fsync()ed before it is closed.
 void write_file(const std::string& path, const at::Tensor& tensor, bool copy_data,
-                const std::string& what);
+                const std::string& what, bool durable = false);
+
+/// Writes `size` bytes at offset 0 of `fd` (the file `path`); the error
+/// message, empty on success.
+std::string write_all(int fd, const char* data, std::size_t size, const std::string& path);
+
+/// Creates the new file `path` (O_EXCL) holding `size` bytes of `data`; with
+/// `durable`, fsync()s it before closing it. StorageError prefixed by `op`
+/// (the file may be left: the caller removes it).
+void write_new_file(const std::string& path, const char* data, std::size_t size, bool durable,
+                    const std::string& op);
+
+/// fsync() of the open file `fd` (the file or directory `path`): the error
+/// message, empty on success.
+std::string fsync_error(int fd, const std::string& path);
+/// fsync() of the open file `fd` (the file or directory `path`); StorageError
+/// naming it, prefixed by `op`.
+void fsync_fd(int fd, const std::string& path, const std::string& op);
+/// Opens the file or directory `path` and fsync()s it (a directory: the
+/// names created, removed or renamed in it); StorageError naming it.
+void fsync_path(const std::string& path, const std::string& op);
+
+/// msync(MS_SYNC) of the whole file mapping behind `tensor` when it is
+/// mapped shared (writes reach the file); false when there is nothing to
+/// sync (not a mapped file, or a copy-on-write mapping). `synced` holds the
+/// mappings already synced (views of one file are synced once).
+/// StorageError naming the file when msync fails.
+bool sync_mapping(const at::Tensor& tensor, std::vector<const void*>& synced);
 
 std::optional<std::string> mapped_filename(const at::Tensor& tensor);
 

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -312,33 +313,23 @@ fs::path staged(const fs::path& p, const fs::path& root, const fs::path& stage) 
   return stage / p.lexically_relative(root);
 }
 
-// Writes every leaf file into the staging directory. A leaf already mapped
-// from its final file (memmap_ again at the same prefix) is hard-linked, so
-// its bytes are not copied and its mappings stay those of the saved file.
-void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads, const fs::path& root,
-                const fs::path& stage, Progress& progress) {
+// fn(0) ... fn(count - 1) on up to `num_threads` threads (thread_count);
+// the first exception is rethrown once all have run.
+void run_parallel(std::size_t count, int num_threads, const std::function<void(std::size_t)>& fn) {
   std::atomic<std::size_t> next{0};
   std::mutex err_mutex;
   std::exception_ptr error;
   auto worker = [&]() {
-    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+    for (std::size_t i = next++; i < count; i = next++) {
       try {
-        auto& j = jobs[i];
-        const std::string to = staged(j.path, root, stage).string();
-        if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) {
-          progress.advance();
-          continue;
-        }
-        j.reuse = false;  // written anew: mapped from the new file below
-        write_file(to, j.source, copy_data, " for key " + j.full_key.repr());
-        progress.advance();
+        fn(i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mutex);
         if (!error) error = std::current_exception();
       }
     }
   };
-  int n = thread_count(num_threads, jobs.size());
+  int n = thread_count(num_threads, count);
   if (n <= 1) {
     worker();
   } else {
@@ -347,6 +338,27 @@ void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, int num_threads, con
     for (auto& t : pool) t.join();
   }
   if (error) std::rethrow_exception(error);
+}
+
+// Writes every leaf file into the staging directory. A leaf already mapped
+// from its final file (memmap_ again at the same prefix) is hard-linked, so
+// its bytes are not copied and its mappings stay those of the saved file.
+// Durable: each file is fsync()ed (a linked one too: writes through its
+// mappings may still be in the page cache).
+void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, const MemmapOptions& opt,
+                const fs::path& root, const fs::path& stage, Progress& progress) {
+  run_parallel(jobs.size(), opt.num_threads, [&](std::size_t i) {
+    auto& j = jobs[i];
+    const std::string to = staged(j.path, root, stage).string();
+    if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) {
+      if (opt.durable) fsync_path(to, "memmap");
+      progress.advance();
+      return;
+    }
+    j.reuse = false;  // written anew: mapped from the new file below
+    write_file(to, j.source, copy_data, " for key " + j.full_key.repr(), opt.durable);
+    progress.advance();
+  });
 }
 
 // Maps the installed files; each job's result replaces its placeholder in `out`.
@@ -402,6 +414,36 @@ void install_dir(const fs::path& stage, const fs::path& root) {
   fs::remove_all(old, ec);
 }
 
+// fsync() of every directory of the tree at `stage` (on `num_threads`
+// threads: each waits for the disk), `stage` itself last.
+void sync_tree_dirs(const fs::path& stage, int num_threads) {
+  std::vector<fs::path> dirs;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(stage, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_directory(ec) && !it->is_symlink(ec)) dirs.push_back(it->path());
+  if (ec)
+    throw StorageError("memmap: cannot list the staging directory " + stage.string() + ": " +
+                       ec.message());
+  run_parallel(dirs.size(), num_threads,
+               [&](std::size_t i) { fsync_path(dirs[i].string(), "memmap"); });
+  fsync_path(stage.string(), "memmap");
+}
+
+// After install_dir: fsync() of the directory holding `root` and of each
+// directory the save created between `created_from` (which existed) and it.
+void sync_after_install(const fs::path& root, const fs::path& created_from) {
+  try {
+    for (fs::path dir = root.parent_path();; dir = dir.parent_path()) {
+      fsync_path(dir.string(), "memmap");
+      if (dir == created_from || dir == dir.parent_path() || dir.empty()) break;
+    }
+  } catch (const StorageError& e) {
+    throw StorageError(std::string(e.what()) + " (" + root.string() +
+                       " holds the new save, but its rename may not survive a power loss)");
+  }
+}
+
 // Writes `td` (and `extra` files: path under `root` -> text) as a complete
 // directory beside `prefix`, then installs it at `prefix`: a save over an
 // earlier save leaves exactly what was saved (no stale keys), and a save
@@ -450,6 +492,12 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
     }
   }
   for (const auto& [rel, text] : extra) texts.emplace_back(root / rel, text);
+  // The deepest ancestor that exists: directories created below it are new
+  // names in it, synced with the save when it is durable.
+  fs::path created_from = root.parent_path();
+  while (!created_from.empty() && created_from != created_from.root_path() &&
+         !fs::exists(created_from, ec))
+    created_from = created_from.parent_path();
   fs::create_directories(root.parent_path(), ec);
   if (ec)
     throw StorageError("memmap: cannot create directory " + root.parent_path().string() + ": " +
@@ -467,17 +515,26 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
     }
     Progress progress(copy_data ? "memmap" : "memmap_like", static_cast<int64_t>(jobs.size()),
                       opt.pbar);
-    write_jobs(jobs, copy_data, opt.num_threads, root, stage, progress);
-    for (const auto& [file, text] : texts) {
-      const fs::path to = staged(file, root, stage);
-      std::ofstream f(to, std::ios::binary | std::ios::trunc);
-      if (!(f << text) || !f.flush()) throw StorageError("memmap: cannot write " + file.string());
-    }
+    write_jobs(jobs, copy_data, opt, root, stage, progress);
+    // In parallel when durable (each fsync waits for the disk); small writes
+    // into the page cache are faster on one thread.
+    run_parallel(texts.size(), opt.durable ? opt.num_threads : 1, [&](std::size_t i) {
+      const auto& [file, text] = texts[i];
+      write_new_file(staged(file, root, stage).string(), text.data(), text.size(), opt.durable,
+                     "memmap");
+    });
+    // Durable: every directory of the staging tree holds the names of files
+    // just written; synced before the rename, so that a failure here leaves
+    // the earlier save in place.
+    if (opt.durable) sync_tree_dirs(stage, opt.num_threads);
     install_dir(stage, root);
   } catch (...) {
     fs::remove_all(stage, ec);
     throw;
   }
+  // The rename is durable once the directory holding it is synced (and the
+  // directories just created above it, if any).
+  if (opt.durable) sync_after_install(root, created_from);
   map_jobs(jobs);
   out.lock_();
   out.node().set_memmap_flag(true);
@@ -962,6 +1019,18 @@ void persist_non_tensor(const Node& parent, std::string_view key, const Value& v
   const fs::path dir = non_tensor_dir(parent, key);
   DirLock lock(dir);
   write_non_tensor_files(dir, key, value);
+}
+
+void sync_non_tensor_files(const Node& parent, std::string_view key) {
+  if (!backs_files(parent) || parent.saved_path().empty()) return;
+  const fs::path dir = fs::path(parent.saved_path()) / encode_key_for_filesystem(key);
+  std::error_code ec;
+  // The file written last, then the directory holding its rename.
+  for (const fs::path& d : {dir / "_tensordict", dir}) {
+    if (!fs::exists(d / "meta.json", ec)) continue;
+    fsync_path((d / "meta.json").string(), "flush");
+    fsync_path(d.string(), "flush");
+  }
 }
 
 std::optional<Value> persist_non_tensor_rows(

@@ -1,6 +1,9 @@
 // The in-memory storage: MemoryNode's entries and its key index.
 #include <tensordict/storage/memory.h>
 
+#include "core/internal.h"
+#include "storage/memmap/mapped_file.h"
+
 #include <ATen/ATen.h>
 
 namespace tensordict {
@@ -14,6 +17,18 @@ std::vector<std::string> MemoryNode::keys() const {
   out.reserve(entries_.size());
   for (const auto& e : entries_) out.push_back(e.first);
   return out;
+}
+
+void MemoryNode::flush() {
+  std::vector<const void*> synced;  // views of one mapping are synced once
+  for (const auto& [key, v] : entries_) {
+    if (v.is_tensor())
+      sync_mapping(v.tensor(), synced);
+    else if (v.is_tensordict())
+      v.tensordict().node().flush();
+    else
+      sync_non_tensor_files(*this, key);
+  }
 }
 
 std::optional<EntryKind> MemoryNode::kind(std::string_view key) const {
