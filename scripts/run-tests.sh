@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+# ccache (when installed): paths relative to the checkout, so that a fresh
+# clone anywhere reuses earlier objects.
+export CCACHE_BASEDIR="$PWD"
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
