@@ -144,10 +144,8 @@ void BM_sample_256_10_leaves_td_no_transaction(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 256);
 }
 
-// Pipelined GETRANGEs, one per row and leaf, copied into tensors.
-void BM_sample_256_10_leaves_floor(benchmark::State& state) {
-  store();
-  Raw raw;
+// The GETRANGE bounds of the sampled rows (first and last byte, as text).
+std::pair<std::vector<std::string>, std::vector<std::string>> sampled_ranges() {
   auto idx = sample_index();
   std::vector<std::string> offs, ends;
   for (int64_t j = 0; j < 256; ++j) {
@@ -155,6 +153,14 @@ void BM_sample_256_10_leaves_floor(benchmark::State& state) {
     offs.push_back(std::to_string(o));
     ends.push_back(std::to_string(o + kRowBytes - 1));
   }
+  return {offs, ends};
+}
+
+// Pipelined GETRANGEs, one per row and leaf, copied into tensors.
+void BM_sample_256_10_leaves_floor(benchmark::State& state) {
+  store();
+  Raw raw;
+  const auto [offs, ends] = sampled_ranges();
   for (auto _ : state) {
     for (int l = 0; l < kLeaves; ++l)
       for (int64_t j = 0; j < 256; ++j) raw.append({"GETRANGE", raw.keys[l], offs[j], ends[j]});
@@ -181,13 +187,7 @@ void BM_sample_256_10_leaves_floor(benchmark::State& state) {
 void BM_sample_256_10_leaves_floor_transaction(benchmark::State& state) {
   store();
   Raw raw;
-  auto idx = sample_index();
-  std::vector<std::string> offs, ends;
-  for (int64_t j = 0; j < 256; ++j) {
-    const int64_t o = idx[j].item<int64_t>() * kRowBytes;
-    offs.push_back(std::to_string(o));
-    ends.push_back(std::to_string(o + kRowBytes - 1));
-  }
+  const auto [offs, ends] = sampled_ranges();
   for (auto _ : state) {
     raw.append({"MULTI"});
     for (int l = 0; l < kLeaves; ++l) {
