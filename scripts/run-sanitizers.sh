@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
-# The test binaries built with AddressSanitizer and UndefinedBehaviorSanitizer
-# (issue #19), run after the Release tests by .ci/run; the same build holds
-# the libFuzzer targets (scripts/run-fuzzers.sh runs them). Only test and
-# fuzz programs are built (no examples, benchmarks or tools). Suppressions,
-# each explained, are in scripts/sanitizers/ and cover only LibTorch's own
-# reports.
+# The whole test suite built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (issue #19), run by .ci/run after the Release tests. The same build holds the
+# libFuzzer targets (scripts/run-fuzzers.sh runs them). Every CTest test runs
+# except the packaging checks (package.*, header.*, style.*): they configure and
+# build the project again with cmake or clang-format and test no code of ours
+# at run time. Suppressions, each explained, are in scripts/sanitizers/ and
+# cover only LibTorch's own reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${SAN_BUILD_DIR:-build-sanitize}
 JOBS=${JOBS:-$(nproc)}
-BINARIES=${SAN_BINARIES:-"tensordict_reliability_tests tensordict_tests tensordict_conformance"}
 source scripts/sanitizers/configure.sh
-cmake --build "$BUILD_DIR" -j "$JOBS" --target $BINARIES tensordict_reliability_child
-export TENSORDICT_TEST_DATA="$PWD/tests/data"
+start=$SECONDS
+cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "sanitizers: built in $(( (SECONDS - start) / 60 )) min"
+start=$SECONDS
+cd "$BUILD_DIR"
 status=0
-for b in $BINARIES; do
-  start=$(date +%s)
-  if "$BUILD_DIR/tests/$b" --gtest_brief=1 > "$BUILD_DIR/$b.log" 2>&1; then
-    echo "sanitizers: $b clean ($(( $(date +%s) - start )) s): $(grep -E '^\[  PASSED' "$BUILD_DIR/$b.log")"
-  else
-    echo "sanitizers: $b FAILED ($(( $(date +%s) - start )) s), log $BUILD_DIR/$b.log:"
-    grep -E "ERROR: AddressSanitizer|runtime error|ERROR: LeakSanitizer|\[  FAILED" "$BUILD_DIR/$b.log" | head -40
-    status=1
-  fi
-done
+ctest -j "$JOBS" --timeout 900 -E '^(package|header|style)\.' ${SAN_CTEST_ARGS:-} \
+  --output-on-failure > sanitizers.log 2>&1 || status=$?
+tail -3 sanitizers.log
+if [[ $status != 0 ]]; then
+  echo "sanitizers: FAILED, log $BUILD_DIR/sanitizers.log:"
+  grep -E "ERROR: AddressSanitizer|runtime error|ERROR: LeakSanitizer|SUMMARY|\(Failed\)|\(Timeout\)|\(Subprocess" \
+    sanitizers.log | head -60
+fi
+echo "sanitizers: tests ran in $(( (SECONDS - start) / 60 )) min"
 exit $status

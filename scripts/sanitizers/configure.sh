@@ -1,9 +1,13 @@
 # Sourced by run-sanitizers.sh and run-fuzzers.sh: one ASan + UBSan build
 # (GCC, -O1) of the library, the tests and the fuzz targets in $BUILD_DIR,
 # and the sanitizer options with their suppression files.
+# ccache: paths relative to the checkout and no working directory in the hash
+# (-g1 would put it there), so that a fresh clone anywhere reuses the objects.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DTENSORDICT_SANITIZE=address,undefined -DTENSORDICT_BUILD_FUZZERS=ON -DTENSORDICT_BUILD_TESTS=ON \
-  -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF -DTENSORDICT_BUILD_TOOLS=OFF >/dev/null
+  -DTENSORDICT_BUILD_EXAMPLES=ON -DTENSORDICT_BUILD_BENCHMARKS=OFF -DTENSORDICT_BUILD_TOOLS=ON \
+  -DTENSORDICT_WITH_HDF5=ON -DTENSORDICT_WITH_REDIS=ON -DTENSORDICT_WITH_DISTRIBUTED=ON >/dev/null
 # allocator_may_return_null: a petabyte request must fail as it does without
 # ASan (LibTorch then throws and from_schema gives a StorageError), not abort.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-"abort_on_error=1:detect_leaks=1:allocator_may_return_null=1"}
