@@ -26,7 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t bytes = 0;
     for (const auto& [k, spec] : schema.entries()) {
       int64_t n = 2 * static_cast<int64_t>(c10::elementSize(spec.dtype));
-      for (auto d : spec.shape) n = d > (int64_t{1} << 20) ? (int64_t{1} << 40) : n * d;
+      // Capped at 2^40 before each product (at most 2^60): the shape's own
+      // element count may not fit in int64 at 2 * elementSize bytes each.
+      for (auto d : spec.shape)
+        n = (d > (int64_t{1} << 20) || n > (int64_t{1} << 40)) ? (int64_t{1} << 40) : n * d;
       bytes += std::min<int64_t>(n, int64_t{1} << 40);
     }
     if (bytes < (int64_t{1} << 20)) {
