@@ -1,5 +1,7 @@
 // tensordict::map (Python's TensorDictBase.map) on a pool of std::threads.
 
+#include "core/parallel.h"
+
 #include <tensordict/detail/progress.h>
 #include <tensordict/errors.h>
 #include <tensordict/map.h>
@@ -8,8 +10,6 @@
 #include <ATen/TensorIndexing.h>
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -84,32 +84,7 @@ TensorDictBase map(const TensorDictBase& td,
     progress.advance();
   };
 
-  const std::size_t threads = std::min<std::size_t>(workers, chunks.size());
-  if (threads <= 1) {
-    for (std::size_t i = 0; i < chunks.size(); ++i) run(i);
-  } else {
-    std::atomic<std::size_t> next{0};
-    std::atomic<bool> failed{false};
-    std::exception_ptr error;
-    std::mutex error_mutex;
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (std::size_t t = 0; t < threads; ++t) {
-      pool.emplace_back([&] {
-        for (std::size_t i = next++; i < chunks.size() && !failed; i = next++) {
-          try {
-            run(i);
-          } catch (...) {
-            std::lock_guard<std::mutex> lock(error_mutex);
-            if (!error) error = std::current_exception();
-            failed = true;
-          }
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-    if (error) std::rethrow_exception(error);
-  }
+  detail::parallel_for(chunks.size(), static_cast<std::size_t>(workers), run);
   progress.finish();
   if (out.defined()) return out;
   return stacked ? TensorDictBase(stack(results, dim)) : TensorDictBase(cat(results, dim));

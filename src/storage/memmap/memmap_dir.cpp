@@ -1,6 +1,7 @@
 // Memmap directories in Python tensordict's layout (spec: formats.md §0-1):
 // writing (memmap, memmap_, memmap_like, share_memory_) and loading.
 #include "core/internal.h"
+#include "core/parallel.h"
 #include "formats/json_io.h"
 #include "storage/memmap/mapped_file.h"
 
@@ -21,7 +22,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -300,44 +300,15 @@ TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool cop
   return out;
 }
 
-int thread_count(int requested, std::size_t jobs) {
-  int n = requested > 0
-              ? requested
-              : static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
-  return static_cast<int>(
-      std::min<std::size_t>(static_cast<std::size_t>(n), std::max<std::size_t>(jobs, 1)));
+// The save's threads: `requested`, or up to 8 when 0.
+std::size_t thread_count(int requested) {
+  return requested > 0 ? static_cast<std::size_t>(requested)
+                       : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
 }
 
 // `p` (a path under `root`, the final directory) inside the staging directory.
 fs::path staged(const fs::path& p, const fs::path& root, const fs::path& stage) {
   return stage / p.lexically_relative(root);
-}
-
-// fn(0) ... fn(count - 1) on up to `num_threads` threads (thread_count);
-// the first exception is rethrown once all have run.
-void run_parallel(std::size_t count, int num_threads, const std::function<void(std::size_t)>& fn) {
-  std::atomic<std::size_t> next{0};
-  std::mutex err_mutex;
-  std::exception_ptr error;
-  auto worker = [&]() {
-    for (std::size_t i = next++; i < count; i = next++) {
-      try {
-        fn(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(err_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  int n = thread_count(num_threads, count);
-  if (n <= 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < n; ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
-  }
-  if (error) std::rethrow_exception(error);
 }
 
 // Writes every leaf file into the staging directory. A leaf already mapped
@@ -347,7 +318,7 @@ void run_parallel(std::size_t count, int num_threads, const std::function<void(s
 // mappings may still be in the page cache).
 void write_jobs(std::vector<LeafJob>& jobs, bool copy_data, const MemmapOptions& opt,
                 const fs::path& root, const fs::path& stage, Progress& progress) {
-  run_parallel(jobs.size(), opt.num_threads, [&](std::size_t i) {
+  detail::parallel_for(jobs.size(), thread_count(opt.num_threads), [&](std::size_t i) {
     auto& j = jobs[i];
     const std::string to = staged(j.path, root, stage).string();
     if (j.reuse && ::link(j.path.c_str(), to.c_str()) == 0) {
@@ -425,8 +396,8 @@ void sync_tree_dirs(const fs::path& stage, int num_threads) {
   if (ec)
     throw StorageError("memmap: cannot list the staging directory " + stage.string() + ": " +
                        ec.message());
-  run_parallel(dirs.size(), num_threads,
-               [&](std::size_t i) { fsync_path(dirs[i].string(), "memmap"); });
+  detail::parallel_for(dirs.size(), thread_count(num_threads),
+                       [&](std::size_t i) { fsync_path(dirs[i].string(), "memmap"); });
   fsync_path(stage.string(), "memmap");
 }
 
@@ -518,11 +489,12 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
     write_jobs(jobs, copy_data, opt, root, stage, progress);
     // In parallel when durable (each fsync waits for the disk); small writes
     // into the page cache are faster on one thread.
-    run_parallel(texts.size(), opt.durable ? opt.num_threads : 1, [&](std::size_t i) {
-      const auto& [file, text] = texts[i];
-      write_new_file(staged(file, root, stage).string(), text.data(), text.size(), opt.durable,
-                     "memmap");
-    });
+    detail::parallel_for(texts.size(), opt.durable ? thread_count(opt.num_threads) : 1,
+                         [&](std::size_t i) {
+                           const auto& [file, text] = texts[i];
+                           write_new_file(staged(file, root, stage).string(), text.data(),
+                                          text.size(), opt.durable, "memmap");
+                         });
     // Durable: every directory of the staging tree holds the names of files
     // just written; synced before the rename, so that a failure here leaves
     // the earlier save in place.
