@@ -1,10 +1,12 @@
 // Whole tensordicts over a c10d process group. The wire protocol is described
 // in docs/distributed.md ("Protocol"); in short, a point-to-point transfer is
 //   receiver -> expectation (8 x int64: its structure's hash, sizes, mode)
-//   sender -> the flat buffer with a status trailer (or the status alone,
-//             then one message per leaf), [non-tensor values as JSON]
-// where every message has the size the receiver posted; a mismatch makes
-// both sides exchange their structures and name the first differing entry.
+//   sender   -> a 64-byte header, with the flat buffer behind it (or the
+//               header alone, then one message per leaf), [non-tensor JSON]
+// A small one-buffer send goes out at once, beside the expectation, without
+// waiting for it: the receiver posts its first receive large enough for any
+// such message, and both sides check the structures. A mismatch makes both
+// exchange their structures and name the first differing entry.
 // Collectives check structures with one allreduce.
 
 #include <tensordict/distributed.h>
@@ -28,15 +30,31 @@
 namespace tensordict {
 namespace {
 
-constexpr int64_t kMagic = 0x0054'4443'5431'0001;  // "TDCT1", protocol 1
-constexpr int64_t kSendMessage = 1;
-constexpr int64_t kInitMessage = 2;
+// Protocol 2. The receiver's expectation and the sender's headers have
+// magic numbers of their own, so that either side tells an expectation from
+// a header when both call the same side (send and send, recv and recv).
+constexpr int64_t kMagic = 0x0054'4443'5431'0002;        // "TDCT1": the sender's headers
+constexpr int64_t kExpectMagic = 0x0054'4443'5445'0002;  // "TDCTE": the expectation
 constexpr int64_t kAlign = 16;
 // init_remote formats (header mode field).
 constexpr int64_t kInitConsolidated = 0;
 constexpr int64_t kInitLayout = 1;
-// Fields of init_remote's header.
-enum : int { kHMagic, kHKind, kHMode, kHFlatBytes, kHExtraBytes, kHCount = 8 };
+// The header that starts the first message of a send() or init_remote():
+// its kind, the length of the message after it (non-tensor JSON, or
+// init_remote's structure), the sender's structure and its mode (init_remote:
+// its format). The flat buffer, if any, follows in the same message.
+enum : int {
+  kHMagic,
+  kHKind,
+  kHExtraBytes,
+  kHHash,
+  kHFlatBytes,
+  kHLeaves,
+  kHMode,
+  kHReserved,
+  kHCount = 8
+};
+constexpr int64_t kHeaderBytes = kHCount * 8;
 
 using json = nlohmann::json;
 
@@ -218,9 +236,8 @@ at::Tensor pack(const Layout& layout) {
 // Writes the leaves of `buffer` into `td`: a memcpy into an in-memory
 // contiguous leaf, set_ otherwise (so every storage keeps its own: a memmap
 // receives into its files, a lazy stack into its members).
-void unpack(const Layout& layout, const at::Tensor& buffer, const TensorDictBase& td) {
+void unpack(const Layout& layout, uint8_t* base, const TensorDictBase& td) {
   TensorDictBase target = td;
-  auto* base = static_cast<uint8_t*>(buffer.data_ptr());
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.nbytes == 0) continue;
     const at::Tensor* own =
@@ -380,13 +397,6 @@ class Channel {
   void send_now(const at::Tensor& t, int dst) { wait(send(t, dst)); }
   void recv_now(const at::Tensor& t, int src) { wait(recv(t, src)); }
 
-  at::Tensor recv_header(int src) {
-    at::Tensor h = at::empty({kHCount}, at::kLong);
-    recv_now(h, src);
-    if (h.data_ptr<int64_t>()[kHMagic] != kMagic)
-      throw FormatError(what_ + ": the message is not a tensordict transfer (bad magic number)");
-    return h;
-  }
   std::string recv_string(int64_t size, int src) {
     if (size <= 0) return {};
     at::Tensor t = at::empty({size}, at::kByte);
@@ -454,23 +464,31 @@ std::string entry_text(const json& entry) {
 }
 
 // ---- point to point ------------------------------------------------------------
-// Receiver-driven: the receiver first tells the sender what it expects (its
-// structure's hash, flat size, leaf count, mode, the length of its
-// description), and the sender always answers with messages of the sizes the
-// receiver posted, so that a mismatch never gives Gloo a message of the wrong
-// size (which aborts the process) and never leaves a receive pending.
+// The receiver first tells the sender what it expects (its structure's hash,
+// flat size, leaf count, mode) and posts the receive of the sender's first
+// message with room for its own flat buffer or kSpeculateMaxBytes, whichever
+// is larger. So no message is ever larger than the receive it lands in (Gloo
+// aborts the process on that) and none is left pending:
+// - a one-buffer send of at most kSpeculateMaxBytes goes out at once, with
+//   its structure in the header, beside the expectation; each side compares
+//   the other's structure with its own and both reach the same verdict.
+//   Waiting for the expectation first would put one round trip of a small
+//   Gloo message (a third of a 1 MB transfer) on the critical path;
+// - a larger send waits for the expectation and answers with the status
+//   (ok, mismatch) in the header, then the data in the receiver's mode.
+constexpr int64_t kSpeculateMaxBytes = int64_t{2} << 20;
 
 // Declared kinds of the receiver's expectation.
 constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
 constexpr int64_t kExpectInit = 2;  // from_remote_init(): structure and data
 enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kECount = 8 };
-// The sender's status, in the trailer of the data message (Consolidated) or
-// a message of its own (PerLeaf).
-constexpr int64_t kStatusOk = 1;
-constexpr int64_t kStatusMismatch = 2;
-constexpr int64_t kStatusInitRemote = 3;  // the sender called init_remote()
-enum : int { kTMagic, kTStatus, kTExtraBytes, kTReserved, kTCount = 4 };
-constexpr int64_t kTrailerBytes = kTCount * 8;
+// Kinds of the sender's header.
+constexpr int64_t kSendData = 1;      // send(): the data follows, not yet checked by the sender
+constexpr int64_t kSendOk = 2;        // send(): checked; data in the receiver's mode
+constexpr int64_t kSendMismatch = 3;  // send(): the structures differ
+constexpr int64_t kSendRefused = 4;   // send() answering from_remote_init()
+constexpr int64_t kInitHeader = 5;    // init_remote(): structure and buffer follow
+constexpr int64_t kInitRefused = 6;   // init_remote() answering recv()
 
 // After a mismatch: each side sends its description (length first), and
 // gets the other's.
@@ -486,35 +504,153 @@ std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer
   return theirs;
 }
 
-void check_magic(Channel& ch, const at::Tensor& expectation) {
-  if (expectation.data_ptr<int64_t>()[kEMagic] != kMagic)
-    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+[[noreturn]] void throw_bad_magic(const Channel& ch) {
+  throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
 }
 
-at::Tensor recv_expectation(Channel& ch, int dst) {
-  at::Tensor e = at::empty({kECount}, at::kLong);
-  ch.recv_now(e, dst);
-  check_magic(ch, e);
-  return e;
+// What the receiver of `layout` posts for the sender's first message.
+int64_t first_message_bytes(const Layout* layout, bool flat) {
+  return kHeaderBytes + std::max(layout && flat ? layout->flat_bytes : 0, kSpeculateMaxBytes);
 }
 
-// The status message recv() waits for, of the size it posted: the flat buffer
-// plus the trailer (Consolidated), or the trailer alone.
-int64_t status_message_bytes(const int64_t* e) {
-  const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
-  return (flat ? e[kEFlatBytes] : 0) + kTrailerBytes;
+struct Header {
+  int64_t kind = 0;
+  int64_t extra_bytes = 0;
+  int64_t hash = 0, flat_bytes = 0, leaves = 0;  // the sender's structure
+  int64_t mode = 0;
+
+  Header(int64_t kind_, int64_t extra_bytes_ = 0) : kind(kind_), extra_bytes(extra_bytes_) {}
+  Header(int64_t kind_, int64_t extra_bytes_, const Layout& layout, int64_t mode_)
+      : kind(kind_),
+        extra_bytes(extra_bytes_),
+        hash(layout.hash),
+        flat_bytes(layout.flat_bytes),
+        leaves(static_cast<int64_t>(layout.leaves.size())),
+        mode(mode_) {}
+
+  void write(uint8_t* at) const {
+    const int64_t h[kHCount] = {kMagic, kind, extra_bytes, hash, flat_bytes, leaves, mode, 0};
+    std::memcpy(at, h, kHeaderBytes);
+  }
+  at::Tensor message() const {
+    at::Tensor msg = at::empty({kHeaderBytes}, at::kByte);
+    write(msg.data_ptr<uint8_t>());
+    return msg;
+  }
+};
+
+bool same_structure(const Layout& layout, int64_t hash, int64_t flat_bytes, int64_t leaves) {
+  return hash == layout.hash && flat_bytes == layout.flat_bytes &&
+         leaves == static_cast<int64_t>(layout.leaves.size());
 }
 
-void write_trailer(const at::Tensor& msg, int64_t status, int64_t extra_bytes) {
-  const int64_t trailer[kTCount] = {kMagic, status, extra_bytes, 0};
-  std::memcpy(static_cast<uint8_t*>(msg.data_ptr()) + msg.numel() - kTrailerBytes, trailer,
-              kTrailerBytes);
+[[noreturn]] void throw_called(const Channel& ch, int peer, const char* what) {
+  throw ValueError(ch.what() + ": rank " + std::to_string(peer) + " called " + what);
 }
 
-at::Tensor status_message(const int64_t* e, int64_t status, int64_t extra_bytes) {
-  at::Tensor msg = at::empty({status_message_bytes(e)}, at::kByte);
-  write_trailer(msg, status, extra_bytes);
-  return msg;
+// What the peer called, by the first message it sent (an expectation or a header).
+const char* peer_call(const int64_t* first) {
+  if (first[kEMagic] == kExpectMagic)
+    return first[kEKind] == kExpectInit ? "from_remote_init(), which pairs with init_remote()"
+                                        : "recv(), which pairs with send()";
+  return first[kHKind] == kInitHeader || first[kHKind] == kInitRefused
+             ? "init_remote(), which pairs with from_remote_init()"
+             : "send(), which pairs with recv()";
+}
+
+// The receive of the receiver's expectation, posted first by send() and
+// init_remote(). It has the room of a receiver's first message: a peer that
+// called send() too may have sent its data at once.
+class ExpectationReceive {
+ public:
+  ExpectationReceive(Channel& ch, int peer)
+      : ch_(ch),
+        peer_(peer),
+        buffer_(first_message_bytes(nullptr, false), ch.options().reuse_buffers),
+        work_(ch.recv(buffer_.tensor(), peer)) {}
+
+  // Waits, and returns the expectation. When the peer sends too (a header
+  // came), takes the rest of what it sent, answers with a header of kind
+  // `refusal` if this side has not sent its data at once (0), and throws.
+  const int64_t* wait(int64_t refusal) {
+    ch_.wait(work_);
+    std::memcpy(first_, buffer_.data(), sizeof first_);
+    buffer_.done();
+    if (first_[kEMagic] == kExpectMagic) return first_;
+    if (first_[kHMagic] != kMagic) throw_bad_magic(ch_);
+    if (first_[kHKind] == kSendData) {
+      ch_.recv_string(first_[kHExtraBytes], peer_);  // its non-tensor values
+      if (refusal != 0) ch_.send_now(Header(refusal).message(), peer_);
+    }
+    throw_called(ch_, peer_, peer_call(first_));
+  }
+  // For an error before wait(): a receive left posted would take a later message.
+  void drain() noexcept {
+    try {
+      ch_.wait(work_);
+    } catch (...) {
+    }
+  }
+
+ private:
+  Channel& ch_;
+  int peer_;
+  MessageBuffer buffer_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  int64_t first_[kHCount] = {};
+};
+
+// The first 8 int64 of the sender's first message, in recv() and
+// from_remote_init(). A peer that receives too sent its expectation there
+// (and took ours): both throw.
+void read_first(Channel& ch, const MessageBuffer& message, int peer,
+                const c10::intrusive_ptr<c10d::Work>& announced, int64_t* h) {
+  std::memcpy(h, message.data(), kHeaderBytes);
+  if (h[kHMagic] == kMagic) return;
+  ch.wait(announced);
+  if (h[kEMagic] == kExpectMagic) throw_called(ch, peer, peer_call(h));
+  throw_bad_magic(ch);
+}
+
+[[noreturn]] void mismatch(Channel& ch, const Layout& layout, int peer) {
+  const std::string mine = layout.text();
+  const std::string theirs = exchange_descriptions(ch, mine, peer);
+  throw_mismatch(ch.what(), mine, "rank " + std::to_string(peer), theirs);
+}
+
+// A one-buffer send that does not wait for the expectation (see above).
+void send_at_once(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst,
+                  ExpectationReceive& expectation) {
+  std::optional<MessageBuffer> message;
+  std::string extra;
+  try {
+    message.emplace(kHeaderBytes + layout.flat_bytes, ch.options().reuse_buffers);
+    extra = non_tensor_payload(td, layout);
+    Header(kSendData, static_cast<int64_t>(extra.size()), layout,
+           static_cast<int64_t>(TransferMode::Consolidated))
+        .write(message->data());
+    pack_into(layout, message->data() + kHeaderBytes);
+  } catch (...) {
+    expectation.drain();
+    throw;
+  }
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(ch.send(message->tensor(), dst));
+  at::Tensor extra_t = bytes_tensor(extra);
+  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
+  const int64_t* e = nullptr;
+  try {
+    e = expectation.wait(0);
+  } catch (const ValueError&) {
+    ch.wait_all(works);  // the peer took them
+    throw;
+  }
+  // The receiver takes both messages whatever it finds in them.
+  ch.wait_all(works);
+  message->done();
+  if (e[kEKind] == kExpectInit)
+    throw_called(ch, dst, "from_remote_init(), which pairs with init_remote()");
+  if (!same_structure(layout, e[kEHash], e[kEFlatBytes], e[kELeaves])) mismatch(ch, layout, dst);
 }
 
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
@@ -522,53 +658,49 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   check_peer(pg, dst, "send", "destination");
   Channel ch(pg, options, "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  // The expectation's receive is posted first and, when this side would send
-  // one buffer (the receiver's mode, unless their options differ), the data
-  // is packed meanwhile: the copy overlaps the expectation's round trip.
-  at::Tensor expectation = at::empty({kECount}, at::kLong);
-  auto expected = ch.recv(expectation, dst);
+  ExpectationReceive expectation(ch, dst);
+  const bool one_buffer = choose_mode(layout, options) == TransferMode::Consolidated;
+  if (one_buffer && layout.flat_bytes <= kSpeculateMaxBytes)
+    return send_at_once(ch, td, layout, dst, expectation);
+
+  // Larger: the data is packed (when this side would send one buffer, the
+  // receiver's mode unless their options differ) while the expectation comes.
   std::optional<MessageBuffer> packed;
-  if (choose_mode(layout, options) == TransferMode::Consolidated) {
+  if (one_buffer) {
     try {
-      packed.emplace(layout.flat_bytes + kTrailerBytes, options.reuse_buffers);
-      pack_into(layout, packed->data());
+      packed.emplace(kHeaderBytes + layout.flat_bytes, options.reuse_buffers);
+      pack_into(layout, packed->data() + kHeaderBytes);
     } catch (...) {
-      ch.wait(expected);  // a receive left posted would take a later message
+      expectation.drain();
       throw;
     }
   }
-  ch.wait(expected);
-  check_magic(ch, expectation);
-  const int64_t* e = expectation.data_ptr<int64_t>();
+  const int64_t* e = expectation.wait(kSendRefused);
   if (e[kEKind] == kExpectInit) {
-    // from_remote_init() waits for an init header: say "send" in its place.
-    at::Tensor header = at::zeros({kHCount}, at::kLong);
-    header.data_ptr<int64_t>()[kHMagic] = kMagic;
-    header.data_ptr<int64_t>()[kHKind] = kSendMessage;
-    ch.send_now(header, dst);
-    throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
-                     " called from_remote_init(), which pairs with init_remote()");
+    ch.send_now(Header(kSendRefused).message(), dst);
+    throw_called(ch, dst, "from_remote_init(), which pairs with init_remote()");
   }
-  const bool match = e[kEHash] == layout.hash && e[kEFlatBytes] == layout.flat_bytes &&
-                     e[kELeaves] == static_cast<int64_t>(layout.leaves.size());
+  if (!same_structure(layout, e[kEHash], e[kEFlatBytes], e[kELeaves])) {
+    ch.send_now(Header(kSendMismatch).message(), dst);
+    mismatch(ch, layout, dst);
+  }
   // The receiver's mode decides (they agree unless the options differ).
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
-  const std::string extra = match ? non_tensor_payload(td, layout) : std::string();
-  const bool use_packed = match && flat && packed;
-  MessageBuffer message =
-      use_packed ? std::move(*packed)
-                 : MessageBuffer(status_message_bytes(e), options.reuse_buffers && match && flat);
-  if (packed && !use_packed) packed->done();  // never sent: back to the pool
-  write_trailer(message.tensor(), match ? kStatusOk : kStatusMismatch,
-                static_cast<int64_t>(extra.size()));
-  if (match && flat && !use_packed) pack_into(layout, message.data());
+  const std::string extra = non_tensor_payload(td, layout);
+  const int64_t extra_bytes = static_cast<int64_t>(extra.size());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  works.push_back(ch.send(message.tensor(), dst));
-  if (!match) {
-    ch.wait_all(works);
-    const std::string mine = layout.text();
-    const std::string theirs = exchange_descriptions(ch, mine, dst);
-    throw_mismatch(ch.what(), mine, "rank " + std::to_string(dst), theirs);
+  std::optional<MessageBuffer> message;
+  if (flat) {
+    if (!packed) {
+      packed.emplace(kHeaderBytes + layout.flat_bytes, options.reuse_buffers);
+      pack_into(layout, packed->data() + kHeaderBytes);
+    }
+    message = std::move(packed);
+    Header(kSendOk, extra_bytes, layout, e[kEMode]).write(message->data());
+    works.push_back(ch.send(message->tensor(), dst));
+  } else {
+    if (packed) packed->done();  // never sent: back to the pool
+    works.push_back(ch.send(Header(kSendOk, extra_bytes, layout, e[kEMode]).message(), dst));
   }
   at::Tensor extra_t = bytes_tensor(extra);
   if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
@@ -581,7 +713,31 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     }
   }
   ch.wait_all(works);
-  message.done();
+  if (message) message->done();
+}
+
+// Receives one leaf per message, in place where the leaf is an in-memory
+// contiguous tensor; otherwise into a temporary written with set_ (memmap,
+// lazy stacks, other storages).
+void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::pair<const Leaf*, at::Tensor>> staged;
+  for (const Leaf& leaf : layout.leaves) {
+    if (leaf.nbytes == 0) continue;
+    const at::Tensor* own =
+        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+    at::Tensor target;
+    if (own && own->is_contiguous() && own->device().is_cpu()) {
+      target = *own;
+    } else {
+      target = at::empty(leaf.shape, at::TensorOptions().dtype(leaf.dtype));
+      staged.emplace_back(&leaf, target);
+    }
+    works.push_back(ch.recv(bytes_of(target), src));
+  }
+  ch.wait_all(works);
+  TensorDictBase out = td;
+  for (auto& [leaf, tensor] : staged) out.set_(leaf->key, tensor);
 }
 
 void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
@@ -593,7 +749,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   const bool flat = mode == TransferMode::Consolidated;
   at::Tensor expectation = at::zeros({kECount}, at::kLong);
   int64_t* e = expectation.data_ptr<int64_t>();
-  e[kEMagic] = kMagic;
+  e[kEMagic] = kExpectMagic;
   e[kEKind] = kExpectRecv;
   e[kEHash] = layout.hash;
   e[kEFlatBytes] = layout.flat_bytes;
@@ -601,49 +757,40 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
   auto announced = ch.send(expectation, src);
 
-  MessageBuffer buffer((flat ? layout.flat_bytes : 0) + kTrailerBytes,
-                       options.reuse_buffers && flat);
-  const at::Tensor& message = buffer.tensor();
-  ch.recv_now(message, src);
-  int64_t t[kTCount];
-  std::memcpy(t, static_cast<uint8_t*>(message.data_ptr()) + message.numel() - kTrailerBytes,
-              kTrailerBytes);
-  if (t[kTMagic] != kMagic)
-    throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
-  if (t[kTStatus] == kStatusInitRemote)
-    throw ValueError(ch.what() + ": rank " + std::to_string(src) +
-                     " called init_remote(), which pairs with from_remote_init()");
-  if (t[kTStatus] != kStatusOk) {
-    ch.wait(announced);
-    const std::string mine = layout.text();
-    const std::string theirs = exchange_descriptions(ch, mine, src);
-    throw_mismatch(ch.what(), mine, "rank " + std::to_string(src), theirs);
+  MessageBuffer buffer(first_message_bytes(&layout, flat), options.reuse_buffers);
+  ch.recv_now(buffer.tensor(), src);
+  int64_t h[kHCount];
+  read_first(ch, buffer, src, announced, h);
+  switch (h[kHKind]) {
+    case kInitRefused:
+      ch.wait(announced);
+      throw_called(ch, src, peer_call(h));
+    case kSendMismatch:
+      ch.wait(announced);
+      mismatch(ch, layout, src);
+    case kSendData:
+    case kSendOk:
+      break;
+    default:
+      ch.wait(announced);
+      throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
   }
-  const std::string extra = ch.recv_string(t[kTExtraBytes], src);
-  if (flat) {
-    unpack(layout, message, td);
+  const std::string extra = ch.recv_string(h[kHExtraBytes], src);
+  if (h[kHKind] == kSendData && !same_structure(layout, h[kHHash], h[kHFlatBytes], h[kHLeaves])) {
+    ch.wait(announced);
+    buffer.done();
+    mismatch(ch, layout, src);
+  }
+  // kSendData always carries the buffer; kSendOk in the mode this side asked for.
+  if (h[kHKind] == kSendData || h[kHMode] == static_cast<int64_t>(TransferMode::Consolidated)) {
+    if (h[kHFlatBytes] != layout.flat_bytes)
+      throw FormatError(ch.what() + ": the data message has " + std::to_string(h[kHFlatBytes]) +
+                        " bytes where " + std::to_string(layout.flat_bytes) + " are expected");
+    unpack(layout, buffer.data() + kHeaderBytes, td);
     buffer.done();  // unpack copied everything out
   } else {
-    // In place where the leaf is an in-memory contiguous tensor; otherwise a
-    // temporary written with set_ (memmap, lazy stacks, other storages).
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    std::vector<std::pair<const Leaf*, at::Tensor>> staged;
-    for (const Leaf& leaf : layout.leaves) {
-      if (leaf.nbytes == 0) continue;
-      const at::Tensor* own =
-          detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
-      at::Tensor target;
-      if (own && own->is_contiguous() && own->device().is_cpu()) {
-        target = *own;
-      } else {
-        target = at::empty(leaf.shape, at::TensorOptions().dtype(leaf.dtype));
-        staged.emplace_back(&leaf, target);
-      }
-      works.push_back(ch.recv(bytes_of(target), src));
-    }
-    ch.wait_all(works);
-    TensorDictBase out = td;
-    for (auto& [leaf, tensor] : staged) out.set_(leaf->key, tensor);
+    buffer.done();
+    recv_per_leaf(ch, layout, td, src);
   }
   apply_non_tensors(td, extra);
   ch.wait(announced);
@@ -763,12 +910,11 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   check_peer(pg, dst, "init_remote", "destination");
   Channel ch(pg, options, "init_remote to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  const at::Tensor expectation = recv_expectation(ch, dst);
-  if (expectation.data_ptr<int64_t>()[kEKind] != kExpectInit) {
-    // recv() waits for a status message of its own size: say "init_remote".
-    ch.send_now(status_message(expectation.data_ptr<int64_t>(), kStatusInitRemote, 0), dst);
-    throw ValueError(ch.what() + ": rank " + std::to_string(dst) +
-                     " called recv(), which pairs with send()");
+  ExpectationReceive expectation(ch, dst);
+  const int64_t* e = expectation.wait(kInitRefused);
+  if (e[kEKind] != kExpectInit) {
+    ch.send_now(Header(kInitRefused).message(), dst);
+    throw_called(ch, dst, peer_call(e));
   }
   // Python's consolidated format keeps the class (a lazy stack stays one) but
   // has no NonTensorStack yet; then the structure travels as our own layout
@@ -792,13 +938,10 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   }
   const int64_t nbytes = storage.defined() ? storage.numel() : 0;
 
-  at::Tensor header = at::zeros({kHCount}, at::kLong);
-  int64_t* h = header.data_ptr<int64_t>();
-  h[kHMagic] = kMagic;
-  h[kHKind] = kInitMessage;
-  h[kHMode] = format;
-  h[kHFlatBytes] = nbytes;
-  h[kHExtraBytes] = static_cast<int64_t>(structure.size());
+  Header init(kInitHeader, static_cast<int64_t>(structure.size()));
+  init.flat_bytes = nbytes;
+  init.mode = format;
+  const at::Tensor header = init.message();
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.push_back(ch.send(header, dst));
   at::Tensor structure_t = bytes_tensor(structure);
@@ -854,15 +997,24 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
   check_peer(pg, src, "from_remote_init", "source");
   Channel ch(pg, options, "from_remote_init from rank " + std::to_string(src));
   at::Tensor expectation = at::zeros({kECount}, at::kLong);
-  expectation.data_ptr<int64_t>()[kEMagic] = kMagic;
+  expectation.data_ptr<int64_t>()[kEMagic] = kExpectMagic;
   expectation.data_ptr<int64_t>()[kEKind] = kExpectInit;
-  ch.send_now(expectation, src);
-  at::Tensor header = ch.recv_header(src);
-  const int64_t* h = header.data_ptr<int64_t>();
-  if (h[kHKind] != kInitMessage) {
-    throw ValueError(ch.what() + ": rank " + std::to_string(src) +
-                     " called send(), which pairs with recv() into an existing tensordict");
+  auto announced = ch.send(expectation, src);
+  // A send() may have sent its data at once: the receive has room for it.
+  MessageBuffer first(first_message_bytes(nullptr, false), options.reuse_buffers);
+  ch.recv_now(first.tensor(), src);
+  int64_t h[kHCount];
+  read_first(ch, first, src, announced, h);
+  ch.wait(announced);
+  first.done();
+  if (h[kHKind] != kInitHeader) {
+    if (h[kHKind] == kSendData) ch.recv_string(h[kHExtraBytes], src);  // its non-tensor values
+    if (h[kHKind] == kSendData || h[kHKind] == kSendRefused)
+      throw_called(ch, src, "send(), which pairs with recv() into an existing tensordict");
+    throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
   }
+  if (h[kHFlatBytes] < 0 || h[kHExtraBytes] < 0)
+    throw FormatError(ch.what() + ": the header gives negative sizes");
   const std::string structure = ch.recv_string(h[kHExtraBytes], src);
   at::Tensor storage = at::empty({h[kHFlatBytes]}, at::kByte);
   if (h[kHFlatBytes] > 0) ch.recv_now(storage, src);
@@ -907,7 +1059,7 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
     if (is_root) pack_into(layout, buffer.data());
     std::vector<at::Tensor> tensors{buffer.tensor()};
     ch.collective([&] { return pg.broadcast(tensors, bopts); });
-    if (!is_root) unpack(layout, buffer.tensor(), td);
+    if (!is_root) unpack(layout, static_cast<uint8_t*>(buffer.tensor().data_ptr()), td);
     tensors.clear();
     buffer.done();
     return;
@@ -1029,7 +1181,8 @@ TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
   std::vector<TensorDictBase> members;
   for (int r = 0; r < world; ++r) {
     TensorDict member = td.to_tensordict();
-    if (layout.flat_bytes > 0) unpack(layout, buffers[0][r], member);
+    if (layout.flat_bytes > 0)
+      unpack(layout, static_cast<uint8_t*>(buffers[0][r].data_ptr()), member);
     if (!extras.empty()) apply_non_tensors(member, extras[r]);
     members.push_back(member);
   }

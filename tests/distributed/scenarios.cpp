@@ -296,6 +296,56 @@ TD_SCENARIO(structure_mismatch_both_sides) {
   }
 }
 
+TD_SCENARIO(sent_at_once_meets_other_sizes) {
+  // A one-buffer send of at most 2 MiB goes out before the receiver's
+  // expectation arrives. Whatever the receiver holds (larger than 2 MiB, one
+  // message per leaf, smaller, empty), no message overflows its receive,
+  // both sides see the mismatch and the group stays in step.
+  const int64_t big_rows = 3 << 17;  // 3 MiB of float
+  auto small = [](int seed) {
+    td::TensorDict t({{"x", values({4, 8}, at::kFloat, seed)}}, {4});
+    t.set_non_tensor("name", json("run " + std::to_string(seed)));
+    return t;
+  };
+  auto big = [&](int seed) {
+    return td::TensorDict({{"x", values({big_rows, 2}, at::kFloat, seed)}}, {big_rows});
+  };
+  td::TransferOptions per_leaf;
+  per_leaf.mode = td::TransferMode::PerLeaf;
+  if (ctx.rank == 0) {
+    // Small against big (Auto: per leaf, and one buffer): both throw.
+    std::string what = TD_EXPECT_THROW(td::send(small(1), *ctx.pg, 1), td::StructureError);
+    TD_CHECK(what.find("root batch [4], on rank 1") != std::string::npos);
+    TD_CHECK(what.find("root batch [393216]") != std::string::npos);
+    TD_EXPECT_THROW(td::send(small(2), *ctx.pg, 1), td::StructureError);
+    // Small against an empty tensordict, then big against small.
+    TD_EXPECT_THROW(td::send(small(3), *ctx.pg, 1), td::StructureError);
+    TD_EXPECT_THROW(td::send(big(4), *ctx.pg, 1), td::StructureError);
+    // Matching, the receiver asking for one message per leaf: it takes the buffer.
+    td::send(small(5), *ctx.pg, 1);
+    td::send(big(6), *ctx.pg, 1);
+    td::send(small(7), *ctx.pg, 1);
+  } else {
+    td::TensorDict b = big(0);
+    std::string what = TD_EXPECT_THROW(td::recv(b, *ctx.pg, 0), td::StructureError);
+    TD_CHECK(what.find("root batch [393216], on rank 0") != std::string::npos);
+    td::TransferOptions flat;
+    flat.mode = td::TransferMode::Consolidated;
+    TD_EXPECT_THROW(td::recv(b, *ctx.pg, 0, flat), td::StructureError);
+    TD_CHECK(b.get("x").equal(big(0).get("x")));  // nothing written
+    td::TensorDict empty(std::vector<int64_t>{});
+    TD_EXPECT_THROW(td::recv(empty, *ctx.pg, 0), td::StructureError);
+    td::TensorDict s = small(0);
+    TD_EXPECT_THROW(td::recv(s, *ctx.pg, 0), td::StructureError);
+    td::recv(s, *ctx.pg, 0, per_leaf);
+    expect_equal(s, small(5));
+    td::recv(b, *ctx.pg, 0);
+    expect_equal(b, big(6));
+    td::recv(s, *ctx.pg, 0);
+    expect_equal(s, small(7));
+  }
+}
+
 TD_SCENARIO(isend_irecv) {
   // Two transfers at once: distinct tags, one of them per leaf.
   td::TransferOptions t1, t2;
@@ -428,6 +478,44 @@ TD_SCENARIO(protocol_misuse) {
     TD_CHECK(what.find("called send()") != std::string::npos);
     td::recv(t, *ctx.pg, 0);
     expect_equal(t, make_td(132));
+  }
+}
+
+TD_SCENARIO(same_side_on_both_ranks) {
+  // Both ranks call send (small ones go out at once), or one send and one
+  // init_remote, or both recv: no message overflows a receive, both throw
+  // ValueError naming what the other called, and the group stays in step.
+  // (Two sends of more than 2 MiB, or two init_remote, wait for an
+  // expectation that never comes: TimeoutError, and Gloo closes the group.)
+  const int64_t big_rows = 3 << 17;
+  td::TensorDict big({{"x", values({big_rows, 2}, at::kFloat, 1)}}, {big_rows});
+  const int peer = 1 - ctx.rank;
+  std::string what = TD_EXPECT_THROW(td::send(make_td(150), *ctx.pg, peer), td::ValueError);
+  TD_CHECK(what.find("called send()") != std::string::npos);
+  if (ctx.rank == 0) {
+    what = TD_EXPECT_THROW(td::send(make_td(151), *ctx.pg, peer), td::ValueError);
+    TD_CHECK(what.find("called send()") != std::string::npos);
+    what = TD_EXPECT_THROW(td::send(make_td(152), *ctx.pg, peer), td::ValueError);
+    TD_CHECK(what.find("called init_remote()") != std::string::npos);
+  } else {
+    what = TD_EXPECT_THROW(td::send(big, *ctx.pg, peer), td::ValueError);
+    TD_CHECK(what.find("called send()") != std::string::npos);
+    what = TD_EXPECT_THROW(td::init_remote(make_td(153), *ctx.pg, peer), td::ValueError);
+    TD_CHECK(what.find("called send()") != std::string::npos);
+  }
+  td::TensorDict t = make_td(0);
+  what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, peer), td::ValueError);
+  TD_CHECK(what.find("called recv()") != std::string::npos);
+  expect_equal(t, make_td(0));
+  if (ctx.rank == 0) {
+    what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, peer), td::ValueError);
+    TD_CHECK(what.find("called from_remote_init()") != std::string::npos);
+    td::send(make_td(154), *ctx.pg, peer);
+  } else {
+    what = TD_EXPECT_THROW(td::from_remote_init(*ctx.pg, peer), td::ValueError);
+    TD_CHECK(what.find("called recv()") != std::string::npos);
+    td::recv(t, *ctx.pg, peer);
+    expect_equal(t, make_td(154));
   }
 }
 
