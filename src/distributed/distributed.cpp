@@ -466,17 +466,20 @@ std::string entry_text(const json& entry) {
 // ---- point to point ------------------------------------------------------------
 // The receiver first tells the sender what it expects (its structure's hash,
 // flat size, leaf count, mode) and posts the receive of the sender's first
-// message with room for its own flat buffer or kSpeculateMaxBytes, whichever
+// message with room for its own flat buffer or kAtOnceMaxBytes, whichever
 // is larger. So no message is ever larger than the receive it lands in (Gloo
 // aborts the process on that) and none is left pending:
-// - a one-buffer send of at most kSpeculateMaxBytes goes out at once, with
+// - a one-buffer send of at most kAtOnceMaxBytes goes out at once, with
 //   its structure in the header, beside the expectation; each side compares
 //   the other's structure with its own and both reach the same verdict.
 //   Waiting for the expectation first would put one round trip of a small
 //   Gloo message (a third of a 1 MB transfer) on the critical path;
 // - a larger send waits for the expectation and answers with the status
 //   (ok, mismatch) in the header, then the data in the receiver's mode.
-constexpr int64_t kSpeculateMaxBytes = int64_t{2} << 20;
+// send() and init_remote() receive the expectation with the same room, since
+// a peer that called send() too may have sent its data at once there; recv()
+// and from_remote_init() tell a peer's expectation from a header the same way.
+constexpr int64_t kAtOnceMaxBytes = int64_t{2} << 20;
 
 // Declared kinds of the receiver's expectation.
 constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
@@ -486,9 +489,9 @@ enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kECount = 8
 constexpr int64_t kSendData = 1;      // send(): the data follows, not yet checked by the sender
 constexpr int64_t kSendOk = 2;        // send(): checked; data in the receiver's mode
 constexpr int64_t kSendMismatch = 3;  // send(): the structures differ
-constexpr int64_t kSendRefused = 4;   // send() answering from_remote_init()
+constexpr int64_t kSendRefused = 4;   // send() answering from_remote_init() or a send()
 constexpr int64_t kInitHeader = 5;    // init_remote(): structure and buffer follow
-constexpr int64_t kInitRefused = 6;   // init_remote() answering recv()
+constexpr int64_t kInitRefused = 6;   // init_remote() answering recv() or a send()
 
 // After a mismatch: each side sends its description (length first), and
 // gets the other's.
@@ -510,7 +513,7 @@ std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer
 
 // What the receiver of `layout` posts for the sender's first message.
 int64_t first_message_bytes(const Layout* layout, bool flat) {
-  return kHeaderBytes + std::max(layout && flat ? layout->flat_bytes : 0, kSpeculateMaxBytes);
+  return kHeaderBytes + std::max(layout && flat ? layout->flat_bytes : 0, kAtOnceMaxBytes);
 }
 
 struct Header {
@@ -660,7 +663,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   const Layout layout = describe(td);
   ExpectationReceive expectation(ch, dst);
   const bool one_buffer = choose_mode(layout, options) == TransferMode::Consolidated;
-  if (one_buffer && layout.flat_bytes <= kSpeculateMaxBytes)
+  if (one_buffer && layout.flat_bytes <= kAtOnceMaxBytes)
     return send_at_once(ch, td, layout, dst, expectation);
 
   // Larger: the data is packed (when this side would send one buffer, the
