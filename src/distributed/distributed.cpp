@@ -1,12 +1,10 @@
 // Whole tensordicts over a c10d process group. The wire protocol is described
 // in docs/distributed.md ("Protocol"); in short, a point-to-point transfer is
 //   receiver -> expectation (8 x int64: its structure's hash, sizes, mode)
-//   sender   -> a 64-byte header, with the flat buffer behind it (or the
-//               header alone, then one message per leaf), [non-tensor JSON]
-// A small one-buffer send goes out at once, beside the expectation, without
-// waiting for it: the receiver posts its first receive large enough for any
-// such message, and both sides check the structures. A mismatch makes both
-// exchange their structures and name the first differing entry.
+//   sender   -> a 64-byte header (status), with the flat buffer behind it (or
+//               the header alone, then one message per leaf), [non-tensor JSON]
+// where every message fits the receive it lands in; a mismatch makes both
+// sides exchange their structures and name the first differing entry.
 // Collectives check structures with one allreduce.
 
 #include <tensordict/distributed.h>
@@ -464,34 +462,27 @@ std::string entry_text(const json& entry) {
 }
 
 // ---- point to point ------------------------------------------------------------
-// The receiver first tells the sender what it expects (its structure's hash,
-// flat size, leaf count, mode) and posts the receive of the sender's first
-// message with room for its own flat buffer or kAtOnceMaxBytes, whichever
-// is larger. So no message is ever larger than the receive it lands in (Gloo
-// aborts the process on that) and none is left pending:
-// - a one-buffer send of at most kAtOnceMaxBytes goes out at once, with
-//   its structure in the header, beside the expectation; each side compares
-//   the other's structure with its own and both reach the same verdict.
-//   Waiting for the expectation first would put one round trip of a small
-//   Gloo message (a third of a 1 MB transfer) on the critical path;
-// - a larger send waits for the expectation and answers with the status
-//   (ok, mismatch) in the header, then the data in the receiver's mode.
-// send() and init_remote() receive the expectation with the same room, since
-// a peer that called send() too may have sent its data at once there; recv()
-// and from_remote_init() tell a peer's expectation from a header the same way.
-constexpr int64_t kAtOnceMaxBytes = int64_t{2} << 20;
+// Receiver-driven: the receiver first tells the sender what it expects (its
+// structure's hash, flat size, leaf count, mode) and posts the receive of the
+// sender's first message: a header, with room for its own flat buffer behind
+// it. The sender waits for the expectation and answers with messages that fit
+// what the receiver posted, so that a mismatch never gives Gloo a message
+// larger than its receive (which aborts the process) and never leaves a
+// receive pending. Both messages that can come first (the expectation, the
+// header) are at least 64 bytes and have magic numbers of their own, so two
+// ranks that both call recv() (or from_remote_init()) each find the other's
+// expectation where the header should be, and both throw.
 
 // Declared kinds of the receiver's expectation.
 constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
 constexpr int64_t kExpectInit = 2;  // from_remote_init(): structure and data
 enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kECount = 8 };
 // Kinds of the sender's header.
-constexpr int64_t kSendData = 1;      // send(): the data follows, not yet checked by the sender
-constexpr int64_t kSendOk = 2;        // send(): checked; data in the receiver's mode
-constexpr int64_t kSendMismatch = 3;  // send(): the structures differ
-constexpr int64_t kSendRefused = 4;   // send() answering from_remote_init() or a send()
-constexpr int64_t kInitHeader = 5;    // init_remote(): structure and buffer follow
-constexpr int64_t kInitRefused = 6;   // init_remote() answering recv() or a send()
+constexpr int64_t kSendOk = 1;        // send(): data in the receiver's mode
+constexpr int64_t kSendMismatch = 2;  // send(): the structures differ
+constexpr int64_t kSendRefused = 3;   // send() answering from_remote_init()
+constexpr int64_t kInitHeader = 4;    // init_remote(): structure and buffer follow
+constexpr int64_t kInitRefused = 5;   // init_remote() answering recv()
 
 // After a mismatch: each side sends its description (length first), and
 // gets the other's.
@@ -511,9 +502,11 @@ std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer
   throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
 }
 
-// What the receiver of `layout` posts for the sender's first message.
-int64_t first_message_bytes(const Layout* layout, bool flat) {
-  return kHeaderBytes + std::max(layout && flat ? layout->flat_bytes : 0, kAtOnceMaxBytes);
+at::Tensor recv_expectation(Channel& ch, int dst) {
+  at::Tensor e = at::empty({kECount}, at::kLong);
+  ch.recv_now(e, dst);
+  if (e.data_ptr<int64_t>()[kEMagic] != kExpectMagic) throw_bad_magic(ch);
+  return e;
 }
 
 struct Header {
@@ -561,48 +554,6 @@ const char* peer_call(const int64_t* first) {
              : "send(), which pairs with recv()";
 }
 
-// The receive of the receiver's expectation, posted first by send() and
-// init_remote(). It has the room of a receiver's first message: a peer that
-// called send() too may have sent its data at once.
-class ExpectationReceive {
- public:
-  ExpectationReceive(Channel& ch, int peer)
-      : ch_(ch),
-        peer_(peer),
-        buffer_(first_message_bytes(nullptr, false), ch.options().reuse_buffers),
-        work_(ch.recv(buffer_.tensor(), peer)) {}
-
-  // Waits, and returns the expectation. When the peer sends too (a header
-  // came), takes the rest of what it sent, answers with a header of kind
-  // `refusal` if this side has not sent its data at once (0), and throws.
-  const int64_t* wait(int64_t refusal) {
-    ch_.wait(work_);
-    std::memcpy(first_, buffer_.data(), sizeof first_);
-    buffer_.done();
-    if (first_[kEMagic] == kExpectMagic) return first_;
-    if (first_[kHMagic] != kMagic) throw_bad_magic(ch_);
-    if (first_[kHKind] == kSendData) {
-      ch_.recv_string(first_[kHExtraBytes], peer_);  // its non-tensor values
-      if (refusal != 0) ch_.send_now(Header(refusal).message(), peer_);
-    }
-    throw_called(ch_, peer_, peer_call(first_));
-  }
-  // For an error before wait(): a receive left posted would take a later message.
-  void drain() noexcept {
-    try {
-      ch_.wait(work_);
-    } catch (...) {
-    }
-  }
-
- private:
-  Channel& ch_;
-  int peer_;
-  MessageBuffer buffer_;
-  c10::intrusive_ptr<c10d::Work> work_;
-  int64_t first_[kHCount] = {};
-};
-
 // The first 8 int64 of the sender's first message, in recv() and
 // from_remote_init(). A peer that receives too sent its expectation there
 // (and took ours): both throw.
@@ -621,64 +572,29 @@ void read_first(Channel& ch, const MessageBuffer& message, int peer,
   throw_mismatch(ch.what(), mine, "rank " + std::to_string(peer), theirs);
 }
 
-// A one-buffer send that does not wait for the expectation (see above).
-void send_at_once(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst,
-                  ExpectationReceive& expectation) {
-  std::optional<MessageBuffer> message;
-  std::string extra;
-  try {
-    message.emplace(kHeaderBytes + layout.flat_bytes, ch.options().reuse_buffers);
-    extra = non_tensor_payload(td, layout);
-    Header(kSendData, static_cast<int64_t>(extra.size()), layout,
-           static_cast<int64_t>(TransferMode::Consolidated))
-        .write(message->data());
-    pack_into(layout, message->data() + kHeaderBytes);
-  } catch (...) {
-    expectation.drain();
-    throw;
-  }
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  works.push_back(ch.send(message->tensor(), dst));
-  at::Tensor extra_t = bytes_tensor(extra);
-  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
-  const int64_t* e = nullptr;
-  try {
-    e = expectation.wait(0);
-  } catch (const ValueError&) {
-    ch.wait_all(works);  // the peer took them
-    throw;
-  }
-  // The receiver takes both messages whatever it finds in them.
-  ch.wait_all(works);
-  message->done();
-  if (e[kEKind] == kExpectInit)
-    throw_called(ch, dst, "from_remote_init(), which pairs with init_remote()");
-  if (!same_structure(layout, e[kEHash], e[kEFlatBytes], e[kELeaves])) mismatch(ch, layout, dst);
-}
-
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                const TransferOptions& options) {
   check_peer(pg, dst, "send", "destination");
   Channel ch(pg, options, "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  ExpectationReceive expectation(ch, dst);
-  const bool one_buffer = choose_mode(layout, options) == TransferMode::Consolidated;
-  if (one_buffer && layout.flat_bytes <= kAtOnceMaxBytes)
-    return send_at_once(ch, td, layout, dst, expectation);
-
-  // Larger: the data is packed (when this side would send one buffer, the
-  // receiver's mode unless their options differ) while the expectation comes.
+  // The expectation's receive is posted first and, when this side would send
+  // one buffer (the receiver's mode, unless their options differ), the data
+  // is packed meanwhile: the copy overlaps the expectation's round trip.
+  at::Tensor expectation = at::empty({kECount}, at::kLong);
+  auto expected = ch.recv(expectation, dst);
   std::optional<MessageBuffer> packed;
-  if (one_buffer) {
+  if (choose_mode(layout, options) == TransferMode::Consolidated) {
     try {
       packed.emplace(kHeaderBytes + layout.flat_bytes, options.reuse_buffers);
       pack_into(layout, packed->data() + kHeaderBytes);
     } catch (...) {
-      expectation.drain();
+      ch.wait(expected);  // a receive left posted would take a later message
       throw;
     }
   }
-  const int64_t* e = expectation.wait(kSendRefused);
+  ch.wait(expected);
+  const int64_t* e = expectation.data_ptr<int64_t>();
+  if (e[kEMagic] != kExpectMagic) throw_bad_magic(ch);
   if (e[kEKind] == kExpectInit) {
     ch.send_now(Header(kSendRefused).message(), dst);
     throw_called(ch, dst, "from_remote_init(), which pairs with init_remote()");
@@ -760,7 +676,8 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
   auto announced = ch.send(expectation, src);
 
-  MessageBuffer buffer(first_message_bytes(&layout, flat), options.reuse_buffers);
+  MessageBuffer buffer(kHeaderBytes + (flat ? layout.flat_bytes : 0),
+                       options.reuse_buffers && flat);
   ch.recv_now(buffer.tensor(), src);
   int64_t h[kHCount];
   read_first(ch, buffer, src, announced, h);
@@ -771,7 +688,6 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     case kSendMismatch:
       ch.wait(announced);
       mismatch(ch, layout, src);
-    case kSendData:
     case kSendOk:
       break;
     default:
@@ -779,13 +695,8 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
       throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
   }
   const std::string extra = ch.recv_string(h[kHExtraBytes], src);
-  if (h[kHKind] == kSendData && !same_structure(layout, h[kHHash], h[kHFlatBytes], h[kHLeaves])) {
-    ch.wait(announced);
-    buffer.done();
-    mismatch(ch, layout, src);
-  }
-  // kSendData always carries the buffer; kSendOk in the mode this side asked for.
-  if (h[kHKind] == kSendData || h[kHMode] == static_cast<int64_t>(TransferMode::Consolidated)) {
+  // The data comes in the mode this side asked for.
+  if (flat) {
     if (h[kHFlatBytes] != layout.flat_bytes)
       throw FormatError(ch.what() + ": the data message has " + std::to_string(h[kHFlatBytes]) +
                         " bytes where " + std::to_string(layout.flat_bytes) + " are expected");
@@ -913,8 +824,8 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   check_peer(pg, dst, "init_remote", "destination");
   Channel ch(pg, options, "init_remote to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  ExpectationReceive expectation(ch, dst);
-  const int64_t* e = expectation.wait(kInitRefused);
+  const at::Tensor expectation = recv_expectation(ch, dst);
+  const int64_t* e = expectation.data_ptr<int64_t>();
   if (e[kEKind] != kExpectInit) {
     ch.send_now(Header(kInitRefused).message(), dst);
     throw_called(ch, dst, peer_call(e));
@@ -1003,16 +914,13 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
   expectation.data_ptr<int64_t>()[kEMagic] = kExpectMagic;
   expectation.data_ptr<int64_t>()[kEKind] = kExpectInit;
   auto announced = ch.send(expectation, src);
-  // A send() may have sent its data at once: the receive has room for it.
-  MessageBuffer first(first_message_bytes(nullptr, false), options.reuse_buffers);
+  MessageBuffer first(kHeaderBytes, false);
   ch.recv_now(first.tensor(), src);
   int64_t h[kHCount];
   read_first(ch, first, src, announced, h);
   ch.wait(announced);
-  first.done();
   if (h[kHKind] != kInitHeader) {
-    if (h[kHKind] == kSendData) ch.recv_string(h[kHExtraBytes], src);  // its non-tensor values
-    if (h[kHKind] == kSendData || h[kHKind] == kSendRefused)
+    if (h[kHKind] == kSendRefused)
       throw_called(ch, src, "send(), which pairs with recv() into an existing tensordict");
     throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
   }
