@@ -6,7 +6,9 @@
 // structure and answers with one int64; an iteration ends with that answer.
 // Floors, by hand with the same ProcessGroupGloo: one send per tensor into
 // preallocated tensors (floor_per_tensor), and one flat buffer packed and
-// unpacked with memcpy (floor). map: 1M rows on 2 threads against the same
+// unpacked with memcpy (floor), and the same with one 64-byte message from the
+// receiver crossing it (floor_one_message_back: the least a transfer that
+// checks both structures can cost). map: 1M rows on 2 threads against the same
 // chunks computed by a hand loop on 2 std::threads.
 #include <benchmark/benchmark.h>
 #include <tensordict/distributed.h>
@@ -35,7 +37,15 @@ namespace {
 constexpr int kLeaves = 10;
 constexpr int kCommandTag = 100;
 constexpr int kAckTag = 101;
-enum Op : int64_t { kQuit, kTdAuto, kTdConsolidated, kTdPerLeaf, kHandPerTensor, kHandFlat };
+enum Op : int64_t {
+  kQuit,
+  kTdAuto,
+  kTdConsolidated,
+  kTdPerLeaf,
+  kHandPerTensor,
+  kHandFlat,
+  kHandFlatOneBack
+};
 
 c10::intrusive_ptr<c10d::ProcessGroup> g_pg;
 
@@ -112,6 +122,7 @@ td::TransferOptions options_for(int64_t op) {
 void serve() {
   torch::Tensor cmd = torch::empty({3}, torch::kLong);
   torch::Tensor ack = torch::ones({1}, torch::kLong);
+  torch::Tensor note = torch::ones({8}, torch::kLong);
   while (true) {
     recv_tensor(cmd, 0, kCommandTag);
     const int64_t op = cmd[0].item<int64_t>();
@@ -127,6 +138,12 @@ void serve() {
       } else if (op == kHandFlat) {
         recv_tensor(flat, 0, 0);
         unpack(flat, ts);
+      } else if (op == kHandFlatOneBack) {
+        std::vector<torch::Tensor> v{note};
+        auto noted = g_pg->send(v, 0, 0);
+        recv_tensor(flat, 0, 0);
+        unpack(flat, ts);
+        noted->wait();
       } else {
         td::recv(target, *g_pg, 0, options_for(op));
       }
@@ -144,6 +161,7 @@ void run_send(benchmark::State& state, Op op, int64_t bytes) {
   std::vector<torch::Tensor> ts = leaves_of(src);
   torch::Tensor flat = torch::empty({total_bytes(ts)}, torch::kByte);
   torch::Tensor ack = torch::empty({1}, torch::kLong);
+  torch::Tensor note = torch::empty({8}, torch::kLong);
   command(op, bytes, state.max_iterations);
   for (auto _ : state) {
     if (op == kHandPerTensor) {
@@ -151,6 +169,12 @@ void run_send(benchmark::State& state, Op op, int64_t bytes) {
     } else if (op == kHandFlat) {
       pack(ts, flat);
       send_tensor(flat, 1, 0);
+    } else if (op == kHandFlatOneBack) {
+      std::vector<torch::Tensor> v{note};
+      auto noted = g_pg->recv(v, 1, 0);
+      pack(ts, flat);
+      send_tensor(flat, 1, 0);
+      noted->wait();
     } else {
       td::send(src, *g_pg, 1, options_for(op));
     }
@@ -165,6 +189,9 @@ constexpr int64_t kMB = 1000 * 1000;
   void BM_send_##size_name##_floor(benchmark::State& s) { run_send(s, kHandFlat, bytes); } \
   void BM_send_##size_name##_per_tensor(benchmark::State& s) {                             \
     run_send(s, kHandPerTensor, bytes);                                                    \
+  }                                                                                        \
+  void BM_send_##size_name##_one_back(benchmark::State& s) {                               \
+    run_send(s, kHandFlatOneBack, bytes);                                                  \
   }                                                                                        \
   void BM_send_##size_name##_td(benchmark::State& s) { run_send(s, kTdAuto, bytes); }      \
   void BM_send_##size_name##_td_consolidated(benchmark::State& s) {                        \
@@ -229,12 +256,16 @@ void register_all() {
   const NamedBench benches[] = {
       {"BM_send_1MB/floor", BM_send_1MB_floor},
       {"BM_send_1MB/floor_per_tensor", BM_send_1MB_per_tensor},
+      // The flat buffer with one 64-byte message back, crossing it: what any
+      // transfer costs that tells the sender about the receiver's structure.
+      {"BM_send_1MB/floor_one_message_back", BM_send_1MB_one_back},
       {"BM_send_1MB/tensordict", BM_send_1MB_td},
       {"BM_send_1MB/tensordict_consolidated", BM_send_1MB_td_consolidated},
       {"BM_send_1MB/tensordict_per_leaf", BM_send_1MB_td_per_leaf},
       // 4 MB and 16 MB: where one buffer stops beating one message per leaf.
       {"BM_send_4MB/floor", BM_send_4MB_floor},
       {"BM_send_4MB/floor_per_tensor", BM_send_4MB_per_tensor},
+      {"BM_send_4MB/floor_one_message_back", BM_send_4MB_one_back},
       {"BM_send_4MB/tensordict", BM_send_4MB_td},
       {"BM_send_4MB/tensordict_consolidated", BM_send_4MB_td_consolidated},
       {"BM_send_4MB/tensordict_per_leaf", BM_send_4MB_td_per_leaf},
