@@ -201,6 +201,7 @@ constexpr int64_t kMB = 1000 * 1000;
 
 TD_SEND_BENCH(1MB, 1 * kMB)
 TD_SEND_BENCH(4MB, 4 * kMB)
+TD_SEND_BENCH(8MB, 8 * kMB)
 TD_SEND_BENCH(16MB, 16 * kMB)
 TD_SEND_BENCH(100MB, 100 * kMB)
 
@@ -262,13 +263,18 @@ void register_all() {
       {"BM_send_1MB/tensordict", BM_send_1MB_td},
       {"BM_send_1MB/tensordict_consolidated", BM_send_1MB_td_consolidated},
       {"BM_send_1MB/tensordict_per_leaf", BM_send_1MB_td_per_leaf},
-      // 4 MB and 16 MB: where one buffer stops beating one message per leaf.
+      // 4, 8 and 16 MB: where one buffer stops beating one message per leaf.
       {"BM_send_4MB/floor", BM_send_4MB_floor},
       {"BM_send_4MB/floor_per_tensor", BM_send_4MB_per_tensor},
       {"BM_send_4MB/floor_one_message_back", BM_send_4MB_one_back},
       {"BM_send_4MB/tensordict", BM_send_4MB_td},
       {"BM_send_4MB/tensordict_consolidated", BM_send_4MB_td_consolidated},
       {"BM_send_4MB/tensordict_per_leaf", BM_send_4MB_td_per_leaf},
+      {"BM_send_8MB/floor", BM_send_8MB_floor},
+      {"BM_send_8MB/floor_per_tensor", BM_send_8MB_per_tensor},
+      {"BM_send_8MB/tensordict", BM_send_8MB_td},
+      {"BM_send_8MB/tensordict_consolidated", BM_send_8MB_td_consolidated},
+      {"BM_send_8MB/tensordict_per_leaf", BM_send_8MB_td_per_leaf},
       {"BM_send_16MB/floor", BM_send_16MB_floor},
       {"BM_send_16MB/floor_per_tensor", BM_send_16MB_per_tensor},
       {"BM_send_16MB/tensordict", BM_send_16MB_td},

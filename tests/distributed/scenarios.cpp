@@ -297,11 +297,11 @@ TD_SCENARIO(structure_mismatch_both_sides) {
 }
 
 TD_SCENARIO(mismatch_across_sizes_and_modes) {
-  // Structures of other flat sizes (one buffer below 2 MiB, one message per
+  // Structures of other flat sizes (one buffer below 4 MiB, one message per
   // leaf above, an empty tensordict), either mode on the receiver: no message
   // overflows its receive, both sides name the difference, and the group
   // stays in step.
-  const int64_t big_rows = 3 << 17;  // 3 MiB of float
+  const int64_t big_rows = 3 << 18;  // 6 MiB of float
   auto small = [](int seed) {
     td::TensorDict t({{"x", values({4, 8}, at::kFloat, seed)}}, {4});
     t.set_non_tensor("name", json("run " + std::to_string(seed)));
@@ -316,7 +316,7 @@ TD_SCENARIO(mismatch_across_sizes_and_modes) {
     // Small against big (Auto: per leaf, and one buffer): both throw.
     std::string what = TD_EXPECT_THROW(td::send(small(1), *ctx.pg, 1), td::StructureError);
     TD_CHECK(what.find("root batch [4], on rank 1") != std::string::npos);
-    TD_CHECK(what.find("root batch [393216]") != std::string::npos);
+    TD_CHECK(what.find("root batch [786432]") != std::string::npos);
     TD_EXPECT_THROW(td::send(small(2), *ctx.pg, 1), td::StructureError);
     // Small against an empty tensordict, then big against small.
     TD_EXPECT_THROW(td::send(small(3), *ctx.pg, 1), td::StructureError);
@@ -328,7 +328,7 @@ TD_SCENARIO(mismatch_across_sizes_and_modes) {
   } else {
     td::TensorDict b = big(0);
     std::string what = TD_EXPECT_THROW(td::recv(b, *ctx.pg, 0), td::StructureError);
-    TD_CHECK(what.find("root batch [393216], on rank 0") != std::string::npos);
+    TD_CHECK(what.find("root batch [786432], on rank 0") != std::string::npos);
     td::TransferOptions flat;
     flat.mode = td::TransferMode::Consolidated;
     TD_EXPECT_THROW(td::recv(b, *ctx.pg, 0, flat), td::StructureError);
