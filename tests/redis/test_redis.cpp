@@ -18,15 +18,9 @@
 namespace {
 
 namespace td = tensordict;
+using td_test::on;
 using td_test::RedisServer;
 using namespace torch::indexing;
-
-td::storage::Redis on(const RedisServer& server, std::string td_id = {}) {
-  td::storage::Redis r;
-  r.unix_socket = server.socket();
-  r.td_id = std::move(td_id);
-  return r;
-}
 
 td::storage::Redis tcp(const RedisServer& server) {
   td::storage::Redis r;

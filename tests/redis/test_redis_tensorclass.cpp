@@ -9,6 +9,7 @@
 namespace {
 
 namespace td = tensordict;
+using td_test::on;
 using td_test::RedisServer;
 
 struct Step : td::TensorClass<Step> {
@@ -20,13 +21,6 @@ struct Other : td::TensorClass<Other> {
   static constexpr std::string_view python_qualname = "mypkg.buffers.Other";
   TENSORDICT_FIELDS(obs);
 };
-
-td::storage::Redis on(const RedisServer& server, std::string td_id = {}) {
-  td::storage::Redis r;
-  r.unix_socket = server.socket();
-  r.td_id = std::move(td_id);
-  return r;
-}
 
 TEST(RedisTensorClass, RecordsTheClassAndReattachesAsIt) {
   RedisServer server;

@@ -5,6 +5,8 @@
 // several test processes (ctest -j) each get their own.
 #pragma once
 
+#include <tensordict/storage/redis.h>
+
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>
@@ -226,5 +228,13 @@ class RedisServer {
   int port_ = 0;
   pid_t pid_ = -1;
 };
+
+/// Storage options for a store on `server`'s Unix socket.
+inline tensordict::storage::Redis on(const RedisServer& server, std::string td_id = {}) {
+  tensordict::storage::Redis r;
+  r.unix_socket = server.socket();
+  r.td_id = std::move(td_id);
+  return r;
+}
 
 }  // namespace td_test
