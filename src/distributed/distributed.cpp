@@ -681,18 +681,11 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   ch.recv_now(buffer.tensor(), src);
   int64_t h[kHCount];
   read_first(ch, buffer, src, announced, h);
-  switch (h[kHKind]) {
-    case kInitRefused:
-      ch.wait(announced);
-      throw_called(ch, src, peer_call(h));
-    case kSendMismatch:
-      ch.wait(announced);
-      mismatch(ch, layout, src);
-    case kSendOk:
-      break;
-    default:
-      ch.wait(announced);
-      throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
+  if (h[kHKind] != kSendOk) {
+    ch.wait(announced);  // the sender answered it
+    if (h[kHKind] == kInitRefused) throw_called(ch, src, peer_call(h));
+    if (h[kHKind] == kSendMismatch) mismatch(ch, layout, src);
+    throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
   }
   const std::string extra = ch.recv_string(h[kHExtraBytes], src);
   // The data comes in the mode this side asked for.
