@@ -8,7 +8,8 @@
 // preallocated tensors (floor_per_tensor), and one flat buffer packed and
 // unpacked with memcpy (floor), and the same with one 64-byte message from the
 // receiver crossing it (floor_one_message_back: the least a transfer that
-// checks both structures can cost). map: 1M rows on 2 threads against the same
+// checks both structures can cost). tensordict_receiver_checks is Auto with
+// StructureCheck::Receiver (no message back). map: 1M rows on 2 threads against the same
 // chunks computed by a hand loop on 2 std::threads.
 #include <benchmark/benchmark.h>
 #include <tensordict/distributed.h>
@@ -44,7 +45,8 @@ enum Op : int64_t {
   kTdPerLeaf,
   kHandPerTensor,
   kHandFlat,
-  kHandFlatOneBack
+  kHandFlatOneBack,
+  kTdReceiverChecks
 };
 
 c10::intrusive_ptr<c10d::ProcessGroup> g_pg;
@@ -115,6 +117,7 @@ td::TransferOptions options_for(int64_t op) {
   td::TransferOptions o;
   if (op == kTdConsolidated) o.mode = td::TransferMode::Consolidated;
   if (op == kTdPerLeaf) o.mode = td::TransferMode::PerLeaf;
+  if (op == kTdReceiverChecks) o.check = td::StructureCheck::Receiver;
   return o;
 }
 
@@ -197,7 +200,10 @@ constexpr int64_t kMB = 1000 * 1000;
   void BM_send_##size_name##_td_consolidated(benchmark::State& s) {                        \
     run_send(s, kTdConsolidated, bytes);                                                   \
   }                                                                                        \
-  void BM_send_##size_name##_td_per_leaf(benchmark::State& s) { run_send(s, kTdPerLeaf, bytes); }
+  void BM_send_##size_name##_td_per_leaf(benchmark::State& s) { run_send(s, kTdPerLeaf, bytes); } \
+  void BM_send_##size_name##_td_receiver_checks(benchmark::State& s) {                     \
+    run_send(s, kTdReceiverChecks, bytes);                                                 \
+  }
 
 TD_SEND_BENCH(1MB, 1 * kMB)
 TD_SEND_BENCH(4MB, 4 * kMB)
@@ -263,6 +269,7 @@ void register_all() {
       {"BM_send_1MB/tensordict", BM_send_1MB_td},
       {"BM_send_1MB/tensordict_consolidated", BM_send_1MB_td_consolidated},
       {"BM_send_1MB/tensordict_per_leaf", BM_send_1MB_td_per_leaf},
+      {"BM_send_1MB/tensordict_receiver_checks", BM_send_1MB_td_receiver_checks},
       // 4, 8 and 16 MB: where one buffer stops beating one message per leaf.
       {"BM_send_4MB/floor", BM_send_4MB_floor},
       {"BM_send_4MB/floor_per_tensor", BM_send_4MB_per_tensor},
@@ -270,21 +277,25 @@ void register_all() {
       {"BM_send_4MB/tensordict", BM_send_4MB_td},
       {"BM_send_4MB/tensordict_consolidated", BM_send_4MB_td_consolidated},
       {"BM_send_4MB/tensordict_per_leaf", BM_send_4MB_td_per_leaf},
+      {"BM_send_4MB/tensordict_receiver_checks", BM_send_4MB_td_receiver_checks},
       {"BM_send_8MB/floor", BM_send_8MB_floor},
       {"BM_send_8MB/floor_per_tensor", BM_send_8MB_per_tensor},
       {"BM_send_8MB/tensordict", BM_send_8MB_td},
       {"BM_send_8MB/tensordict_consolidated", BM_send_8MB_td_consolidated},
       {"BM_send_8MB/tensordict_per_leaf", BM_send_8MB_td_per_leaf},
+      {"BM_send_8MB/tensordict_receiver_checks", BM_send_8MB_td_receiver_checks},
       {"BM_send_16MB/floor", BM_send_16MB_floor},
       {"BM_send_16MB/floor_per_tensor", BM_send_16MB_per_tensor},
       {"BM_send_16MB/tensordict", BM_send_16MB_td},
       {"BM_send_16MB/tensordict_consolidated", BM_send_16MB_td_consolidated},
       {"BM_send_16MB/tensordict_per_leaf", BM_send_16MB_td_per_leaf},
+      {"BM_send_16MB/tensordict_receiver_checks", BM_send_16MB_td_receiver_checks},
       {"BM_send_100MB/floor", BM_send_100MB_floor},
       {"BM_send_100MB/floor_per_tensor", BM_send_100MB_per_tensor},
       {"BM_send_100MB/tensordict", BM_send_100MB_td},
       {"BM_send_100MB/tensordict_consolidated", BM_send_100MB_td_consolidated},
       {"BM_send_100MB/tensordict_per_leaf", BM_send_100MB_td_per_leaf},
+      {"BM_send_100MB/tensordict_receiver_checks", BM_send_100MB_td_receiver_checks},
       {"BM_map_1M_rows/floor", BM_map_1M_rows_floor},
       {"BM_map_1M_rows/tensordict", BM_map_1M_rows_td},
   };

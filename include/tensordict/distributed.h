@@ -11,6 +11,8 @@
 /// Before any data moves, both sides check that their structures agree (keys,
 /// kinds, dtypes, shapes, batch sizes); on a mismatch both throw StructureError
 /// naming the first differing entry on each side, and the group stays usable.
+/// TransferOptions::check = StructureCheck::Receiver trades the sender's error
+/// for one message fewer: the receiver alone checks and throws.
 /// Failures of the group itself (timeouts, a peer that went away) are
 /// TimeoutError / ConnectionError.
 
@@ -55,6 +57,22 @@ enum class TransferMode : std::uint8_t {
   PerLeaf,
 };
 
+/// Who checks, on a point-to-point transfer, that the two structures agree.
+/// Both ranks must pass the same value: mixed settings time out on both sides.
+enum class StructureCheck : std::uint8_t {
+  /// The receiver announces its structure and the sender waits for it: on a
+  /// mismatch both sides throw StructureError, and nothing moves.
+  BothSides,
+  /// The sender sends at once, its structure in front of the data: one
+  /// message fewer and no wait (Python's send, which checks nothing, sends
+  /// this way). The receiver checks: on a mismatch it takes the sender's
+  /// messages, writes nothing and throws StructureError; the sender is not
+  /// told (its send returns normally). The sender's mode decides; one
+  /// buffer holds at most 4 MiB (plus 64 KiB of structure), larger transfers
+  /// go per leaf. Tags must be below 2^30.
+  Receiver,
+};
+
 struct TransferOptions {
   /// The c10d tag of every message of the transfer; concurrent transfers
   /// between the same two ranks need distinct tags.
@@ -71,6 +89,9 @@ struct TransferOptions {
   /// of the same size (a process-wide pool of at most 256 MiB, see
   /// release_transfer_buffers()); false allocates a fresh one every time.
   bool reuse_buffers = true;
+  /// send / recv / isend / irecv only: who checks the structures (see
+  /// StructureCheck; docs/distributed.md compares the costs).
+  StructureCheck check = StructureCheck::BothSides;
 };
 
 /// Frees the message buffers that consolidated transfers keep for reuse

@@ -41,6 +41,8 @@ constexpr int64_t kInitLayout = 1;
 // its kind, the length of the message after it (non-tensor JSON, or
 // init_remote's structure), the sender's structure and its mode (init_remote:
 // its format). The flat buffer, if any, follows in the same message.
+// Eager transfers (StructureCheck::Receiver) put the sender's structure
+// between the header and the data.
 enum : int {
   kHMagic,
   kHKind,
@@ -49,7 +51,7 @@ enum : int {
   kHFlatBytes,
   kHLeaves,
   kHMode,
-  kHReserved,
+  kHDescBytes,  // an eager header's structure length (see send_eager)
   kHCount = 8
 };
 constexpr int64_t kHeaderBytes = kHCount * 8;
@@ -432,33 +434,51 @@ void check_peer(c10d::ProcessGroup& pg, int peer, const char* op, const char* ro
                      " of " + std::to_string(pg.getSize()) + ")");
 }
 
-std::string entry_text(const json& entry) {
-  return NestedKey(entry[0].get<std::vector<std::string>>()).repr() + ": " +
-         entry[1].get<std::string>();
+// A structure as (key, what) pairs in sorted key order: what two sides
+// compare to name the first difference (the offsets follow from these).
+using EntryList = std::vector<std::pair<NestedKey, std::string>>;
+
+EntryList entries_of(const Layout& layout) {
+  EntryList out;
+  out.reserve(layout.entries.size());
+  for (const EntryDesc& e : layout.entries) out.emplace_back(e.key, e.what);
+  return out;
+}
+
+// From Layout::text() (a description received from a peer).
+EntryList entries_of(const std::string& description) {
+  EntryList out;
+  for (const json& entry : json::parse(description))
+    out.emplace_back(NestedKey(entry[0].get<std::vector<std::string>>()),
+                     entry[1].get<std::string>());
+  return out;
 }
 
 // The StructureError naming the first entry where `here` and `there` differ.
-[[noreturn]] void throw_mismatch(const std::string& what, const std::string& here,
-                                 const std::string& there_name, const std::string& there) {
-  const json a = json::parse(here);
-  const json b = json::parse(there);
+[[noreturn]] void throw_mismatch(const std::string& what, const EntryList& a,
+                                 const std::string& there_name, const EntryList& b) {
   std::size_t i = 0;
   while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-  std::string mine = i < a.size() ? entry_text(a[i]) : std::string("nothing more");
-  std::string theirs = i < b.size() ? entry_text(b[i]) : std::string("nothing more");
+  auto text = [](const std::pair<NestedKey, std::string>& e) {
+    return e.first.repr() + ": " + e.second;
+  };
+  std::string mine = i < a.size() ? text(a[i]) : std::string("nothing more");
+  std::string theirs = i < b.size() ? text(b[i]) : std::string("nothing more");
   NestedKey key;
-  if (i < a.size() && i < b.size()) {
-    NestedKey ka(a[i][0].get<std::vector<std::string>>());
-    NestedKey kb(b[i][0].get<std::vector<std::string>>());
-    key = ka.join() <= kb.join() ? ka : kb;
-  } else if (i < a.size()) {
-    key = NestedKey(a[i][0].get<std::vector<std::string>>());
-  } else if (i < b.size()) {
-    key = NestedKey(b[i][0].get<std::vector<std::string>>());
-  }
+  if (i < a.size() && i < b.size())
+    key = a[i].first.join() <= b[i].first.join() ? a[i].first : b[i].first;
+  else if (i < a.size())
+    key = a[i].first;
+  else if (i < b.size())
+    key = b[i].first;
   throw StructureError(what + ": the tensordicts differ; first differing entry: here " + mine +
                            ", on " + there_name + " " + theirs,
                        std::move(key));
+}
+
+[[noreturn]] void throw_mismatch(const std::string& what, const std::string& here,
+                                 const std::string& there_name, const std::string& there) {
+  throw_mismatch(what, entries_of(here), there_name, entries_of(there));
 }
 
 // ---- point to point ------------------------------------------------------------
@@ -514,6 +534,7 @@ struct Header {
   int64_t extra_bytes = 0;
   int64_t hash = 0, flat_bytes = 0, leaves = 0;  // the sender's structure
   int64_t mode = 0;
+  int64_t desc_bytes = 0;
 
   Header(int64_t kind_, int64_t extra_bytes_ = 0) : kind(kind_), extra_bytes(extra_bytes_) {}
   Header(int64_t kind_, int64_t extra_bytes_, const Layout& layout, int64_t mode_)
@@ -525,7 +546,8 @@ struct Header {
         mode(mode_) {}
 
   void write(uint8_t* at) const {
-    const int64_t h[kHCount] = {kMagic, kind, extra_bytes, hash, flat_bytes, leaves, mode, 0};
+    const int64_t h[kHCount] = {kMagic, kind,  extra_bytes, hash, flat_bytes,
+                                leaves, mode, desc_bytes};
     std::memcpy(at, h, kHeaderBytes);
   }
   at::Tensor message() const {
@@ -572,9 +594,18 @@ void read_first(Channel& ch, const MessageBuffer& message, int peer,
   throw_mismatch(ch.what(), mine, "rank " + std::to_string(peer), theirs);
 }
 
+void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst);
+void recv_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int src);
+TransferOptions eager_options(const TransferOptions& options, const char* op);
+
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                const TransferOptions& options) {
   check_peer(pg, dst, "send", "destination");
+  if (options.check == StructureCheck::Receiver) {
+    Channel ch(pg, eager_options(options, "send"), "send to rank " + std::to_string(dst));
+    send_eager(ch, td, describe(td), dst);
+    return;
+  }
   Channel ch(pg, options, "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
   // The expectation's receive is posted first and, when this side would send
@@ -662,6 +693,11 @@ void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, 
 void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
                const TransferOptions& options) {
   check_peer(pg, src, "recv", "source");
+  if (options.check == StructureCheck::Receiver) {
+    Channel ch(pg, eager_options(options, "recv"), "recv from rank " + std::to_string(src));
+    recv_eager(ch, td, describe(td), src);
+    return;
+  }
   Channel ch(pg, options, "recv from rank " + std::to_string(src));
   const Layout layout = describe(td);
   const TransferMode mode = choose_mode(layout, options);
@@ -701,6 +737,175 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   }
   apply_non_tensors(td, extra);
   ch.wait(announced);
+}
+
+// ---- eager transfers: the receiver alone checks ---------------------------------
+// StructureCheck::Receiver: the sender does not wait for an expectation, so a
+// transfer is one message (plus the non-tensor JSON, and the leaves when per
+// leaf). Its first message carries the sender's structure:
+//   header (kind kSendEager, kHDescBytes) | entries | padding to 16 |
+//     one buffer: the flat data / per leaf: each leaf's size (int64)
+// The receiver posts kEagerFirstMessageBytes for it, which every eager first
+// message fits (a larger transfer goes per leaf), checks the structure, and
+// on a mismatch takes the sender's remaining messages before it throws, so
+// the group stays in step. Eager messages use a tag slot of their own (tag |
+// kEagerTagBit): a rank that checks on both sides never receives one (Gloo
+// aborts the process on a message larger than the receive); mixed settings
+// time out on both sides instead.
+constexpr int64_t kSendEager = 6;
+constexpr int kEagerTagBit = 1 << 30;
+constexpr int64_t kEagerFirstMessageBytes = (int64_t{4} << 20) + (int64_t{64} << 10);
+
+int64_t padded(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+TransferOptions eager_options(const TransferOptions& options, const char* op) {
+  if (options.tag < 0 || options.tag >= kEagerTagBit)
+    throw ValueError(std::string(op) + ": StructureCheck::Receiver needs a tag in [0, 2^30), not " +
+                     std::to_string(options.tag));
+  TransferOptions eager = options;
+  eager.tag = options.tag | kEagerTagBit;
+  return eager;
+}
+
+// The entries as the receiver compares them: per entry the number of key
+// parts, each part, then `what`; every string after its uint32 length.
+std::string encode_entries(const Layout& layout) {
+  std::string out;
+  auto put32 = [&](std::size_t v) {
+    const auto v32 = static_cast<uint32_t>(v);
+    out.append(reinterpret_cast<const char*>(&v32), 4);
+  };
+  for (const EntryDesc& e : layout.entries) {
+    put32(e.key.size());
+    for (const auto& part : e.key) {
+      put32(part.size());
+      out += part;
+    }
+    put32(e.what.size());
+    out += e.what;
+  }
+  return out;
+}
+
+EntryList decode_entries(const Channel& ch, const uint8_t* p, int64_t n) {
+  EntryList out;
+  int64_t at = 0;
+  auto truncated = [&] {
+    return FormatError(ch.what() + ": the sender's structure is truncated at byte " +
+                       std::to_string(at) + " of " + std::to_string(n));
+  };
+  auto get32 = [&] {
+    if (n - at < 4) throw truncated();
+    uint32_t v = 0;
+    std::memcpy(&v, p + at, 4);
+    at += 4;
+    return v;
+  };
+  auto get = [&] {
+    const uint32_t len = get32();
+    if (n - at < static_cast<int64_t>(len)) throw truncated();
+    std::string s(reinterpret_cast<const char*>(p + at), len);
+    at += len;
+    return s;
+  };
+  while (at < n) {
+    const uint32_t parts = get32();
+    std::vector<std::string> key;
+    for (uint32_t i = 0; i < parts; ++i) key.push_back(get());  // each takes >= 4 bytes
+    std::string what = get();
+    out.emplace_back(NestedKey(std::move(key)), std::move(what));
+  }
+  return out;
+}
+
+void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst) {
+  const TransferOptions& options = ch.options();
+  const std::string entries = encode_entries(layout);
+  const auto desc_bytes = static_cast<int64_t>(entries.size());
+  const int64_t data_at = kHeaderBytes + padded(desc_bytes);
+  const auto leaves = static_cast<int64_t>(layout.leaves.size());
+  const bool flat = choose_mode(layout, options) == TransferMode::Consolidated &&
+                    data_at + layout.flat_bytes <= kEagerFirstMessageBytes;
+  const int64_t first_bytes = data_at + (flat ? layout.flat_bytes : 8 * leaves);
+  if (first_bytes > kEagerFirstMessageBytes)
+    throw ValueError(ch.what() + ": a structure of " + std::to_string(layout.entries.size()) +
+                     " entries takes " + std::to_string(first_bytes) + " bytes, more than the " +
+                     std::to_string(kEagerFirstMessageBytes) +
+                     " of StructureCheck::Receiver's first message; use StructureCheck::BothSides");
+  const std::string extra = non_tensor_payload(td, layout);
+  MessageBuffer message(first_bytes, options.reuse_buffers);
+  Header header(kSendEager, static_cast<int64_t>(extra.size()), layout,
+                static_cast<int64_t>(flat ? TransferMode::Consolidated : TransferMode::PerLeaf));
+  header.desc_bytes = desc_bytes;
+  header.write(message.data());
+  std::memcpy(message.data() + kHeaderBytes, entries.data(), entries.size());
+  if (flat) {
+    pack_into(layout, message.data() + data_at);
+  } else {
+    for (int64_t i = 0; i < leaves; ++i)
+      std::memcpy(message.data() + data_at + 8 * i, &layout.leaves[i].nbytes, 8);
+  }
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.push_back(ch.send(message.tensor(), dst));
+  at::Tensor extra_t = bytes_tensor(extra);
+  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
+  std::vector<at::Tensor> keep;  // contiguous copies must outlive their sends
+  if (!flat) {
+    for (const Leaf& leaf : layout.leaves) {
+      if (leaf.nbytes == 0) continue;
+      keep.push_back(contiguous_cpu(leaf.tensor));
+      works.push_back(ch.send(bytes_of(keep.back()), dst));
+    }
+  }
+  ch.wait_all(works);
+  message.done();
+}
+
+void recv_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int src) {
+  MessageBuffer message(kEagerFirstMessageBytes, ch.options().reuse_buffers);
+  ch.recv_now(message.tensor(), src);
+  int64_t h[kHCount];
+  std::memcpy(h, message.data(), kHeaderBytes);
+  if (h[kHMagic] != kMagic) throw_bad_magic(ch);
+  if (h[kHKind] != kSendEager)
+    throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
+  const int64_t desc_bytes = h[kHDescBytes], leaves = h[kHLeaves], flat_bytes = h[kHFlatBytes];
+  const bool flat = h[kHMode] == static_cast<int64_t>(TransferMode::Consolidated);
+  const int64_t limit = kEagerFirstMessageBytes;
+  if (desc_bytes < 0 || desc_bytes > limit || leaves < 0 || leaves > limit / 8 || flat_bytes < 0 ||
+      (flat && flat_bytes > limit) || h[kHExtraBytes] < 0 ||
+      kHeaderBytes + padded(desc_bytes) + (flat ? flat_bytes : 8 * leaves) > limit)
+    throw FormatError(ch.what() + ": the sender's header does not fit its message (" +
+                      std::to_string(desc_bytes) + " bytes of structure, " +
+                      std::to_string(leaves) + " leaves, " + std::to_string(flat_bytes) +
+                      " bytes of data)");
+  const uint8_t* data = message.data() + kHeaderBytes + padded(desc_bytes);
+  const std::string extra = ch.recv_string(h[kHExtraBytes], src);
+  if (!same_structure(layout, h[kHHash], flat_bytes, leaves)) {
+    // Take the sender's leaves (it does not wait to be told), then throw.
+    if (!flat) {
+      for (int64_t i = 0; i < leaves; ++i) {
+        int64_t nbytes = 0;
+        std::memcpy(&nbytes, data + 8 * i, 8);
+        if (nbytes < 0 || nbytes > (int64_t{1} << 40))
+          throw FormatError(ch.what() + ": the sender's leaf " + std::to_string(i) + " has " +
+                            std::to_string(nbytes) + " bytes");
+        if (nbytes > 0) ch.recv_now(at::empty({nbytes}, at::kByte), src);
+      }
+    }
+    const EntryList theirs = decode_entries(ch, message.data() + kHeaderBytes, desc_bytes);
+    message.done();
+    throw_mismatch(ch.what(), entries_of(layout), "rank " + std::to_string(src), theirs);
+  }
+  // The sender's mode decides: the same structure, so the same sizes.
+  if (flat) {
+    unpack(layout, message.data() + kHeaderBytes + padded(desc_bytes), td);
+    message.done();
+  } else {
+    message.done();
+    recv_per_leaf(ch, layout, td, src);
+  }
+  apply_non_tensors(td, extra);
 }
 
 // ---- collectives -------------------------------------------------------------

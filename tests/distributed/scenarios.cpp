@@ -633,3 +633,116 @@ TD_SCENARIO(gather_and_stack_onto_dst) {
     td::gather_and_stack(make_td(150 + ctx.rank), *ctx.pg, 1);
   }
 }
+
+TD_SCENARIO(receiver_checks) {
+  // StructureCheck::Receiver: the sender sends at once. Every dtype, nested,
+  // non-tensors, one buffer and per leaf (forced, and above the 4 MiB of one
+  // eager message), isend/irecv; then mismatches: the receiver names the
+  // first difference, writes nothing, takes the sender's messages (which
+  // returns normally), and the group stays in step for both kinds of check.
+  td::TransferOptions eager;
+  eager.check = td::StructureCheck::Receiver;
+  td::TransferOptions eager_per_leaf = eager;
+  eager_per_leaf.mode = td::TransferMode::PerLeaf;
+  td::TransferOptions eager_flat = eager;
+  eager_flat.mode = td::TransferMode::Consolidated;
+  const int64_t big_rows = 3 << 18;  // 6 MiB of float: per leaf even when Consolidated
+  auto big = [&](int seed) {
+    td::TensorDict t({{"x", values({big_rows, 2}, at::kFloat, seed)},
+                      {"y", values({big_rows}, at::kLong, seed)}},
+                     {big_rows});
+    t.set_non_tensor("name", json("big " + std::to_string(seed)));
+    return t;
+  };
+  auto renamed = [](int seed) {
+    td::TensorDict t({{"a", values({3}, at::kFloat, seed)}, {"c", values({3}, at::kFloat, seed)}},
+                     {3});
+    t.set_non_tensor("name", json("renamed"));
+    return t;
+  };
+  if (ctx.rank == 0) {
+    td::send(make_td(200), *ctx.pg, 1, eager);
+    td::send(make_td(201), *ctx.pg, 1, eager_per_leaf);
+    td::send(big(202), *ctx.pg, 1, eager_flat);
+    td::isend(make_td(203), *ctx.pg, 1, eager).wait();
+    td::TensorDict empty(std::vector<int64_t>{2});
+    td::send(empty, *ctx.pg, 1, eager);
+    // Mismatches: the sender is not told.
+    td::send(make_td(204), *ctx.pg, 1, eager);
+    td::send(big(205), *ctx.pg, 1, eager);
+    td::send(renamed(206), *ctx.pg, 1, eager_per_leaf);
+    // In step: an eager and a checked transfer follow.
+    td::send(make_td(207), *ctx.pg, 1, eager);
+    td::send(make_td(208), *ctx.pg, 1);
+    TD_EXPECT_THROW(td::send(make_td(0), *ctx.pg, 1, [] {
+                      td::TransferOptions o;
+                      o.check = td::StructureCheck::Receiver;
+                      o.tag = 1 << 30;
+                      return o;
+                    }()),
+                    td::ValueError);
+  } else {
+    td::TensorDict t = make_td(0);
+    const at::Tensor leaf = t.get({"nested", "leaf0"});
+    td::recv(t, *ctx.pg, 0, eager);
+    expect_equal(t, make_td(200));
+    TD_CHECK(t.get({"nested", "leaf0"}).data_ptr() == leaf.data_ptr());
+    td::recv(t, *ctx.pg, 0, eager);  // the sender's mode decides
+    expect_equal(t, make_td(201));
+    td::TensorDict b = big(0);
+    td::recv(b, *ctx.pg, 0, eager);
+    expect_equal(b, big(202));
+    td::irecv(t, *ctx.pg, 0, eager).wait();
+    expect_equal(t, make_td(203));
+    td::TensorDict empty(std::vector<int64_t>{2});
+    td::recv(empty, *ctx.pg, 0, eager);
+    TD_CHECK(empty.keys().empty());
+
+    // make_td against renamed: the first differing entry is named.
+    td::TensorDict r = renamed(0);
+    std::string what = TD_EXPECT_THROW(td::recv(r, *ctx.pg, 0, eager), td::StructureError);
+    TD_CHECK(what.find("recv from rank 0: the tensordicts differ; first differing entry: here") !=
+             std::string::npos);
+    TD_CHECK(what.find("on rank 0") != std::string::npos);
+    expect_equal(r, renamed(0));  // nothing written, non-tensors included
+    // Big (per leaf, with non-tensor JSON) against small: its leaves are taken.
+    std::string big_what = TD_EXPECT_THROW(td::recv(r, *ctx.pg, 0, eager), td::StructureError);
+    TD_CHECK(big_what.find("root batch [3], on rank 0") != std::string::npos);
+    TD_CHECK(big_what.find("root batch [786432]") != std::string::npos);
+    // 'c' against 'x' at the same position, per leaf.
+    td::TensorDict other({{"a", at::zeros({3})}, {"x", at::zeros({3})}}, {3});
+    try {
+      td::recv(other, *ctx.pg, 0, eager);
+      throw std::runtime_error("recv did not throw");
+    } catch (const td::StructureError& e) {
+      TD_CHECK(e.key() == td::NestedKey("c"));
+      TD_CHECK(std::string(e.what()).find("here 'x': Tensor(dtype=torch.float32, shape=[3]), on "
+                                          "rank 0 'c': Tensor(dtype=torch.float32, shape=[3])") !=
+               std::string::npos);
+    }
+    TD_CHECK(other.get("x").equal(at::zeros({3})));
+    td::recv(t, *ctx.pg, 0, eager);
+    expect_equal(t, make_td(207));
+    td::recv(t, *ctx.pg, 0);
+    expect_equal(t, make_td(208));
+  }
+}
+
+TD_SCENARIO(receiver_checks_against_both_sides) {
+  // One rank checks on both sides, the other leaves it to the receiver: no
+  // message lands in the other protocol's receive (Gloo would abort the
+  // process), both time out. Gloo closes the pair after a timeout, so this
+  // is the scenario's last transfer.
+  td::TransferOptions eager;
+  eager.check = td::StructureCheck::Receiver;
+  eager.timeout = std::chrono::milliseconds(1500);
+  td::TransferOptions checked;
+  checked.timeout = std::chrono::milliseconds(1500);
+  td::TensorDict t = make_td(0);
+  if (ctx.rank == 0)
+    TD_EXPECT_THROW(td::send(make_td(1), *ctx.pg, 1, eager), td::TimeoutError);
+  else
+    TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, checked), td::TimeoutError);
+  expect_equal(t, make_td(0));
+  ctx.skip_final_barrier = true;
+}
