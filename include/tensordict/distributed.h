@@ -120,7 +120,8 @@ class Work {
 /// Sends the tensor leaves and non-tensor values of `td` to rank `dst`, which
 /// must call recv() into a tensordict of the same structure. The receiver
 /// speaks first (it announces the structure it expects), so a send() waits
-/// for its recv(); it returns once the data is handed to the group. Lazy
+/// for its recv() (not with StructureCheck::Receiver); it returns once the
+/// data is handed to the group. Lazy
 /// stacks are sent densified (each stacked leaf as one tensor).
 void send(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
           const TransferOptions& options = {});
