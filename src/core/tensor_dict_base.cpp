@@ -340,6 +340,23 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
 
 }  // namespace
 
+namespace {
+// Stable sort by the '.'-joined key, each key joined once (not once per
+// comparison: sorted keys are on the path of every distributed transfer).
+template <class T, class KeyOf>
+void sort_by_joined_key(std::vector<T>& items, KeyOf key_of) {
+  std::vector<std::pair<std::string, std::size_t>> order;
+  order.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) order.emplace_back(key_of(items[i]).join("."), i);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<T> sorted;
+  sorted.reserve(items.size());
+  for (const auto& [joined, i] : order) sorted.push_back(std::move(items[i]));
+  items = std::move(sorted);
+}
+}  // namespace
+
 void TensorDictBase::for_each(const std::function<void(const NestedKey&, const Value&)>& fn,
                               const KeysOptions& options) const {
   if (!options.sort) {
@@ -357,9 +374,8 @@ std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(const KeysOptions
   unsorted.sort = false;
   visit(node(), NestedKey(), unsorted,
         [&](const NestedKey& k, const Value& v) { out.emplace_back(k, v); });
-  if (options.sort)
-    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-      return a.first.join(".") < b.first.join(".");
+  if (options.sort) sort_by_joined_key(out, [](const auto& item) -> const NestedKey& {
+      return item.first;
     });
   return out;
 }
@@ -381,9 +397,7 @@ std::vector<NestedKey> TensorDictBase::keys(const KeysOptions& options) const {
   visit(
       node(), NestedKey(), unsorted, [&](const NestedKey& k, const Value&) { out.push_back(k); },
       /*need_values=*/false);
-  if (options.sort)
-    std::stable_sort(out.begin(), out.end(),
-                     [](const auto& a, const auto& b) { return a.join(".") < b.join("."); });
+  if (options.sort) sort_by_joined_key(out, [](const NestedKey& k) -> const NestedKey& { return k; });
   return out;
 }
 

@@ -595,7 +595,7 @@ void read_first(Channel& ch, const MessageBuffer& message, int peer,
 }
 
 void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst);
-void recv_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int src);
+void recv_eager(Channel& ch, const TensorDictBase& td, int src);
 TransferOptions eager_options(const TransferOptions& options, const char* op);
 
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
@@ -695,7 +695,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   check_peer(pg, src, "recv", "source");
   if (options.check == StructureCheck::Receiver) {
     Channel ch(pg, eager_options(options, "recv"), "recv from rank " + std::to_string(src));
-    recv_eager(ch, td, describe(td), src);
+    recv_eager(ch, td, src);
     return;
   }
   Channel ch(pg, options, "recv from rank " + std::to_string(src));
@@ -861,9 +861,21 @@ void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int
   message.done();
 }
 
-void recv_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int src) {
+void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
+  // The receive is posted first and the structure described meanwhile: the
+  // sender can start sending as soon as it is posted.
+  if (!td.defined()) throw ValueError("distributed transfer of a null tensordict handle");
   MessageBuffer message(kEagerFirstMessageBytes, ch.options().reuse_buffers);
-  ch.recv_now(message.tensor(), src);
+  auto received = ch.recv(message.tensor(), src);
+  std::optional<Layout> described;
+  try {
+    described.emplace(describe(td));
+  } catch (...) {
+    ch.wait(received);  // a receive left posted would take a later message
+    throw;
+  }
+  const Layout& layout = *described;
+  ch.wait(received);
   int64_t h[kHCount];
   std::memcpy(h, message.data(), kHeaderBytes);
   if (h[kHMagic] != kMagic) throw_bad_magic(ch);

@@ -746,3 +746,27 @@ TD_SCENARIO(receiver_checks_against_both_sides) {
   expect_equal(t, make_td(0));
   ctx.skip_final_barrier = true;
 }
+
+TD_SCENARIO(auto_threshold_is_4_mib) {
+  // Auto sends one buffer up to TransferOptions::flat_max_bytes (4 MiB by
+  // default) and one message per leaf above: seen in the buffer pool, which
+  // keeps the one-buffer message (64-byte header + data) on both sides and
+  // nothing for a per-leaf transfer.
+  TD_CHECK(td::TransferOptions{}.flat_max_bytes == int64_t{4} << 20);
+  auto data = [](int64_t floats, int seed) {
+    return td::TensorDict({{"x", values({floats}, at::kFloat, seed)}}, {});
+  };
+  const int64_t at_limit = (int64_t{4} << 20) / 4;  // 4 MiB of float32
+  for (int64_t floats : {at_limit, at_limit + 4}) {
+    td::release_transfer_buffers();
+    const bool flat = floats == at_limit;
+    if (ctx.rank == 0) {
+      td::send(data(floats, 1), *ctx.pg, 1);
+    } else {
+      td::TensorDict t = data(floats, 0);
+      td::recv(t, *ctx.pg, 0);
+      expect_equal(t, data(floats, 1));
+    }
+    TD_CHECK(td::transfer_buffer_bytes() == (flat ? 64 + floats * 4 : 0));
+  }
+}
