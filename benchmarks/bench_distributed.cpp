@@ -188,21 +188,21 @@ void run_send(benchmark::State& state, Op op, int64_t bytes) {
 
 constexpr int64_t kMB = 1000 * 1000;
 
-#define TD_SEND_BENCH(size_name, bytes)                                                    \
-  void BM_send_##size_name##_floor(benchmark::State& s) { run_send(s, kHandFlat, bytes); } \
-  void BM_send_##size_name##_per_tensor(benchmark::State& s) {                             \
-    run_send(s, kHandPerTensor, bytes);                                                    \
-  }                                                                                        \
-  void BM_send_##size_name##_one_back(benchmark::State& s) {                               \
-    run_send(s, kHandFlatOneBack, bytes);                                                  \
-  }                                                                                        \
-  void BM_send_##size_name##_td(benchmark::State& s) { run_send(s, kTdAuto, bytes); }      \
-  void BM_send_##size_name##_td_consolidated(benchmark::State& s) {                        \
-    run_send(s, kTdConsolidated, bytes);                                                   \
-  }                                                                                        \
+#define TD_SEND_BENCH(size_name, bytes)                                                           \
+  void BM_send_##size_name##_floor(benchmark::State& s) { run_send(s, kHandFlat, bytes); }        \
+  void BM_send_##size_name##_per_tensor(benchmark::State& s) {                                    \
+    run_send(s, kHandPerTensor, bytes);                                                           \
+  }                                                                                               \
+  void BM_send_##size_name##_one_back(benchmark::State& s) {                                      \
+    run_send(s, kHandFlatOneBack, bytes);                                                         \
+  }                                                                                               \
+  void BM_send_##size_name##_td(benchmark::State& s) { run_send(s, kTdAuto, bytes); }             \
+  void BM_send_##size_name##_td_consolidated(benchmark::State& s) {                               \
+    run_send(s, kTdConsolidated, bytes);                                                          \
+  }                                                                                               \
   void BM_send_##size_name##_td_per_leaf(benchmark::State& s) { run_send(s, kTdPerLeaf, bytes); } \
-  void BM_send_##size_name##_td_receiver_checks(benchmark::State& s) {                     \
-    run_send(s, kTdReceiverChecks, bytes);                                                 \
+  void BM_send_##size_name##_td_receiver_checks(benchmark::State& s) {                            \
+    run_send(s, kTdReceiverChecks, bytes);                                                        \
   }
 
 TD_SEND_BENCH(1MB, 1 * kMB)

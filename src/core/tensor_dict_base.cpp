@@ -374,9 +374,8 @@ std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(const KeysOptions
   unsorted.sort = false;
   visit(node(), NestedKey(), unsorted,
         [&](const NestedKey& k, const Value& v) { out.emplace_back(k, v); });
-  if (options.sort) sort_by_joined_key(out, [](const auto& item) -> const NestedKey& {
-      return item.first;
-    });
+  if (options.sort)
+    sort_by_joined_key(out, [](const auto& item) -> const NestedKey& { return item.first; });
   return out;
 }
 
@@ -397,7 +396,8 @@ std::vector<NestedKey> TensorDictBase::keys(const KeysOptions& options) const {
   visit(
       node(), NestedKey(), unsorted, [&](const NestedKey& k, const Value&) { out.push_back(k); },
       /*need_values=*/false);
-  if (options.sort) sort_by_joined_key(out, [](const NestedKey& k) -> const NestedKey& { return k; });
+  if (options.sort)
+    sort_by_joined_key(out, [](const NestedKey& k) -> const NestedKey& { return k; });
   return out;
 }
 

@@ -546,8 +546,8 @@ struct Header {
         mode(mode_) {}
 
   void write(uint8_t* at) const {
-    const int64_t h[kHCount] = {kMagic, kind,  extra_bytes, hash, flat_bytes,
-                                leaves, mode, desc_bytes};
+    const int64_t h[kHCount] = {kMagic,     kind,   extra_bytes, hash,
+                                flat_bytes, leaves, mode,        desc_bytes};
     std::memcpy(at, h, kHeaderBytes);
   }
   at::Tensor message() const {

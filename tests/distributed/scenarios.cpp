@@ -674,12 +674,13 @@ TD_SCENARIO(receiver_checks) {
     // In step: an eager and a checked transfer follow.
     td::send(make_td(207), *ctx.pg, 1, eager);
     td::send(make_td(208), *ctx.pg, 1);
-    TD_EXPECT_THROW(td::send(make_td(0), *ctx.pg, 1, [] {
-                      td::TransferOptions o;
-                      o.check = td::StructureCheck::Receiver;
-                      o.tag = 1 << 30;
-                      return o;
-                    }()),
+    TD_EXPECT_THROW(td::send(make_td(0), *ctx.pg, 1,
+                             [] {
+                               td::TransferOptions o;
+                               o.check = td::StructureCheck::Receiver;
+                               o.tag = 1 << 30;
+                               return o;
+                             }()),
                     td::ValueError);
   } else {
     td::TensorDict t = make_td(0);
