@@ -598,6 +598,23 @@ void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int
 void recv_eager(Channel& ch, const TensorDictBase& td, int src);
 TransferOptions eager_options(const TransferOptions& options, const char* op);
 
+// The messages of a send after its first (posted in `works`): the non-tensor
+// JSON, then, per leaf, one message per non-empty leaf; waits for all.
+void send_rest_and_wait(Channel& ch, const Layout& layout, const std::string& extra, bool per_leaf,
+                        int dst, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  at::Tensor extra_t = bytes_tensor(extra);
+  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
+  std::vector<at::Tensor> keep;  // contiguous copies must outlive their sends
+  if (per_leaf) {
+    for (const Leaf& leaf : layout.leaves) {
+      if (leaf.nbytes == 0) continue;
+      keep.push_back(contiguous_cpu(leaf.tensor));
+      works.push_back(ch.send(bytes_of(keep.back()), dst));
+    }
+  }
+  ch.wait_all(works);
+}
+
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                const TransferOptions& options) {
   check_peer(pg, dst, "send", "destination");
@@ -652,17 +669,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     if (packed) packed->done();  // never sent: back to the pool
     works.push_back(ch.send(Header(kSendOk, extra_bytes, layout, e[kEMode]).message(), dst));
   }
-  at::Tensor extra_t = bytes_tensor(extra);
-  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
-  std::vector<at::Tensor> keep;  // contiguous copies must outlive their sends
-  if (!flat) {
-    for (const Leaf& leaf : layout.leaves) {
-      if (leaf.nbytes == 0) continue;
-      keep.push_back(contiguous_cpu(leaf.tensor));
-      works.push_back(ch.send(bytes_of(keep.back()), dst));
-    }
-  }
-  ch.wait_all(works);
+  send_rest_and_wait(ch, layout, extra, !flat, dst, works);
   if (message) message->done();
 }
 
@@ -847,17 +854,7 @@ void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int
   }
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.push_back(ch.send(message.tensor(), dst));
-  at::Tensor extra_t = bytes_tensor(extra);
-  if (!extra.empty()) works.push_back(ch.send(extra_t, dst));
-  std::vector<at::Tensor> keep;  // contiguous copies must outlive their sends
-  if (!flat) {
-    for (const Leaf& leaf : layout.leaves) {
-      if (leaf.nbytes == 0) continue;
-      keep.push_back(contiguous_cpu(leaf.tensor));
-      works.push_back(ch.send(bytes_of(keep.back()), dst));
-    }
-  }
-  ch.wait_all(works);
+  send_rest_and_wait(ch, layout, extra, !flat, dst, works);
   message.done();
 }
 
