@@ -58,7 +58,8 @@ enum class TransferMode : std::uint8_t {
 };
 
 /// Who checks, on a point-to-point transfer, that the two structures agree.
-/// Both ranks must pass the same value: mixed settings time out on both sides.
+/// Both ranks must pass the same value: mixed settings fail on both sides
+/// (TimeoutError, or ConnectionError once the other side timed out).
 enum class StructureCheck : std::uint8_t {
   /// The receiver announces its structure and the sender waits for it: on a
   /// mismatch both sides throw StructureError, and nothing moves.

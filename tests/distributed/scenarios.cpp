@@ -732,20 +732,27 @@ TD_SCENARIO(receiver_checks) {
 TD_SCENARIO(receiver_checks_against_both_sides) {
   // One rank checks on both sides, the other leaves it to the receiver: no
   // message lands in the other protocol's receive (Gloo would abort the
-  // process), both time out. Gloo closes the pair after a timeout, so this
-  // is the scenario's last transfer.
+  // process), both fail with a tensordict error. The first rank to time out
+  // closes the pair (Gloo does), so the other gets TimeoutError or, when it
+  // is later, ConnectionError; the ranks then meet in the store, since the
+  // group is unusable.
   td::TransferOptions eager;
   eager.check = td::StructureCheck::Receiver;
   eager.timeout = std::chrono::milliseconds(1500);
   td::TransferOptions checked;
   checked.timeout = std::chrono::milliseconds(1500);
   td::TensorDict t = make_td(0);
-  if (ctx.rank == 0)
-    TD_EXPECT_THROW(td::send(make_td(1), *ctx.pg, 1, eager), td::TimeoutError);
-  else
-    TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, checked), td::TimeoutError);
-  expect_equal(t, make_td(0));
   ctx.skip_final_barrier = true;
+  if (ctx.rank == 0) {
+    std::string what = TD_EXPECT_THROW(td::send(make_td(1), *ctx.pg, 1, eager), td::StorageError);
+    TD_CHECK(what.find("send to rank 1") != std::string::npos);
+  } else {
+    std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, checked), td::StorageError);
+    TD_CHECK(what.find("recv from rank 0") != std::string::npos);
+  }
+  expect_equal(t, make_td(0));
+  ctx.store->set("failed" + std::to_string(ctx.rank), std::vector<uint8_t>{1});
+  ctx.store->wait({"failed0", "failed1"});
 }
 
 TD_SCENARIO(auto_threshold_is_4_mib) {
