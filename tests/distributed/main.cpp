@@ -163,6 +163,7 @@ TD_DIST_TEST(reduce_to_one_rank, 3)
 TD_DIST_TEST(gather_and_stack_onto_dst, 3)
 TD_DIST_TEST(receiver_checks, 2)
 TD_DIST_TEST(receiver_checks_against_both_sides, 2)
+TD_DIST_TEST(both_sides_against_receiver_checks, 2)
 TD_DIST_TEST(auto_threshold_is_4_mib, 2)
 
 int main(int argc, char** argv) {

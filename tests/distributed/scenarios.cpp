@@ -755,6 +755,29 @@ TD_SCENARIO(receiver_checks_against_both_sides) {
   ctx.store->wait({"failed0", "failed1"});
 }
 
+TD_SCENARIO(both_sides_against_receiver_checks) {
+  // The other way round: the sender checks on both sides and waits for an
+  // expectation, the receiver leaves the check to itself and waits for the
+  // sender's first message on its own tag slot. Both fail, nothing written.
+  td::TransferOptions eager;
+  eager.check = td::StructureCheck::Receiver;
+  eager.timeout = std::chrono::milliseconds(1500);
+  td::TransferOptions checked;
+  checked.timeout = std::chrono::milliseconds(1500);
+  td::TensorDict t = make_td(0);
+  ctx.skip_final_barrier = true;
+  if (ctx.rank == 0) {
+    std::string what = TD_EXPECT_THROW(td::send(make_td(1), *ctx.pg, 1, checked), td::StorageError);
+    TD_CHECK(what.find("send to rank 1") != std::string::npos);
+  } else {
+    std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, eager), td::StorageError);
+    TD_CHECK(what.find("recv from rank 0") != std::string::npos);
+  }
+  expect_equal(t, make_td(0));
+  ctx.store->set("failed" + std::to_string(ctx.rank), std::vector<uint8_t>{1});
+  ctx.store->wait({"failed0", "failed1"});
+}
+
 TD_SCENARIO(auto_threshold_is_4_mib) {
   // Auto sends one buffer up to TransferOptions::flat_max_bytes (4 MiB by
   // default) and one message per leaf above: seen in the buffer pool, which
