@@ -338,11 +338,8 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
   }
 }
 
-}  // namespace
-
-namespace {
-// Stable sort by the '.'-joined key, each key joined once (not once per
-// comparison: sorted keys are on the path of every distributed transfer).
+// Stable sort by the '.'-joined key, each key joined once rather than twice
+// per comparison.
 template <class T, class KeyOf>
 void sort_by_joined_key(std::vector<T>& items, KeyOf key_of) {
   std::vector<std::pair<std::string, std::size_t>> order;

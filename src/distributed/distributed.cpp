@@ -758,7 +758,8 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
 // the group stays in step. Eager messages use a tag slot of their own (tag |
 // kEagerTagBit): a rank that checks on both sides never receives one (Gloo
 // aborts the process on a message larger than the receive); mixed settings
-// time out on both sides instead.
+// fail on both sides instead (a timeout, or the connection the other side
+// closed on its timeout).
 constexpr int64_t kSendEager = 6;
 constexpr int kEagerTagBit = 1 << 30;
 constexpr int64_t kEagerFirstMessageBytes = (int64_t{4} << 20) + (int64_t{64} << 10);
@@ -888,7 +889,7 @@ void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
                       std::to_string(desc_bytes) + " bytes of structure, " +
                       std::to_string(leaves) + " leaves, " + std::to_string(flat_bytes) +
                       " bytes of data)");
-  const uint8_t* data = message.data() + kHeaderBytes + padded(desc_bytes);
+  uint8_t* data = message.data() + kHeaderBytes + padded(desc_bytes);  // after the structure
   const std::string extra = ch.recv_string(h[kHExtraBytes], src);
   if (!same_structure(layout, h[kHHash], flat_bytes, leaves)) {
     // Take the sender's leaves (it does not wait to be told), then throw.
@@ -908,7 +909,7 @@ void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
   }
   // The sender's mode decides: the same structure, so the same sizes.
   if (flat) {
-    unpack(layout, message.data() + kHeaderBytes + padded(desc_bytes), td);
+    unpack(layout, data, td);
     message.done();
   } else {
     message.done();

@@ -729,53 +729,45 @@ TD_SCENARIO(receiver_checks) {
   }
 }
 
-TD_SCENARIO(receiver_checks_against_both_sides) {
-  // One rank checks on both sides, the other leaves it to the receiver: no
-  // message lands in the other protocol's receive (Gloo would abort the
-  // process), both fail with a tensordict error. The first rank to time out
-  // closes the pair (Gloo does), so the other gets TimeoutError or, when it
-  // is later, ConnectionError; the ranks then meet in the store, since the
-  // group is unusable.
-  td::TransferOptions eager;
-  eager.check = td::StructureCheck::Receiver;
-  eager.timeout = std::chrono::milliseconds(1500);
-  td::TransferOptions checked;
-  checked.timeout = std::chrono::milliseconds(1500);
+namespace {
+// Rank 0 sends with `sender`, rank 1 receives with `receiver`, their checks
+// differing: no message lands in the other protocol's receive (Gloo would
+// abort the process), both fail with a tensordict error naming their
+// operation, nothing is written. The first rank to time out closes the pair
+// (Gloo does), so the other gets TimeoutError or, when it is later,
+// ConnectionError; the ranks then meet in the store, since the group is
+// unusable.
+void mixed_checks_fail_on_both_sides(tdtest::Ctx& ctx, td::StructureCheck sender,
+                                     td::StructureCheck receiver) {
+  td::TransferOptions opts;
+  opts.timeout = std::chrono::milliseconds(1500);
   td::TensorDict t = make_td(0);
   ctx.skip_final_barrier = true;
   if (ctx.rank == 0) {
-    std::string what = TD_EXPECT_THROW(td::send(make_td(1), *ctx.pg, 1, eager), td::StorageError);
+    opts.check = sender;
+    std::string what = TD_EXPECT_THROW(td::send(make_td(1), *ctx.pg, 1, opts), td::StorageError);
     TD_CHECK(what.find("send to rank 1") != std::string::npos);
   } else {
-    std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, checked), td::StorageError);
+    opts.check = receiver;
+    std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, opts), td::StorageError);
     TD_CHECK(what.find("recv from rank 0") != std::string::npos);
   }
   expect_equal(t, make_td(0));
   ctx.store->set("failed" + std::to_string(ctx.rank), std::vector<uint8_t>{1});
   ctx.store->wait({"failed0", "failed1"});
 }
+}  // namespace
+
+TD_SCENARIO(receiver_checks_against_both_sides) {
+  // The eager sender's message goes to its own tag slot, never into the
+  // checked receiver's smaller receive.
+  mixed_checks_fail_on_both_sides(ctx, td::StructureCheck::Receiver, td::StructureCheck::BothSides);
+}
 
 TD_SCENARIO(both_sides_against_receiver_checks) {
-  // The other way round: the sender checks on both sides and waits for an
-  // expectation, the receiver leaves the check to itself and waits for the
-  // sender's first message on its own tag slot. Both fail, nothing written.
-  td::TransferOptions eager;
-  eager.check = td::StructureCheck::Receiver;
-  eager.timeout = std::chrono::milliseconds(1500);
-  td::TransferOptions checked;
-  checked.timeout = std::chrono::milliseconds(1500);
-  td::TensorDict t = make_td(0);
-  ctx.skip_final_barrier = true;
-  if (ctx.rank == 0) {
-    std::string what = TD_EXPECT_THROW(td::send(make_td(1), *ctx.pg, 1, checked), td::StorageError);
-    TD_CHECK(what.find("send to rank 1") != std::string::npos);
-  } else {
-    std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, eager), td::StorageError);
-    TD_CHECK(what.find("recv from rank 0") != std::string::npos);
-  }
-  expect_equal(t, make_td(0));
-  ctx.store->set("failed" + std::to_string(ctx.rank), std::vector<uint8_t>{1});
-  ctx.store->wait({"failed0", "failed1"});
+  // The other way round: the sender waits for an expectation, the receiver
+  // for the sender's first message on its own tag slot.
+  mixed_checks_fail_on_both_sides(ctx, td::StructureCheck::BothSides, td::StructureCheck::Receiver);
 }
 
 TD_SCENARIO(auto_threshold_is_4_mib) {
