@@ -9,8 +9,10 @@
 // unpacked with memcpy (floor), and the same with one 64-byte message from the
 // receiver crossing it (floor_one_message_back: the least a transfer that
 // checks both structures can cost). tensordict_receiver_checks is Auto with
-// StructureCheck::Receiver (no message back). map: 1M rows on 2 threads against the same
-// chunks computed by a hand loop on 2 std::threads.
+// StructureCheck::Receiver (no message back). BM_send_<size>_paired runs both
+// floors and StructureCheck::Receiver in turn within one benchmark and
+// reports the ratio to the better floor as counters (see run_paired). map: 1M rows on 2 threads
+// against the same chunks computed by a hand loop on 2 std::threads.
 #include <benchmark/benchmark.h>
 #include <tensordict/distributed.h>
 #include <tensordict/map.h>
@@ -24,8 +26,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,7 +51,8 @@ enum Op : int64_t {
   kHandPerTensor,
   kHandFlat,
   kHandFlatOneBack,
-  kTdReceiverChecks
+  kTdReceiverChecks,
+  kPairedReceiverChecks
 };
 
 c10::intrusive_ptr<c10d::ProcessGroup> g_pg;
@@ -121,6 +127,14 @@ td::TransferOptions options_for(int64_t op) {
   return o;
 }
 
+// The paired benchmark's transfers in iteration `i`: the flat floor, the
+// per-tensor floor and StructureCheck::Receiver, in an order that rotates.
+constexpr int kPairedTurns = 3;
+Op paired_turn(int64_t i, int turn) {
+  constexpr Op kOrder[kPairedTurns] = {kHandFlat, kHandPerTensor, kTdReceiverChecks};
+  return kOrder[(i + turn) % kPairedTurns];
+}
+
 // Rank 1: serves commands {op, bytes, iterations} until kQuit.
 void serve() {
   torch::Tensor cmd = torch::empty({3}, torch::kLong);
@@ -135,6 +149,25 @@ void serve() {
     td::TensorDict target = make_td(bytes, true);
     std::vector<torch::Tensor> ts = leaves_of(target);
     torch::Tensor flat = torch::empty({total_bytes(ts)}, torch::kByte);
+    if (op == kPairedReceiverChecks) {
+      for (int64_t i = 0; i < iterations; ++i) {
+        for (int turn = 0; turn < kPairedTurns; ++turn) {
+          switch (paired_turn(i, turn)) {
+            case kHandFlat:
+              recv_tensor(flat, 0, 0);
+              unpack(flat, ts);
+              break;
+            case kHandPerTensor:
+              per_tensor(ts, [](std::vector<torch::Tensor>& v) { return g_pg->recv(v, 0, 0); });
+              break;
+            default:
+              td::recv(target, *g_pg, 0, options_for(kTdReceiverChecks));
+          }
+          send_tensor(ack, 0, kAckTag);
+        }
+      }
+      continue;
+    }
     for (int64_t i = 0; i < iterations; ++i) {
       if (op == kHandPerTensor) {
         per_tensor(ts, [](std::vector<torch::Tensor>& v) { return g_pg->recv(v, 0, 0); });
@@ -186,6 +219,60 @@ void run_send(benchmark::State& state, Op op, int64_t bytes) {
   state.SetBytesProcessed(state.iterations() * total_bytes(ts));
 }
 
+// Both floors and StructureCheck::Receiver in turn, transfer by transfer,
+// each timed alone: all three see the same state of the machine, which on a
+// shared VM drifts by more than the gap between them from one repetition to
+// the next. Counters: the mean time of each (us); ratio_of_sums, the
+// tensordict's total over the better floor's (by total); median_ratio, the
+// median over iterations of the tensordict's time over that floor's in the
+// same iteration.
+void run_paired(benchmark::State& state, int64_t bytes) {
+  td::TensorDict src = make_td(bytes, false);
+  std::vector<torch::Tensor> ts = leaves_of(src);
+  torch::Tensor flat = torch::empty({total_bytes(ts)}, torch::kByte);
+  torch::Tensor ack = torch::empty({1}, torch::kLong);
+  const td::TransferOptions eager = options_for(kTdReceiverChecks);
+  command(kPairedReceiverChecks, bytes, state.max_iterations);
+  using clock = std::chrono::steady_clock;
+  std::vector<double> flat_t, per_tensor_t, td_t;  // seconds, per iteration
+  int64_t i = 0;
+  for (auto _ : state) {
+    for (int turn = 0; turn < kPairedTurns; ++turn) {
+      const Op op = paired_turn(i, turn);
+      const auto start = clock::now();
+      switch (op) {
+        case kHandFlat:
+          pack(ts, flat);
+          send_tensor(flat, 1, 0);
+          break;
+        case kHandPerTensor:
+          per_tensor(ts, [](std::vector<torch::Tensor>& v) { return g_pg->send(v, 1, 0); });
+          break;
+        default:
+          td::send(src, *g_pg, 1, eager);
+      }
+      recv_tensor(ack, 1, kAckTag);
+      const double took = std::chrono::duration<double>(clock::now() - start).count();
+      (op == kHandFlat ? flat_t : op == kHandPerTensor ? per_tensor_t : td_t).push_back(took);
+    }
+    ++i;
+  }
+  auto sum = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
+  // The better floor by total time; the per-iteration ratios against it.
+  const std::vector<double>& floor_t = sum(flat_t) <= sum(per_tensor_t) ? flat_t : per_tensor_t;
+  std::vector<double> ratios;
+  for (std::size_t k = 0; k < td_t.size(); ++k) ratios.push_back(td_t[k] / floor_t[k]);
+  std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
+  const double n = static_cast<double>(state.iterations());
+  state.counters["floor_us"] = sum(floor_t) / n * 1e6;
+  state.counters["flat_us"] = sum(flat_t) / n * 1e6;
+  state.counters["per_tensor_us"] = sum(per_tensor_t) / n * 1e6;
+  state.counters["td_us"] = sum(td_t) / n * 1e6;
+  state.counters["ratio_of_sums"] = sum(td_t) / sum(floor_t);
+  state.counters["median_ratio"] = ratios.empty() ? 0 : ratios[ratios.size() / 2];
+  state.SetBytesProcessed(state.iterations() * 3 * total_bytes(ts));
+}
+
 constexpr int64_t kMB = 1000 * 1000;
 
 #define TD_SEND_BENCH(size_name, bytes)                                                           \
@@ -203,7 +290,8 @@ constexpr int64_t kMB = 1000 * 1000;
   void BM_send_##size_name##_td_per_leaf(benchmark::State& s) { run_send(s, kTdPerLeaf, bytes); } \
   void BM_send_##size_name##_td_receiver_checks(benchmark::State& s) {                            \
     run_send(s, kTdReceiverChecks, bytes);                                                        \
-  }
+  }                                                                                               \
+  void BM_send_##size_name##_paired(benchmark::State& s) { run_paired(s, bytes); }
 
 TD_SEND_BENCH(1MB, 1 * kMB)
 TD_SEND_BENCH(4MB, 4 * kMB)
@@ -270,6 +358,8 @@ void register_all() {
       {"BM_send_1MB/tensordict_consolidated", BM_send_1MB_td_consolidated},
       {"BM_send_1MB/tensordict_per_leaf", BM_send_1MB_td_per_leaf},
       {"BM_send_1MB/tensordict_receiver_checks", BM_send_1MB_td_receiver_checks},
+      // Not a variant against a floor: both in one run, see run_paired.
+      {"BM_send_1MB_paired/floors_and_receiver_checks", BM_send_1MB_paired},
       // 4, 8 and 16 MB: where one buffer stops beating one message per leaf.
       {"BM_send_4MB/floor", BM_send_4MB_floor},
       {"BM_send_4MB/floor_per_tensor", BM_send_4MB_per_tensor},
@@ -278,24 +368,28 @@ void register_all() {
       {"BM_send_4MB/tensordict_consolidated", BM_send_4MB_td_consolidated},
       {"BM_send_4MB/tensordict_per_leaf", BM_send_4MB_td_per_leaf},
       {"BM_send_4MB/tensordict_receiver_checks", BM_send_4MB_td_receiver_checks},
+      {"BM_send_4MB_paired/floors_and_receiver_checks", BM_send_4MB_paired},
       {"BM_send_8MB/floor", BM_send_8MB_floor},
       {"BM_send_8MB/floor_per_tensor", BM_send_8MB_per_tensor},
       {"BM_send_8MB/tensordict", BM_send_8MB_td},
       {"BM_send_8MB/tensordict_consolidated", BM_send_8MB_td_consolidated},
       {"BM_send_8MB/tensordict_per_leaf", BM_send_8MB_td_per_leaf},
       {"BM_send_8MB/tensordict_receiver_checks", BM_send_8MB_td_receiver_checks},
+      {"BM_send_8MB_paired/floors_and_receiver_checks", BM_send_8MB_paired},
       {"BM_send_16MB/floor", BM_send_16MB_floor},
       {"BM_send_16MB/floor_per_tensor", BM_send_16MB_per_tensor},
       {"BM_send_16MB/tensordict", BM_send_16MB_td},
       {"BM_send_16MB/tensordict_consolidated", BM_send_16MB_td_consolidated},
       {"BM_send_16MB/tensordict_per_leaf", BM_send_16MB_td_per_leaf},
       {"BM_send_16MB/tensordict_receiver_checks", BM_send_16MB_td_receiver_checks},
+      {"BM_send_16MB_paired/floors_and_receiver_checks", BM_send_16MB_paired},
       {"BM_send_100MB/floor", BM_send_100MB_floor},
       {"BM_send_100MB/floor_per_tensor", BM_send_100MB_per_tensor},
       {"BM_send_100MB/tensordict", BM_send_100MB_td},
       {"BM_send_100MB/tensordict_consolidated", BM_send_100MB_td_consolidated},
       {"BM_send_100MB/tensordict_per_leaf", BM_send_100MB_td_per_leaf},
       {"BM_send_100MB/tensordict_receiver_checks", BM_send_100MB_td_receiver_checks},
+      {"BM_send_100MB_paired/floors_and_receiver_checks", BM_send_100MB_paired},
       {"BM_map_1M_rows/floor", BM_map_1M_rows_floor},
       {"BM_map_1M_rows/tensordict", BM_map_1M_rows_td},
   };

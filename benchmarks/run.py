@@ -259,6 +259,29 @@ def fmt_ns(x: float) -> str:
     return f"{x:.2f}"
 
 
+# Counters of a benchmark that times its floor and its tensordict variant in
+# alternation within one run (bench_distributed's BM_send_<size>_paired).
+_IN_RUN_COUNTERS = ("floor_us", "td_us", "ratio_of_sums", "median_ratio")
+
+
+def paired_in_run(doc: dict) -> list[dict]:
+    """Benchmarks that report their own ratio, each counter the median over
+    the repetitions."""
+    runs: dict[str, list[dict]] = {}
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" or b.get("error_occurred"):
+            continue
+        if all(c in b for c in _IN_RUN_COUNTERS):
+            runs.setdefault(b.get("run_name", b["name"]), []).append(b)
+    out = []
+    for run_name, reps in runs.items():
+        row = {"run_name": run_name, "repetitions": len(reps)}
+        for c in _IN_RUN_COUNTERS:
+            row[c] = statistics.median(float(r[c]) for r in reps)
+        out.append(row)
+    return out
+
+
 def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
              unpaired: list[str], args: argparse.Namespace, command: str,
              source: str) -> str:
@@ -299,6 +322,18 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
             m = r.get("median_ratio")
             row += f" {m:.2f}x |" if m is not None else " |"
         lines.append(row)
+    in_run = paired_in_run(doc)
+    if in_run:
+        lines += ["", "Floor and tensordict alternating within one run, each transfer timed "
+                  "alone (median over the repetitions):", "",
+                  "| benchmark | tensordict (us) | floor (us) | ratio of the sums | "
+                  "median of the per-iteration ratios |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        for r in in_run:
+            lines.append(f"| {r['run_name']} | {r['td_us']:.1f} | {r['floor_us']:.1f} | "
+                         f"{r['ratio_of_sums']:.2f}x | {r['median_ratio']:.2f}x |")
+        names = {r["run_name"] for r in in_run}
+        unpaired = [u for u in unpaired if u not in names]
     if unpaired:
         lines += ["", "Benchmarks without a pair: " + ", ".join(f"`{u}`" for u in unpaired)]
     if busy:
@@ -377,6 +412,9 @@ def main(argv: list[str]) -> int:
             print(f"  {r['name']:<{width}}  {fmt_ns(r['tensordict_ns']):>9} ns  "
                   f"floor {fmt_ns(r['floor_ns']):>9} ns  ratio {r['ratio']:6.2f}x")
             worst = max(worst, r["ratio"])
+        for r in paired_in_run(doc):
+            print(f"  {r['run_name']}  ratio of the sums {r['ratio_of_sums']:.2f}x, "
+                  f"median ratio {r['median_ratio']:.2f}x")
     if args.fail_above is not None and worst > args.fail_above:
         print(f"run.py: a ratio ({worst:.2f}x) exceeds --fail-above {args.fail_above}",
               file=sys.stderr)

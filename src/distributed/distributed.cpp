@@ -177,29 +177,91 @@ Layout describe(const TensorDictBase& td) {
   return out;
 }
 
-std::string non_tensor_payload(const TensorDictBase& td, const Layout& layout) {
+// The most JSON (non-tensor values, structures) one message carries: a
+// receiver allocates what the peer announces, so a corrupt or hostile size
+// must not become a huge allocation.
+constexpr int64_t kMaxJsonBytes = int64_t{1} << 30;
+
+std::string non_tensor_payload(const std::string& what, const TensorDictBase& td,
+                               const Layout& layout) {
   if (layout.non_tensors.empty()) return {};
   json values = json::array();
   for (const auto& e : layout.non_tensors)
     values.push_back(json::array({e.key.to_vector(), e.stack, td.get_non_tensor(e.key)}));
-  return values.dump();
+  std::string out = values.dump();
+  if (static_cast<int64_t>(out.size()) > kMaxJsonBytes)
+    throw ValueError(what + ": the non-tensor values take " + std::to_string(out.size()) +
+                     " bytes of JSON, more than the " + std::to_string(kMaxJsonBytes) +
+                     " a transfer carries");
+  return out;
+}
+
+// The non-tensor values a transfer carries, read and checked against the
+// receiver's structure before any of its data is written: a payload that is
+// not what a sender of the same structure sends (invalid JSON, other keys, a
+// stack that does not fit its batch size) is a FormatError and writes nothing.
+struct NonTensorValue {
+  NestedKey key;
+  nlohmann::json json;  // as sent, to skip the values that are equal already
+  Value value;          // NonTensorData or NonTensorStack, built here
+};
+
+std::vector<NonTensorValue> read_non_tensors(const std::string& what, const TensorDictBase& td,
+                                             const Layout& layout, const std::string& payload) {
+  std::vector<NonTensorValue> out;
+  if (layout.non_tensors.empty() && payload.empty()) return out;
+  auto invalid = [&](const std::string& why) {
+    return FormatError(what + ": the non-tensor values received are not valid: " + why);
+  };
+  json items;
+  try {
+    items = json::parse(payload);
+  } catch (const json::exception& e) {
+    throw invalid(e.what());
+  }
+  if (!items.is_array() || items.size() != layout.non_tensors.size())
+    throw invalid("expected a list of " + std::to_string(layout.non_tensors.size()) + " entries");
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const NonTensorEntry& expected = layout.non_tensors[i];
+    const json& item = items[i];
+    if (!item.is_array() || item.size() != 3 || !item[0].is_array() || !item[1].is_boolean())
+      throw invalid("entry " + std::to_string(i) + " is not [key parts, is stack, value]");
+    std::vector<std::string> parts;
+    for (const json& part : item[0]) {
+      if (!part.is_string())
+        throw invalid("entry " + std::to_string(i) + " has a key part that is not a string");
+      parts.push_back(part.get<std::string>());
+    }
+    if (parts != expected.key.to_vector() || item[1].get<bool>() != expected.stack)
+      throw invalid("entry " + std::to_string(i) + " is not " + expected.key.repr() +
+                    (expected.stack ? " (a NonTensorStack)" : " (a NonTensorData)"));
+    if (!expected.stack) {
+      out.push_back({expected.key, item[2], Value(NonTensorData(item[2]))});
+      continue;
+    }
+    // A stack takes the batch size of the level that holds it.
+    std::vector<int64_t> batch = layout.entries.front().dims;
+    const NestedKey parent = expected.key.parent();
+    for (const EntryDesc& e : layout.entries)
+      if (e.kind == EntryKind::TensorDict && e.key == parent) batch = e.dims;
+    try {
+      out.push_back({expected.key, item[2], Value(NonTensorStack(item[2], batch, td.device()))});
+    } catch (const Error& e) {
+      throw invalid(expected.key.repr() + ": " + e.what());
+    }
+  }
+  return out;
 }
 
 // Replaces the non-tensor values that differ. A locked tensordict (a memmap
 // one included) keeps its own: their storage is fixed, and the tensors have
 // been received already.
-void apply_non_tensors(const TensorDictBase& td, const std::string& payload) {
-  if (payload.empty() || td.is_locked()) return;
+void apply_non_tensors(const TensorDictBase& td, const std::vector<NonTensorValue>& values) {
+  if (values.empty() || td.is_locked()) return;
   TensorDictBase target = td;
-  for (const auto& item : json::parse(payload)) {
-    NestedKey key(item[0].get<std::vector<std::string>>());
-    const json& value = item[2];
-    // Only where it differs.
-    if (td.get_non_tensor(key) == value) continue;
-    if (item[1].get<bool>())
-      target.set_non_tensor_stack(key, value);
-    else
-      target.set_non_tensor(key, value);
+  for (const NonTensorValue& v : values) {
+    if (td.get_non_tensor(v.key) == v.json) continue;  // only where it differs
+    target.set(v.key, v.value);
   }
 }
 
@@ -397,8 +459,12 @@ class Channel {
   void send_now(const at::Tensor& t, int dst) { wait(send(t, dst)); }
   void recv_now(const at::Tensor& t, int src) { wait(recv(t, src)); }
 
+  // `size` bytes the peer announced (checked: at most kMaxJsonBytes).
   std::string recv_string(int64_t size, int src) {
-    if (size <= 0) return {};
+    if (size < 0 || size > kMaxJsonBytes)
+      throw FormatError(what_ + ": the peer announces a message of " + std::to_string(size) +
+                        " bytes, outside [0, " + std::to_string(kMaxJsonBytes) + "]");
+    if (size == 0) return {};
     at::Tensor t = at::empty({size}, at::kByte);
     recv_now(t, src);
     return tensor_string(t);
@@ -653,7 +719,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   }
   // The receiver's mode decides (they agree unless the options differ).
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
-  const std::string extra = non_tensor_payload(td, layout);
+  const std::string extra = non_tensor_payload(ch.what(), td, layout);
   const int64_t extra_bytes = static_cast<int64_t>(extra.size());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::optional<MessageBuffer> message;
@@ -671,6 +737,51 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   }
   send_rest_and_wait(ch, layout, extra, !flat, dst, works);
   if (message) message->done();
+}
+
+// A buffer of `nbytes` the peer announced: an allocation that fails is a
+// StorageError naming the transfer, not LibTorch's.
+at::Tensor peer_sized_buffer(const Channel& ch, int64_t nbytes) {
+  try {
+    return at::empty({nbytes}, at::kByte);
+  } catch (const std::exception&) {
+    throw StorageError(ch.what() + ": cannot allocate the " + std::to_string(nbytes) +
+                       " bytes the peer announces");
+  }
+}
+
+// Receives the leaves of a per-leaf transfer into scratch buffers and drops
+// them: a receiver that throws first takes the sender's messages, so the
+// group stays in step.
+void take_leaves(Channel& ch, const std::vector<int64_t>& nbytes, int src) {
+  std::vector<at::Tensor> scratch;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (int64_t n : nbytes) {
+    if (n == 0) continue;
+    scratch.push_back(peer_sized_buffer(ch, n));
+    works.push_back(ch.recv(scratch.back(), src));
+  }
+  ch.wait_all(works);
+}
+
+std::vector<int64_t> leaf_sizes(const Layout& layout) {
+  std::vector<int64_t> out;
+  for (const Leaf& leaf : layout.leaves) out.push_back(leaf.nbytes);
+  return out;
+}
+
+// The non-tensor values of a transfer of `td`'s structure, `extra_bytes` of
+// JSON, read before any data is written; when they are not valid and the data
+// comes per leaf, the leaves are taken before the FormatError.
+std::vector<NonTensorValue> recv_non_tensors(Channel& ch, const TensorDictBase& td,
+                                             const Layout& layout, int64_t extra_bytes,
+                                             bool per_leaf, int src) {
+  try {
+    return read_non_tensors(ch.what(), td, layout, ch.recv_string(extra_bytes, src));
+  } catch (const FormatError&) {
+    if (per_leaf) take_leaves(ch, leaf_sizes(layout), src);
+    throw;
+  }
 }
 
 // Receives one leaf per message, in place where the leaf is an in-memory
@@ -730,19 +841,19 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     if (h[kHKind] == kSendMismatch) mismatch(ch, layout, src);
     throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
   }
-  const std::string extra = ch.recv_string(h[kHExtraBytes], src);
   // The data comes in the mode this side asked for.
+  if (flat && h[kHFlatBytes] != layout.flat_bytes)
+    throw FormatError(ch.what() + ": the data message has " + std::to_string(h[kHFlatBytes]) +
+                      " bytes where " + std::to_string(layout.flat_bytes) + " are expected");
+  const auto non_tensors = recv_non_tensors(ch, td, layout, h[kHExtraBytes], !flat, src);
   if (flat) {
-    if (h[kHFlatBytes] != layout.flat_bytes)
-      throw FormatError(ch.what() + ": the data message has " + std::to_string(h[kHFlatBytes]) +
-                        " bytes where " + std::to_string(layout.flat_bytes) + " are expected");
     unpack(layout, buffer.data() + kHeaderBytes, td);
     buffer.done();  // unpack copied everything out
   } else {
     buffer.done();
     recv_per_leaf(ch, layout, td, src);
   }
-  apply_non_tensors(td, extra);
+  apply_non_tensors(td, non_tensors);
   ch.wait(announced);
 }
 
@@ -840,7 +951,7 @@ void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int
                      " entries takes " + std::to_string(first_bytes) + " bytes, more than the " +
                      std::to_string(kEagerFirstMessageBytes) +
                      " of StructureCheck::Receiver's first message; use StructureCheck::BothSides");
-  const std::string extra = non_tensor_payload(td, layout);
+  const std::string extra = non_tensor_payload(ch.what(), td, layout);
   MessageBuffer message(first_bytes, options.reuse_buffers);
   Header header(kSendEager, static_cast<int64_t>(extra.size()), layout,
                 static_cast<int64_t>(flat ? TransferMode::Consolidated : TransferMode::PerLeaf));
@@ -890,24 +1001,25 @@ void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
                       std::to_string(leaves) + " leaves, " + std::to_string(flat_bytes) +
                       " bytes of data)");
   uint8_t* data = message.data() + kHeaderBytes + padded(desc_bytes);  // after the structure
-  const std::string extra = ch.recv_string(h[kHExtraBytes], src);
   if (!same_structure(layout, h[kHHash], flat_bytes, leaves)) {
-    // Take the sender's leaves (it does not wait to be told), then throw.
+    // Take the sender's JSON and leaves (it does not wait to be told), then throw.
+    ch.recv_string(h[kHExtraBytes], src);
     if (!flat) {
+      std::vector<int64_t> sizes(leaves);
       for (int64_t i = 0; i < leaves; ++i) {
-        int64_t nbytes = 0;
-        std::memcpy(&nbytes, data + 8 * i, 8);
-        if (nbytes < 0 || nbytes > (int64_t{1} << 40))
+        std::memcpy(&sizes[i], data + 8 * i, 8);
+        if (sizes[i] < 0)
           throw FormatError(ch.what() + ": the sender's leaf " + std::to_string(i) + " has " +
-                            std::to_string(nbytes) + " bytes");
-        if (nbytes > 0) ch.recv_now(at::empty({nbytes}, at::kByte), src);
+                            std::to_string(sizes[i]) + " bytes");
       }
+      take_leaves(ch, sizes, src);
     }
     const EntryList theirs = decode_entries(ch, message.data() + kHeaderBytes, desc_bytes);
     message.done();
     throw_mismatch(ch.what(), entries_of(layout), "rank " + std::to_string(src), theirs);
   }
   // The sender's mode decides: the same structure, so the same sizes.
+  const auto non_tensors = recv_non_tensors(ch, td, layout, h[kHExtraBytes], !flat, src);
   if (flat) {
     unpack(layout, data, td);
     message.done();
@@ -915,7 +1027,7 @@ void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
     message.done();
     recv_per_leaf(ch, layout, td, src);
   }
-  apply_non_tensors(td, extra);
+  apply_non_tensors(td, non_tensors);
 }
 
 // ---- collectives -------------------------------------------------------------
@@ -1052,7 +1164,7 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     storage = consolidated.consolidated_storage();
   } else {
     format = kInitLayout;
-    const std::string extra = non_tensor_payload(td, layout);
+    const std::string extra = non_tensor_payload(ch.what(), td, layout);
     structure = json{{"layout", layout.description()},
                      {"non_tensors", extra.empty() ? json() : json::parse(extra)}}
                     .dump();
@@ -1135,16 +1247,18 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
   if (h[kHFlatBytes] < 0 || h[kHExtraBytes] < 0)
     throw FormatError(ch.what() + ": the header gives negative sizes");
   const std::string structure = ch.recv_string(h[kHExtraBytes], src);
-  at::Tensor storage = at::empty({h[kHFlatBytes]}, at::kByte);
+  at::Tensor storage = peer_sized_buffer(ch, h[kHFlatBytes]);
   if (h[kHFlatBytes] > 0) ch.recv_now(storage, src);
-  json parsed;
   try {
-    parsed = json::parse(structure);
+    json parsed = json::parse(structure);
     if (h[kHMode] == kInitLayout) return build_from_layout(parsed, storage);
+    return TensorDict::from_consolidated(storage, nlohmann::ordered_json(parsed));
   } catch (const json::exception& e) {
     throw FormatError(ch.what() + ": the structure message is not valid: " + e.what());
+  } catch (const c10::Error& e) {  // offsets or shapes outside the buffer
+    throw FormatError(ch.what() + ": the structure message does not fit its buffer: " +
+                      e.what_without_backtrace());
   }
-  return TensorDict::from_consolidated(storage, nlohmann::ordered_json(parsed));
 }
 
 // ---- collectives ------------------------------------------------------------------
@@ -1161,39 +1275,46 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
   const bool is_root = pg.getRank() == root;
 
   // Non-tensor values: the root's, length first.
-  const std::string extra = is_root ? non_tensor_payload(td, layout) : std::string();
+  const std::string extra = is_root ? non_tensor_payload(ch.what(), td, layout) : std::string();
   c10d::BroadcastOptions bopts;
   bopts.rootRank = root;
+  std::vector<NonTensorValue> non_tensors;  // applied after the data
   if (!layout.non_tensors.empty()) {
     std::vector<at::Tensor> len{at::full({1}, static_cast<int64_t>(extra.size()), at::kLong)};
     ch.collective([&] { return pg.broadcast(len, bopts); });
-    std::vector<at::Tensor> bytes{is_root ? bytes_tensor(extra)
-                                          : at::empty({len[0].item<int64_t>()}, at::kByte)};
+    const int64_t n = len[0].item<int64_t>();
+    if (n < 0 || n > kMaxJsonBytes)
+      throw FormatError(ch.what() + ": the root announces " + std::to_string(n) +
+                        " bytes of non-tensor values, outside [0, " +
+                        std::to_string(kMaxJsonBytes) + "]");
+    std::vector<at::Tensor> bytes{is_root ? bytes_tensor(extra) : at::empty({n}, at::kByte)};
     if (bytes[0].numel() > 0) ch.collective([&] { return pg.broadcast(bytes, bopts); });
-    if (!is_root) apply_non_tensors(td, tensor_string(bytes[0]));
+    if (!is_root) non_tensors = read_non_tensors(ch.what(), td, layout, tensor_string(bytes[0]));
   }
   if (mode == TransferMode::Consolidated) {
-    if (layout.flat_bytes == 0) return;
-    MessageBuffer buffer(layout.flat_bytes, options.reuse_buffers);
-    if (is_root) pack_into(layout, buffer.data());
-    std::vector<at::Tensor> tensors{buffer.tensor()};
-    ch.collective([&] { return pg.broadcast(tensors, bopts); });
-    if (!is_root) unpack(layout, static_cast<uint8_t*>(buffer.tensor().data_ptr()), td);
-    tensors.clear();
-    buffer.done();
-    return;
+    if (layout.flat_bytes > 0) {
+      MessageBuffer buffer(layout.flat_bytes, options.reuse_buffers);
+      if (is_root) pack_into(layout, buffer.data());
+      std::vector<at::Tensor> tensors{buffer.tensor()};
+      ch.collective([&] { return pg.broadcast(tensors, bopts); });
+      if (!is_root) unpack(layout, static_cast<uint8_t*>(buffer.tensor().data_ptr()), td);
+      tensors.clear();
+      buffer.done();
+    }
+  } else {
+    TensorDictBase out = td;
+    for (const Leaf& leaf : layout.leaves) {
+      if (leaf.nbytes == 0) continue;
+      const at::Tensor* own =
+          detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+      const bool in_place = own && own->is_contiguous() && own->device().is_cpu();
+      at::Tensor data = in_place ? *own : contiguous_cpu(leaf.tensor);
+      std::vector<at::Tensor> t{bytes_of(data)};
+      ch.collective([&] { return pg.broadcast(t, bopts); });
+      if (!is_root && !in_place) out.set_(leaf.key, data);
+    }
   }
-  TensorDictBase out = td;
-  for (const Leaf& leaf : layout.leaves) {
-    if (leaf.nbytes == 0) continue;
-    const at::Tensor* own =
-        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
-    const bool in_place = own && own->is_contiguous() && own->device().is_cpu();
-    at::Tensor data = in_place ? *own : contiguous_cpu(leaf.tensor);
-    std::vector<at::Tensor> t{bytes_of(data)};
-    ch.collective([&] { return pg.broadcast(t, bopts); });
-    if (!is_root && !in_place) out.set_(leaf.key, data);
-  }
+  apply_non_tensors(td, non_tensors);
 }
 
 namespace {
@@ -1290,7 +1411,8 @@ TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
   agree(ch, layout, TransferMode::Auto, 0);
   const int world = pg.getSize();
   std::vector<std::string> extras;
-  if (!layout.non_tensors.empty()) extras = gather_strings(ch, non_tensor_payload(td, layout));
+  if (!layout.non_tensors.empty())
+    extras = gather_strings(ch, non_tensor_payload(ch.what(), td, layout));
   std::vector<std::vector<at::Tensor>> buffers(1);
   if (layout.flat_bytes > 0) {
     std::vector<at::Tensor> in{pack(layout)};
@@ -1302,7 +1424,8 @@ TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
     TensorDict member = td.to_tensordict();
     if (layout.flat_bytes > 0)
       unpack(layout, static_cast<uint8_t*>(buffers[0][r].data_ptr()), member);
-    if (!extras.empty()) apply_non_tensors(member, extras[r]);
+    if (!extras.empty())
+      apply_non_tensors(member, read_non_tensors(ch.what(), member, layout, extras[r]));
     members.push_back(member);
   }
   return stack(members, 0);

@@ -165,6 +165,8 @@ TD_DIST_TEST(receiver_checks, 2)
 TD_DIST_TEST(receiver_checks_against_both_sides, 2)
 TD_DIST_TEST(both_sides_against_receiver_checks, 2)
 TD_DIST_TEST(auto_threshold_is_4_mib, 2)
+TD_DIST_TEST(hostile_eager_messages, 2)
+TD_DIST_TEST(hostile_checked_messages, 2)
 
 int main(int argc, char** argv) {
   if (argc == 6 && std::string(argv[1]) == "--worker")
