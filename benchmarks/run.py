@@ -265,8 +265,8 @@ _IN_RUN_COUNTERS = ("floor_us", "td_us", "ratio_of_sums", "median_ratio")
 
 
 def paired_in_run(doc: dict) -> list[dict]:
-    """Benchmarks that report their own ratio, each counter the median over
-    the repetitions."""
+    """Benchmarks that report their own ratio: of their repetitions, the one
+    whose ratio of sums is the median (its times and ratios together)."""
     runs: dict[str, list[dict]] = {}
     for b in doc.get("benchmarks", []):
         if b.get("run_type") == "aggregate" or b.get("error_occurred"):
@@ -275,11 +275,17 @@ def paired_in_run(doc: dict) -> list[dict]:
             runs.setdefault(b.get("run_name", b["name"]), []).append(b)
     out = []
     for run_name, reps in runs.items():
-        row = {"run_name": run_name, "repetitions": len(reps)}
+        reps = sorted(reps, key=lambda r: float(r["ratio_of_sums"]))
+        mid = reps[(len(reps) - 1) // 2]
+        parsed = split_name(run_name)
+        name = run_name if parsed is None else "/".join((f"BM_{parsed[0]}", parsed[1], *parsed[2]))
+        row = {"run_name": name, "repetitions": len(reps),
+               "order": (mid.get("family_index", 0), mid.get("per_family_instance_index", 0)),
+               "all_ratios_of_sums": [float(r["ratio_of_sums"]) for r in reps]}
         for c in _IN_RUN_COUNTERS:
-            row[c] = statistics.median(float(r[c]) for r in reps)
+            row[c] = float(mid[c])
         out.append(row)
-    return out
+    return sorted(out, key=lambda r: r["order"])
 
 
 def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
@@ -325,15 +331,16 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
     in_run = paired_in_run(doc)
     if in_run:
         lines += ["", "Floor and tensordict alternating within one run, each transfer timed "
-                  "alone (median over the repetitions):", "",
+                  "alone (of the repetitions, the one with the median ratio of the sums):", "",
                   "| benchmark | tensordict (us) | floor (us) | ratio of the sums | "
-                  "median of the per-iteration ratios |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
+                  "median of the per-iteration ratios | ratios of the sums, every repetition |",
+                  "| --- | ---: | ---: | ---: | ---: | --- |"]
         for r in in_run:
+            every = ", ".join(f"{x:.2f}" for x in r["all_ratios_of_sums"])
             lines.append(f"| {r['run_name']} | {r['td_us']:.1f} | {r['floor_us']:.1f} | "
-                         f"{r['ratio_of_sums']:.2f}x | {r['median_ratio']:.2f}x |")
-        names = {r["run_name"] for r in in_run}
-        unpaired = [u for u in unpaired if u not in names]
+                         f"{r['ratio_of_sums']:.2f}x | {r['median_ratio']:.2f}x | {every} |")
+        unpaired = [u for u in unpaired if (split_name(u) or ("",))[0] not in
+                    {(split_name(r["run_name"]) or ("",))[0] for r in in_run}]
     if unpaired:
         lines += ["", "Benchmarks without a pair: " + ", ".join(f"`{u}`" for u in unpaired)]
     if busy:
