@@ -18,6 +18,7 @@
 #include "storage/redis/lazy_stack_store.h"
 #include "storage/redis/connection.h"
 #include "storage/redis/layout.h"
+#include "storage/redis/store.h"
 
 #include <tensordict/dtype.h>
 #include <tensordict/errors.h>
@@ -84,20 +85,20 @@ std::string show(at::IntArrayRef shape) { return json_list(shape); }
 }  // namespace
 
 /// Shared by every level of one store object: connection and metadata cache.
-struct LazyStackState final : LazyStackHandle {
+struct LazyStackState {
   explicit LazyStackState(storage::Redis opts) : conn(opts), options(std::move(opts)) {
     if (options.td_id.empty()) options.td_id = uuid4();
     base = options.prefix + ":{" + options.td_id + "}:";
   }
 
-  const std::string& td_id() const override { return options.td_id; }
-  std::string key(std::string_view suffix) const override { return base + std::string(suffix); }
+  const std::string& td_id() const { return options.td_id; }
+  std::string key(std::string_view suffix) const { return base + std::string(suffix); }
   std::string data_key(std::string_view p) const { return key("d:" + std::string(p)); }
   std::string idx_key(std::string_view p) const { return key("d:" + std::string(p) + ":idx"); }
   std::string meta_key(std::string_view p) const { return key("m:" + std::string(p)); }
   std::string name() const { return "LazyStackedTensorDictStore " + options.td_id; }
 
-  void clear() override {
+  void clear() {
     std::lock_guard lock(mu);
     ensure_loaded();
     Batch b;
@@ -114,14 +115,6 @@ struct LazyStackState final : LazyStackHandle {
     conn.send(b, "clearing " + name());
     keys.clear();
     empty_levels.clear();
-  }
-  std::int64_t round_trips() override {
-    std::lock_guard lock(mu);
-    return conn.round_trips();
-  }
-  void close() override {
-    std::lock_guard lock(mu);
-    conn.close();
   }
 
   /// Parses m:<path> (HGETALL) and d:<path>:idx (GET); FormatError naming
@@ -383,7 +376,8 @@ void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const K
 
 // Commands creating a homogeneous leaf of `element` shape, zero-filled by
 // the server (SETRANGE at its last byte: no zeros sent).
-void add_allocation(const LazyStackState& s, Batch& b, const std::string& p, const KeyInfo& k) {
+void add_stacked_allocation(const LazyStackState& s, Batch& b, const std::string& p,
+                            const KeyInfo& k) {
   b.add({"DEL", b.own(s.data_key(p)), b.own(s.idx_key(p)), b.own(s.meta_key(p))});
   if (k.total(s.count) > 0)
     b.add({"SETRANGE", b.own(s.data_key(p)), b.own(std::to_string(k.total(s.count) - 1)),
@@ -449,17 +443,22 @@ ElementPlan plan_of(const LazyStackState& s, const RowSelection& rows) {
 
 }  // namespace
 
-class LazyStackStoreNode final : public Node {
+class LazyStackStoreNode final : public StoreNode {
  public:
   LazyStackStoreNode(std::shared_ptr<LazyStackState> s, std::string level)
-      : s_(std::move(s)), level_(std::move(level)) {
-    keeps_data_outside_ = true;  // reads are copies: the core refuses views of it
-  }
+      : s_(std::move(s)), level_(std::move(level)) {}
+
+  // What the generic td::redis functions (td_id, clear, round_trips...) need.
+  Connection& client() const override { return s_->conn; }
+  std::recursive_mutex& mutex() const override { return s_->mu; }
+  const std::string& id() const override { return s_->options.td_id; }
+  std::string server_key(const std::string& suffix) const override { return s_->key(suffix); }
+  void clear_all() override { s_->clear(); }
 
   LazyStackState& state() const { return *s_; }
   const std::string& level() const { return level_; }
   std::string path(std::string_view key) const { return level_ + std::string(key); }
-  bool same_store(const Node* n) const {
+  bool owns(const Node* n) const override {
     auto* o = dynamic_cast<const LazyStackStoreNode*>(n);
     return o != nullptr && o->s_ == s_;
   }
@@ -520,21 +519,10 @@ class LazyStackStoreNode final : public Node {
     return Value(read_at(key, RowSelection::all(s_->batch)));
   }
 
-  at::Tensor read_at(std::string_view key, const RowSelection& rows) const override {
-    LeafRead leaf{this, NestedKey(std::string(key)), {}};
-    read_leaves(rows, std::span<LeafRead>(&leaf, 1));
-    return leaf.out;
-  }
-
   void read_leaves(const RowSelection& rows, std::span<LeafRead> leaves) const override {
     std::lock_guard lock(s_->mu);
-    std::vector<LeafRead*> mine;
-    for (auto& l : leaves) {
-      if (same_store(l.node))
-        mine.push_back(&l);
-      else
-        Node::read_leaves(rows, std::span<LeafRead>(&l, 1));
-    }
+    const std::vector<LeafRead*> mine =
+        own(leaves, [&](LeafRead& l) { Node::read_leaves(rows, std::span<LeafRead>(&l, 1)); });
     if (mine.empty()) return;
     const ElementPlan plan = plan_of(*s_, rows);
     std::vector<Fetch> fetches;
@@ -565,24 +553,11 @@ class LazyStackStoreNode final : public Node {
     for (auto& [ap, info] : added) s_->keys[ap] = std::move(info);
   }
 
-  void write_(std::string_view key, const at::Tensor& value) override {
-    LeafWrite leaf{this, NestedKey(std::string(key)), value};
-    write_leaves_(RowSelection::all(s_->batch), std::span<const LeafWrite>(&leaf, 1));
-  }
-  void write_at_(std::string_view key, const RowSelection& rows, const at::Tensor& value) override {
-    LeafWrite leaf{this, NestedKey(std::string(key)), value};
-    write_leaves_(rows, std::span<const LeafWrite>(&leaf, 1));
-  }
-
   void write_leaves_(const RowSelection& rows, std::span<const LeafWrite> leaves) override {
     std::lock_guard lock(s_->mu);
-    std::vector<const LeafWrite*> mine;
-    for (const auto& l : leaves) {
-      if (same_store(l.node))
-        mine.push_back(&l);
-      else
-        Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
-    }
+    const std::vector<const LeafWrite*> mine = own(leaves, [&](const LeafWrite& l) {
+      Node::write_leaves_(rows, std::span<const LeafWrite>(&l, 1));
+    });
     if (mine.empty()) return;
     const ElementPlan plan = plan_of(*s_, rows);
     std::vector<std::string> paths;
@@ -626,17 +601,12 @@ class LazyStackStoreNode final : public Node {
                   s_->options.transaction);
   }
 
-  void create_leaf(std::string_view key, at::IntArrayRef shape,
-                   const at::TensorOptions& options) override {
-    LeafCreate leaf{this, NestedKey(std::string(key)), shape.vec(), options};
-    create_leaves(std::span<const LeafCreate>(&leaf, 1));
-  }
   void create_leaves(std::span<const LeafCreate> leaves) override {
     std::lock_guard lock(s_->mu);
     Batch b;
     std::vector<std::pair<std::string, KeyInfo>> added;
     for (const auto& l : leaves) {
-      if (!same_store(l.node)) {
+      if (!owns(l.node)) {
         Node::create_leaves(std::span<const LeafCreate>(&l, 1));
         continue;
       }
@@ -645,7 +615,7 @@ class LazyStackStoreNode final : public Node {
       k.dtype = l.options.dtype().toScalarType();
       k.first = l.shape;
       k.first.erase(k.first.begin() + s_->stack_dim);
-      add_allocation(*s_, b, p, k);
+      add_stacked_allocation(*s_, b, p, k);
       added.emplace_back(p, std::move(k));
     }
     s_->conn.send(b, "allocating " + std::to_string(added.size()) + " leaves",
@@ -707,7 +677,7 @@ class LazyStackStoreNode final : public Node {
     KeyInfo k;
     k.dtype = t.scalar_type();
     k.first = t.sizes().slice(1).vec();
-    add_allocation(*s_, b, p, k);
+    add_stacked_allocation(*s_, b, p, k);
     if (t.nbytes() > 0)
       b.add({"SETRANGE", b.own(s_->data_key(p)), "0",
              std::string_view(static_cast<const char*>(t.data_ptr()), t.nbytes())});
@@ -734,11 +704,6 @@ class LazyStackStoreNode final : public Node {
   std::string level_;  // "" for the root, "a.b." for nested levels
 };
 
-LazyStackHandle* lazy_stack_of(const TensorDictBase& td) noexcept {
-  auto* n = td.defined() ? dynamic_cast<const LazyStackStoreNode*>(&td.node()) : nullptr;
-  return n ? &n->state() : nullptr;
-}
-
 namespace {
 
 const LazyStackStoreNode& node_of(const TensorDictBase& td) {
@@ -747,7 +712,7 @@ const LazyStackStoreNode& node_of(const TensorDictBase& td) {
   return *n;
 }
 
-std::shared_ptr<LazyStackState> open(const storage::Redis& options) {
+std::shared_ptr<LazyStackState> open_state(const storage::Redis& options) {
   if (options.prefix.empty()) throw ValueError("Redis store: the key prefix must not be empty");
   return std::make_shared<LazyStackState>(options);
 }
@@ -823,7 +788,7 @@ TensorDictBase from_lazy_stack(const LazyStackedTensorDict& stack, const storage
                        " is in member 0 but not in member " + std::to_string(m) +
                        "; every element of a LazyStackedTensorDictStore holds the same keys");
   }
-  auto s = detail::redis::open(storage);
+  auto s = detail::redis::open_state(storage);
   std::lock_guard lock(s->mu);
   s->count = static_cast<int64_t>(members.size());
   s->stack_dim = stack.stack_dim();
@@ -900,7 +865,7 @@ TensorDictBase from_lazy_stack(const LazyStackedTensorDict& stack, const storage
 
 TensorDictBase from_lazy_stack_store(const storage::Redis& storage) {
   if (storage.td_id.empty()) throw ValueError("redis::from_lazy_stack_store: td_id is required");
-  auto s = detail::redis::open(storage);
+  auto s = detail::redis::open_state(storage);
   std::lock_guard lock(s->mu);
   Batch b;
   for (const char* k :
@@ -959,7 +924,7 @@ TensorDictBase from_lazy_stack_store(const storage::Redis& storage) {
 }
 
 bool is_lazy_stack_store(const TensorDictBase& td) {
-  return detail::redis::lazy_stack_of(td) != nullptr;
+  return td.defined() && dynamic_cast<const LazyStackStoreNode*>(&td.node()) != nullptr;
 }
 int64_t count(const TensorDictBase& store) { return detail::redis::node_of(store).state().count; }
 int64_t stack_dim(const TensorDictBase& store) {
@@ -1045,7 +1010,7 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
       KeyInfo k;
       k.dtype = t.scalar_type();
       k.first = t.sizes().vec();
-      detail::redis::add_allocation(s, b, p, k);
+      detail::redis::add_stacked_allocation(s, b, p, k);
       keep.push_back(t.unsqueeze(0).contiguous());
       detail::redis::add_writes(s, b, p, k, {e}, keep.back());
       added.emplace_back(p, std::move(k));

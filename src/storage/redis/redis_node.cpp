@@ -713,20 +713,14 @@ TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& s
 }
 
 bool is_store(const TensorDictBase& td) {
-  return td.defined() && (dynamic_cast<const detail::redis::StoreNode*>(&td.node()) != nullptr ||
-                          detail::redis::lazy_stack_of(td) != nullptr);
+  return td.defined() && dynamic_cast<const detail::redis::StoreNode*>(&td.node()) != nullptr;
 }
-std::string td_id(const TensorDictBase& td) {
-  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->td_id();
-  return detail::redis::node_of(td).id();
-}
+std::string td_id(const TensorDictBase& td) { return detail::redis::node_of(td).id(); }
 std::string server_key(const TensorDictBase& td, const std::string& suffix) {
-  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->key(suffix);
   return detail::redis::node_of(td).server_key(suffix);
 }
 
 void clear(const TensorDictBase& td) {
-  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->clear();
   const_cast<detail::redis::StoreNode&>(detail::redis::node_of(td)).clear_all();
 }
 
@@ -747,14 +741,10 @@ void set_tensorclass_name(const TensorDictBase& td, const std::string& name) {
 }
 
 std::int64_t round_trips(const TensorDictBase& td) {
-  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->round_trips();
   return detail::redis::node_of(td).client().round_trips();
 }
 
-void close(const TensorDictBase& td) {
-  if (auto* lazy = detail::redis::lazy_stack_of(td)) return lazy->close();
-  detail::redis::node_of(td).client().close();
-}
+void close(const TensorDictBase& td) { detail::redis::node_of(td).client().close(); }
 
 std::vector<std::string> block_ids(const TensorDictBase& td) {
   return detail::redis::node_of(td).block_ids();
