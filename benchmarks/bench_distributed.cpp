@@ -7,12 +7,15 @@
 // Floors, by hand with the same ProcessGroupGloo: one send per tensor into
 // preallocated tensors (floor_per_tensor), and one flat buffer packed and
 // unpacked with memcpy (floor), and the same with one 64-byte message from the
-// receiver crossing it (floor_one_message_back: the least a transfer that
-// checks both structures can cost). tensordict_receiver_checks is Auto with
-// StructureCheck::Receiver (no message back). BM_send_<size>_paired runs both
-// floors and StructureCheck::Receiver in turn within one benchmark and
-// reports the ratio to the better floor as counters (see run_paired). map: 1M rows on 2 threads
-// against the same chunks computed by a hand loop on 2 std::threads.
+// receiver crossing it, its receive posted when the send starts
+// (floor_one_message_back: what a message back costs when nobody listens for
+// it ahead). tensordict is Auto, which checks both structures (its sender
+// listens for the next expectation between transfers); tensordict_receiver_checks
+// is Auto with StructureCheck::Receiver (no message back).
+// BM_send_<size>_paired runs both floors and one of the two in turn within one
+// benchmark and reports the ratio to the better floor as counters (see
+// run_paired). map: 1M rows on 2 threads against the same chunks computed by a
+// hand loop on 2 std::threads.
 #include <benchmark/benchmark.h>
 #include <tensordict/distributed.h>
 #include <tensordict/map.h>
@@ -52,7 +55,8 @@ enum Op : int64_t {
   kHandFlat,
   kHandFlatOneBack,
   kTdReceiverChecks,
-  kPairedReceiverChecks
+  kPairedReceiverChecks,
+  kPairedBothSides
 };
 
 c10::intrusive_ptr<c10d::ProcessGroup> g_pg;
@@ -128,11 +132,15 @@ td::TransferOptions options_for(int64_t op) {
 }
 
 // The paired benchmark's transfers in iteration `i`: the flat floor, the
-// per-tensor floor and StructureCheck::Receiver, in an order that rotates.
+// per-tensor floor and the tensordict (`td`: kTdReceiverChecks or kTdAuto,
+// which checks both sides), in an order that rotates.
 constexpr int kPairedTurns = 3;
-Op paired_turn(int64_t i, int turn) {
-  constexpr Op kOrder[kPairedTurns] = {kHandFlat, kHandPerTensor, kTdReceiverChecks};
-  return kOrder[(i + turn) % kPairedTurns];
+Op paired_turn(int64_t i, int turn, Op td) {
+  const Op order[kPairedTurns] = {kHandFlat, kHandPerTensor, td};
+  return order[(i + turn) % kPairedTurns];
+}
+Op paired_td(int64_t paired_op) {
+  return paired_op == kPairedReceiverChecks ? kTdReceiverChecks : kTdAuto;
 }
 
 // Rank 1: serves commands {op, bytes, iterations} until kQuit.
@@ -149,10 +157,10 @@ void serve() {
     td::TensorDict target = make_td(bytes, true);
     std::vector<torch::Tensor> ts = leaves_of(target);
     torch::Tensor flat = torch::empty({total_bytes(ts)}, torch::kByte);
-    if (op == kPairedReceiverChecks) {
+    if (op == kPairedReceiverChecks || op == kPairedBothSides) {
       for (int64_t i = 0; i < iterations; ++i) {
         for (int turn = 0; turn < kPairedTurns; ++turn) {
-          switch (paired_turn(i, turn)) {
+          switch (const Op turn_op = paired_turn(i, turn, paired_td(op))) {
             case kHandFlat:
               recv_tensor(flat, 0, 0);
               unpack(flat, ts);
@@ -161,7 +169,7 @@ void serve() {
               per_tensor(ts, [](std::vector<torch::Tensor>& v) { return g_pg->recv(v, 0, 0); });
               break;
             default:
-              td::recv(target, *g_pg, 0, options_for(kTdReceiverChecks));
+              td::recv(target, *g_pg, 0, options_for(turn_op));
           }
           send_tensor(ack, 0, kAckTag);
         }
@@ -219,26 +227,28 @@ void run_send(benchmark::State& state, Op op, int64_t bytes) {
   state.SetBytesProcessed(state.iterations() * total_bytes(ts));
 }
 
-// Both floors and StructureCheck::Receiver in turn, transfer by transfer,
-// each timed alone: all three see the same state of the machine, which on a
+// Both floors and the tensordict (`paired_op`: StructureCheck::Receiver, or
+// the default that checks both sides) in turn, transfer by transfer, each
+// timed alone: all three see the same state of the machine, which on a
 // shared VM drifts by more than the gap between them from one repetition to
 // the next. Counters: the mean time of each (us); ratio_of_sums, the
 // tensordict's total over the better floor's (by total); median_ratio, the
 // median over iterations of the tensordict's time over that floor's in the
 // same iteration.
-void run_paired(benchmark::State& state, int64_t bytes) {
+void run_paired(benchmark::State& state, Op paired_op, int64_t bytes) {
   td::TensorDict src = make_td(bytes, false);
   std::vector<torch::Tensor> ts = leaves_of(src);
   torch::Tensor flat = torch::empty({total_bytes(ts)}, torch::kByte);
   torch::Tensor ack = torch::empty({1}, torch::kLong);
-  const td::TransferOptions eager = options_for(kTdReceiverChecks);
-  command(kPairedReceiverChecks, bytes, state.max_iterations);
+  const Op td_op = paired_td(paired_op);
+  const td::TransferOptions td_options = options_for(td_op);
+  command(paired_op, bytes, state.max_iterations);
   using clock = std::chrono::steady_clock;
   std::vector<double> flat_t, per_tensor_t, td_t;  // seconds, per iteration
   int64_t i = 0;
   for (auto _ : state) {
     for (int turn = 0; turn < kPairedTurns; ++turn) {
-      const Op op = paired_turn(i, turn);
+      const Op op = paired_turn(i, turn, td_op);
       const auto start = clock::now();
       switch (op) {
         case kHandFlat:
@@ -249,7 +259,7 @@ void run_paired(benchmark::State& state, int64_t bytes) {
           per_tensor(ts, [](std::vector<torch::Tensor>& v) { return g_pg->send(v, 1, 0); });
           break;
         default:
-          td::send(src, *g_pg, 1, eager);
+          td::send(src, *g_pg, 1, td_options);
       }
       recv_tensor(ack, 1, kAckTag);
       const double took = std::chrono::duration<double>(clock::now() - start).count();
@@ -291,7 +301,12 @@ constexpr int64_t kMB = 1000 * 1000;
   void BM_send_##size_name##_td_receiver_checks(benchmark::State& s) {                            \
     run_send(s, kTdReceiverChecks, bytes);                                                        \
   }                                                                                               \
-  void BM_send_##size_name##_paired(benchmark::State& s) { run_paired(s, bytes); }
+  void BM_send_##size_name##_paired(benchmark::State& s) {                                        \
+    run_paired(s, kPairedReceiverChecks, bytes);                                                  \
+  }                                                                                               \
+  void BM_send_##size_name##_paired_both_sides(benchmark::State& s) {                             \
+    run_paired(s, kPairedBothSides, bytes);                                                       \
+  }
 
 TD_SEND_BENCH(1MB, 1 * kMB)
 TD_SEND_BENCH(4MB, 4 * kMB)
@@ -360,6 +375,7 @@ void register_all() {
       {"BM_send_1MB/tensordict_receiver_checks", BM_send_1MB_td_receiver_checks},
       // Not a variant against a floor: both in one run, see run_paired.
       {"BM_send_1MB_paired/floors_and_receiver_checks", BM_send_1MB_paired},
+      {"BM_send_1MB_paired/floors_and_both_sides", BM_send_1MB_paired_both_sides},
       // 4, 8 and 16 MB: where one buffer stops beating one message per leaf.
       {"BM_send_4MB/floor", BM_send_4MB_floor},
       {"BM_send_4MB/floor_per_tensor", BM_send_4MB_per_tensor},
@@ -369,6 +385,7 @@ void register_all() {
       {"BM_send_4MB/tensordict_per_leaf", BM_send_4MB_td_per_leaf},
       {"BM_send_4MB/tensordict_receiver_checks", BM_send_4MB_td_receiver_checks},
       {"BM_send_4MB_paired/floors_and_receiver_checks", BM_send_4MB_paired},
+      {"BM_send_4MB_paired/floors_and_both_sides", BM_send_4MB_paired_both_sides},
       {"BM_send_8MB/floor", BM_send_8MB_floor},
       {"BM_send_8MB/floor_per_tensor", BM_send_8MB_per_tensor},
       {"BM_send_8MB/tensordict", BM_send_8MB_td},
@@ -376,6 +393,7 @@ void register_all() {
       {"BM_send_8MB/tensordict_per_leaf", BM_send_8MB_td_per_leaf},
       {"BM_send_8MB/tensordict_receiver_checks", BM_send_8MB_td_receiver_checks},
       {"BM_send_8MB_paired/floors_and_receiver_checks", BM_send_8MB_paired},
+      {"BM_send_8MB_paired/floors_and_both_sides", BM_send_8MB_paired_both_sides},
       {"BM_send_16MB/floor", BM_send_16MB_floor},
       {"BM_send_16MB/floor_per_tensor", BM_send_16MB_per_tensor},
       {"BM_send_16MB/tensordict", BM_send_16MB_td},
@@ -383,6 +401,7 @@ void register_all() {
       {"BM_send_16MB/tensordict_per_leaf", BM_send_16MB_td_per_leaf},
       {"BM_send_16MB/tensordict_receiver_checks", BM_send_16MB_td_receiver_checks},
       {"BM_send_16MB_paired/floors_and_receiver_checks", BM_send_16MB_paired},
+      {"BM_send_16MB_paired/floors_and_both_sides", BM_send_16MB_paired_both_sides},
       {"BM_send_100MB/floor", BM_send_100MB_floor},
       {"BM_send_100MB/floor_per_tensor", BM_send_100MB_per_tensor},
       {"BM_send_100MB/tensordict", BM_send_100MB_td},
@@ -390,6 +409,7 @@ void register_all() {
       {"BM_send_100MB/tensordict_per_leaf", BM_send_100MB_td_per_leaf},
       {"BM_send_100MB/tensordict_receiver_checks", BM_send_100MB_td_receiver_checks},
       {"BM_send_100MB_paired/floors_and_receiver_checks", BM_send_100MB_paired},
+      {"BM_send_100MB_paired/floors_and_both_sides", BM_send_100MB_paired_both_sides},
       {"BM_map_1M_rows/floor", BM_map_1M_rows_floor},
       {"BM_map_1M_rows/tensordict", BM_map_1M_rows_td},
   };

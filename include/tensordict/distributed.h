@@ -122,8 +122,11 @@ class Work {
 /// must call recv() into a tensordict of the same structure. The receiver
 /// speaks first (it announces the structure it expects), so a send() waits
 /// for its recv() (not with StructureCheck::Receiver); it returns once the
-/// data is handed to the group. Lazy
-/// stacks are sent densified (each stacked leaf as one tensor).
+/// data is handed to the group, leaving a receive posted for `dst`'s next
+/// announcement on this tag (so that, in a loop, it has arrived before the
+/// next send() needs it; docs/distributed.md, "The listening receive").
+/// `pg` must be owned by a c10::intrusive_ptr for that. Lazy stacks are sent
+/// densified (each stacked leaf as one tensor).
 void send(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
           const TransferOptions& options = {});
 /// Receives from rank `src` into `td` in place (set_ per leaf; non-tensor

@@ -22,17 +22,19 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 namespace tensordict {
 namespace {
 
-// Protocol 2. The receiver's expectation and the sender's headers have
-// magic numbers of their own, so that either side tells an expectation from
-// a header when both call the same side (send and send, recv and recv).
-constexpr int64_t kMagic = 0x0054'4443'5431'0002;        // "TDCT1": the sender's headers
-constexpr int64_t kExpectMagic = 0x0054'4443'5445'0002;  // "TDCTE": the expectation
+// Protocol 3 (2 plus the listening receive, see Listeners). The receiver's
+// expectation and the sender's headers have magic numbers of their own, so
+// that either side tells an expectation from a header when both call the same
+// side (send and send, recv and recv).
+constexpr int64_t kMagic = 0x0054'4443'5431'0003;        // "TDCT1": the sender's headers
+constexpr int64_t kExpectMagic = 0x0054'4443'5445'0003;  // "TDCTE": the expectation
 constexpr int64_t kAlign = 16;
 // init_remote formats (header mode field).
 constexpr int64_t kInitConsolidated = 0;
@@ -562,7 +564,9 @@ EntryList entries_of(const std::string& description) {
 // Declared kinds of the receiver's expectation.
 constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
 constexpr int64_t kExpectInit = 2;  // from_remote_init(): structure and data
-enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kECount = 8 };
+// kEFirstBytes: 0, or the size of the receive the sender's first message lands
+// in when it is a listening receive (see Listeners).
+enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kEFirstBytes, kECount = 8 };
 // Kinds of the sender's header.
 constexpr int64_t kSendOk = 1;        // send(): data in the receiver's mode
 constexpr int64_t kSendMismatch = 2;  // send(): the structures differ
@@ -584,15 +588,146 @@ std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer
   return theirs;
 }
 
-[[noreturn]] void throw_bad_magic(const Channel& ch) {
-  throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
+// ---- the listening receive -------------------------------------------------------
+// A send() waits for the receiver's expectation, and Gloo moves a message only
+// once its receive is posted. Posted when send() is called, the expectation's
+// receive puts a round trip on the critical path (its "ready" notification to
+// the receiver, then the expectation back), although the receiver, usually
+// waiting already, has sent it long before. So a rank that sent (send,
+// init_remote) leaves a receive posted for the peer's next first message on
+// that tag, once every message of the transfer has been matched, and the next
+// point-to-point call between the two on that tag takes it as its first
+// receive: a send or init_remote finds the expectation there, often arrived
+// already; a recv or from_remote_init (the roles swapped) the sender's header,
+// with a one-buffer transfer of up to 4 MiB behind it. The receive holds
+// kListenBytes; the expectation says so (kEFirstBytes), and a larger
+// one-buffer transfer then sends its header alone first, the buffer after it.
+constexpr int64_t kListenBytes = kHeaderBytes + (int64_t{4} << 20);
+
+struct Listening {
+  c10::weak_intrusive_ptr<c10d::ProcessGroup> group;  // the entry goes with the group
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor buffer;  // kListenBytes
+};
+
+// The listening receives of this process, by (group, peer, tag). A receive
+// posted in a group that lives must stay posted (Gloo stalls the connection
+// when a message arrives for a receive whose buffer is gone), so an entry
+// leaves only when a transfer takes it or once its group is destroyed. Its
+// weak reference keeps the group's memory, so no group made later has the
+// address of a destroyed one while its entry is here.
+class Listeners {
+ public:
+  std::optional<Listening> take(const c10d::ProcessGroup& pg, int peer, int tag) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    drop_expired_locked();
+    auto it = posted_.find({&pg, peer, tag});
+    if (it == posted_.end()) return std::nullopt;
+    Listening out = std::move(it->second);
+    posted_.erase(it);
+    return out;
+  }
+  void put(const c10d::ProcessGroup& pg, int peer, int tag, Listening listening) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    drop_expired_locked();
+    posted_.insert_or_assign(Key{&pg, peer, tag}, std::move(listening));
+  }
+  // The receives of destroyed groups go, with the Gloo contexts they hold.
+  void drop_expired() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    drop_expired_locked();
+  }
+
+ private:
+  using Key = std::tuple<const c10d::ProcessGroup*, int, int>;
+  void drop_expired_locked() {
+    std::erase_if(posted_, [](const auto& entry) { return entry.second.group.expired(); });
+  }
+  std::mutex mutex_;
+  std::map<Key, Listening> posted_;
+};
+
+Listeners* g_listeners = nullptr;  // never destroyed: live groups keep their receives
+
+Listeners& listeners() {
+  static Listeners* l = g_listeners = new Listeners();
+  return *l;
 }
 
-at::Tensor recv_expectation(Channel& ch, int dst) {
-  at::Tensor e = at::empty({kECount}, at::kLong);
-  ch.recv_now(e, dst);
-  if (e.data_ptr<int64_t>()[kEMagic] != kExpectMagic) throw_bad_magic(ch);
-  return e;
+// At exit, the receives of groups destroyed already go before the libraries
+// they use, so that their Gloo threads end.
+struct DropListenersAtExit {
+  ~DropListenersAtExit() {
+    if (g_listeners) g_listeners->drop_expired();
+  }
+} drop_listeners_at_exit;
+
+// A weak reference to `pg` when an intrusive_ptr owns it (as c10d's groups are
+// made); a group that none owns (on the stack) gets no listening receive.
+std::optional<c10::weak_intrusive_ptr<c10d::ProcessGroup>> weak_ref(c10d::ProcessGroup& pg) {
+  if (c10::raw::intrusive_ptr::use_count(&pg) == 0) return std::nullopt;
+  return c10::weak_intrusive_ptr<c10d::ProcessGroup>(
+      c10::intrusive_ptr<c10d::ProcessGroup>::unsafe_reclaim_from_nonowning(&pg));
+}
+
+// Leaves the receive of `peer`'s next first message posted (in `buffer` when
+// it has kListenBytes).
+void listen(Channel& ch, int peer, at::Tensor buffer) {
+  auto group = weak_ref(ch.pg());
+  if (!group) return;
+  if (!buffer.defined() || buffer.numel() != kListenBytes)
+    buffer = at::empty({kListenBytes}, at::kByte);
+  auto work = ch.recv(buffer, peer);
+  listeners().put(ch.pg(), peer, ch.options().tag,
+                  Listening{std::move(*group), std::move(work), std::move(buffer)});
+}
+
+// The receive of the peer's first message of a transfer: the listening one, or
+// one posted now of `nbytes` (from the buffer pool when `pooled`).
+class FirstReceive {
+ public:
+  FirstReceive(Channel& ch, int peer, int64_t nbytes, bool pooled) {
+    if (auto l = listeners().take(ch.pg(), peer, ch.options().tag)) {
+      listened_ = std::move(l->buffer);
+      work_ = std::move(l->work);
+      return;
+    }
+    posted_.emplace(nbytes, pooled);
+    work_ = ch.recv(posted_->tensor(), peer);
+  }
+  bool listened() const { return listened_.defined(); }
+  const c10::intrusive_ptr<c10d::Work>& work() const { return work_; }
+  uint8_t* data() const {
+    return listened() ? static_cast<uint8_t*>(listened_.data_ptr()) : posted_->data();
+  }
+  const int64_t* words() const { return reinterpret_cast<const int64_t*>(data()); }
+  // The buffer, for the next listening receive.
+  at::Tensor release() {
+    at::Tensor out = listened() ? std::move(listened_) : posted_->tensor();
+    posted_.reset();
+    return out;
+  }
+  // Gives a pooled buffer back (its messages completed).
+  void done() {
+    if (posted_) posted_->done();
+    listened_ = at::Tensor();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  at::Tensor listened_;
+  std::optional<MessageBuffer> posted_;
+};
+
+// A one-buffer transfer whose receiver's first receive (kEFirstBytes, 0 when
+// it made room for it) is smaller than the header and the buffer: the header
+// goes alone, the buffer in a message of its own after it.
+bool split_flat(int64_t first_bytes, int64_t flat_bytes) {
+  return first_bytes > 0 && kHeaderBytes + flat_bytes > first_bytes;
+}
+
+[[noreturn]] void throw_bad_magic(const Channel& ch) {
+  throw FormatError(ch.what() + ": the message is not a tensordict transfer (bad magic number)");
 }
 
 struct Header {
@@ -645,9 +780,9 @@ const char* peer_call(const int64_t* first) {
 // The first 8 int64 of the sender's first message, in recv() and
 // from_remote_init(). A peer that receives too sent its expectation there
 // (and took ours): both throw.
-void read_first(Channel& ch, const MessageBuffer& message, int peer,
+void read_first(Channel& ch, const uint8_t* first, int peer,
                 const c10::intrusive_ptr<c10d::Work>& announced, int64_t* h) {
-  std::memcpy(h, message.data(), kHeaderBytes);
+  std::memcpy(h, first, kHeaderBytes);
   if (h[kHMagic] == kMagic) return;
   ch.wait(announced);
   if (h[kEMagic] == kExpectMagic) throw_called(ch, peer, peer_call(h));
@@ -691,36 +826,42 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   }
   Channel ch(pg, options, "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  // The expectation's receive is posted first and, when this side would send
-  // one buffer (the receiver's mode, unless their options differ), the data
-  // is packed meanwhile: the copy overlaps the expectation's round trip.
-  at::Tensor expectation = at::empty({kECount}, at::kLong);
-  auto expected = ch.recv(expectation, dst);
+  // The expectation lands in the listening receive (often it is there
+  // already), or in one posted now; when this side would send one buffer (the
+  // receiver's mode, unless their options differ), the data is packed
+  // meanwhile, so the copy overlaps the expectation's wait.
+  FirstReceive expected(ch, dst, kHeaderBytes, false);
   std::optional<MessageBuffer> packed;
   if (choose_mode(layout, options) == TransferMode::Consolidated) {
     try {
       packed.emplace(kHeaderBytes + layout.flat_bytes, options.reuse_buffers);
       pack_into(layout, packed->data() + kHeaderBytes);
     } catch (...) {
-      ch.wait(expected);  // a receive left posted would take a later message
+      ch.wait(expected.work());  // a receive left posted would take a later message
       throw;
     }
   }
-  ch.wait(expected);
-  const int64_t* e = expectation.data_ptr<int64_t>();
+  ch.wait(expected.work());
+  int64_t e[kECount];
+  std::memcpy(e, expected.data(), sizeof e);
   if (e[kEMagic] != kExpectMagic) throw_bad_magic(ch);
   if (e[kEKind] == kExpectInit) {
     ch.send_now(Header(kSendRefused).message(), dst);
+    listen(ch, dst, expected.release());
     throw_called(ch, dst, "from_remote_init(), which pairs with init_remote()");
   }
   if (!same_structure(layout, e[kEHash], e[kEFlatBytes], e[kELeaves])) {
     ch.send_now(Header(kSendMismatch).message(), dst);
-    mismatch(ch, layout, dst);
+    const std::string mine = layout.text();
+    const std::string theirs = exchange_descriptions(ch, mine, dst);
+    listen(ch, dst, expected.release());
+    throw_mismatch(ch.what(), mine, "rank " + std::to_string(dst), theirs);
   }
   // The receiver's mode decides (they agree unless the options differ).
   const bool flat = e[kEMode] == static_cast<int64_t>(TransferMode::Consolidated);
   const std::string extra = non_tensor_payload(ch.what(), td, layout);
   const int64_t extra_bytes = static_cast<int64_t>(extra.size());
+  const Header header(kSendOk, extra_bytes, layout, e[kEMode]);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::optional<MessageBuffer> message;
   if (flat) {
@@ -729,12 +870,19 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
       pack_into(layout, packed->data() + kHeaderBytes);
     }
     message = std::move(packed);
-    Header(kSendOk, extra_bytes, layout, e[kEMode]).write(message->data());
-    works.push_back(ch.send(message->tensor(), dst));
+    header.write(message->data());
+    if (split_flat(e[kEFirstBytes], layout.flat_bytes)) {
+      works.push_back(ch.send(message->tensor().narrow(0, 0, kHeaderBytes), dst));
+      works.push_back(ch.send(message->tensor().narrow(0, kHeaderBytes, layout.flat_bytes), dst));
+    } else {
+      works.push_back(ch.send(message->tensor(), dst));
+    }
   } else {
     if (packed) packed->done();  // never sent: back to the pool
-    works.push_back(ch.send(Header(kSendOk, extra_bytes, layout, e[kEMode]).message(), dst));
+    works.push_back(ch.send(header.message(), dst));
   }
+  // The receiver sends nothing more in this transfer.
+  listen(ch, dst, expected.release());
   send_rest_and_wait(ch, layout, extra, !flat, dst, works);
   if (message) message->done();
 }
@@ -820,6 +968,10 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   const Layout layout = describe(td);
   const TransferMode mode = choose_mode(layout, options);
   const bool flat = mode == TransferMode::Consolidated;
+  // The sender's first message: the header, with room behind it for this
+  // side's flat buffer (or the listening receive this side left posted).
+  FirstReceive first(ch, src, kHeaderBytes + (flat ? layout.flat_bytes : 0),
+                     options.reuse_buffers && flat);
   at::Tensor expectation = at::zeros({kECount}, at::kLong);
   int64_t* e = expectation.data_ptr<int64_t>();
   e[kEMagic] = kExpectMagic;
@@ -828,13 +980,11 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kEFlatBytes] = layout.flat_bytes;
   e[kEMode] = static_cast<int64_t>(mode);
   e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
+  e[kEFirstBytes] = first.listened() ? kListenBytes : 0;
   auto announced = ch.send(expectation, src);
-
-  MessageBuffer buffer(kHeaderBytes + (flat ? layout.flat_bytes : 0),
-                       options.reuse_buffers && flat);
-  ch.recv_now(buffer.tensor(), src);
+  ch.wait(first.work());
   int64_t h[kHCount];
-  read_first(ch, buffer, src, announced, h);
+  read_first(ch, first.data(), src, announced, h);
   if (h[kHKind] != kSendOk) {
     ch.wait(announced);  // the sender answered it
     if (h[kHKind] == kInitRefused) throw_called(ch, src, peer_call(h));
@@ -845,14 +995,28 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   if (flat && h[kHFlatBytes] != layout.flat_bytes)
     throw FormatError(ch.what() + ": the data message has " + std::to_string(h[kHFlatBytes]) +
                       " bytes where " + std::to_string(layout.flat_bytes) + " are expected");
-  const auto non_tensors = recv_non_tensors(ch, td, layout, h[kHExtraBytes], !flat, src);
-  if (flat) {
-    unpack(layout, buffer.data() + kHeaderBytes, td);
-    buffer.done();  // unpack copied everything out
-  } else {
-    buffer.done();
-    recv_per_leaf(ch, layout, td, src);
+  // A buffer larger than the listening receive comes in a message of its own,
+  // before the non-tensor values.
+  uint8_t* data = first.data() + kHeaderBytes;
+  std::optional<MessageBuffer> separate;
+  c10::intrusive_ptr<c10d::Work> separate_work;
+  if (flat && split_flat(e[kEFirstBytes], layout.flat_bytes)) {
+    separate.emplace(kHeaderBytes + layout.flat_bytes, options.reuse_buffers);
+    separate_work = ch.recv(separate->tensor().narrow(0, kHeaderBytes, layout.flat_bytes), src);
+    data = separate->data() + kHeaderBytes;
   }
+  std::vector<NonTensorValue> non_tensors;
+  try {
+    non_tensors = recv_non_tensors(ch, td, layout, h[kHExtraBytes], !flat, src);
+  } catch (const FormatError&) {
+    if (separate_work) ch.wait(separate_work);  // a receive left posted would take a later message
+    throw;
+  }
+  if (separate_work) ch.wait(separate_work);
+  if (flat) unpack(layout, data, td);
+  first.done();  // unpack copied everything out
+  if (separate) separate->done();
+  if (!flat) recv_per_leaf(ch, layout, td, src);
   apply_non_tensors(td, non_tensors);
   ch.wait(announced);
 }
@@ -1144,10 +1308,14 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   check_peer(pg, dst, "init_remote", "destination");
   Channel ch(pg, options, "init_remote to rank " + std::to_string(dst));
   const Layout layout = describe(td);
-  const at::Tensor expectation = recv_expectation(ch, dst);
-  const int64_t* e = expectation.data_ptr<int64_t>();
+  FirstReceive expected(ch, dst, kHeaderBytes, false);
+  ch.wait(expected.work());
+  int64_t e[kECount];
+  std::memcpy(e, expected.data(), sizeof e);
+  if (e[kEMagic] != kExpectMagic) throw_bad_magic(ch);
   if (e[kEKind] != kExpectInit) {
     ch.send_now(Header(kInitRefused).message(), dst);
+    listen(ch, dst, expected.release());
     throw_called(ch, dst, peer_call(e));
   }
   // Python's consolidated format keeps the class (a lazy stack stays one) but
@@ -1184,6 +1352,7 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     storage = storage.contiguous();
     works.push_back(ch.send(storage, dst));
   }
+  listen(ch, dst, expected.release());  // the receiver sends nothing more
   ch.wait_all(works);
 }
 
@@ -1233,11 +1402,11 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
   at::Tensor expectation = at::zeros({kECount}, at::kLong);
   expectation.data_ptr<int64_t>()[kEMagic] = kExpectMagic;
   expectation.data_ptr<int64_t>()[kEKind] = kExpectInit;
+  FirstReceive first(ch, src, kHeaderBytes, false);
   auto announced = ch.send(expectation, src);
-  MessageBuffer first(kHeaderBytes, false);
-  ch.recv_now(first.tensor(), src);
+  ch.wait(first.work());
   int64_t h[kHCount];
-  read_first(ch, first, src, announced, h);
+  read_first(ch, first.data(), src, announced, h);
   ch.wait(announced);
   if (h[kHKind] != kInitHeader) {
     if (h[kHKind] == kSendRefused)

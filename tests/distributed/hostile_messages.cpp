@@ -8,6 +8,7 @@
 // scenario succeed.
 
 #include "harness.h"
+#include "wire.h"
 
 #include <tensordict/distributed.h>
 #include <tensordict/tensor_dict.h>
@@ -20,18 +21,9 @@
 
 namespace td = tensordict;
 using nlohmann::json;
+using namespace tdtest::wire;
 
 namespace {
-
-// The wire format's constants (docs/distributed.md, "Protocol").
-constexpr int kEagerTag = 1 << 30;  // tag 0 | 2^30: StructureCheck::Receiver's slot
-constexpr int64_t kEagerFirstMessageBytes = (int64_t{4} << 20) + (int64_t{64} << 10);
-enum : int { kHMagic, kHKind, kHExtraBytes, kHHash, kHFlatBytes, kHLeaves, kHMode, kHDescBytes };
-enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves };
-constexpr int64_t kSendOk = 1;
-constexpr int64_t kInitHeader = 4;
-constexpr int64_t kModeConsolidated = 1;  // TransferMode
-constexpr int64_t kModePerLeaf = 2;
 
 td::TensorDict make(int seed) {
   auto v = [&](std::vector<int64_t> shape, at::ScalarType dtype) {
@@ -47,25 +39,6 @@ td::TensorDict make(int seed) {
 void expect_equal(const td::TensorDictBase& got, const td::TensorDictBase& want) {
   if (!got.equal(want))
     throw std::runtime_error("tensordicts differ:\ngot " + got.repr() + "\nwant " + want.repr());
-}
-
-// Raw messages between the two ranks.
-void raw_send(tdtest::Ctx& ctx, const at::Tensor& t, int tag) {
-  std::vector<at::Tensor> v{t};
-  ctx.pg->send(v, 1 - ctx.rank, tag)->wait();
-}
-at::Tensor raw_recv(tdtest::Ctx& ctx, int64_t nbytes, int tag) {
-  std::vector<at::Tensor> v{at::empty({nbytes}, at::kByte)};
-  ctx.pg->recv(v, 1 - ctx.rank, tag)->wait();
-  return v[0];
-}
-int64_t* words(const at::Tensor& t) { return reinterpret_cast<int64_t*>(t.data_ptr()); }
-int64_t padded16(int64_t n) { return (n + 15) / 16 * 16; }
-
-at::Tensor bytes_of(const std::string& s) {
-  at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
-  std::memcpy(t.data_ptr(), s.data(), s.size());
-  return t;
 }
 
 // An eager transfer as rank 0 captured it: the first message (cut to its
