@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <deque>
 #include <list>
 #include <map>
 #include <mutex>
@@ -74,19 +75,44 @@ struct NonTensorEntry {
   bool stack = false;
 };
 
-// One entry of a structure: its key, what it is ("Tensor(dtype=..., shape=...)")
-// and, for a tensor or a tensordict, its dims.
+std::string shape_string(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// One entry of a structure: its key, kind and, for a tensor or a tensordict,
+// its dtype and dims.
 struct EntryDesc {
   NestedKey key;
-  std::string what;
   EntryKind kind = EntryKind::Tensor;
-  std::vector<int64_t> dims;  // a tensor's shape, a tensordict's batch size
-  int64_t leaf = -1;          // index in Layout::leaves (an index: layouts are moved)
+  at::ScalarType dtype = at::ScalarType::Undefined;  // a tensor's
+  std::vector<int64_t> dims;                         // a tensor's shape, a tensordict's batch size
+  int64_t leaf = -1;  // index in Layout::leaves (an index: layouts are moved)
+
+  // How messages name it: "Tensor(dtype=torch.float32, shape=[3, 4])",
+  // "TensorDict(batch=[3])", "root batch [3]" (the root, whose key is empty),
+  // "NonTensorData", "NonTensorStack". Formatted only for messages: describe()
+  // runs on every transfer.
+  std::string what() const {
+    if (key.empty()) return "root batch " + shape_string(dims);
+    switch (kind) {
+      case EntryKind::Tensor:
+        return "Tensor(dtype=" + dtype_to_string(dtype) + ", shape=" + shape_string(dims) + ")";
+      case EntryKind::TensorDict:
+        return "TensorDict(batch=" + shape_string(dims) + ")";
+      case EntryKind::NonTensor:
+        return "NonTensorData";
+      case EntryKind::NonTensorStack:
+        return "NonTensorStack";
+    }
+    return "?";
+  }
 };
 
 // The structure of one tensordict, in sorted key order. The JSON description
 // (for messages naming a difference, and init_remote's layout format) is only
-// built when needed: describe() runs on every transfer.
+// built when needed.
 struct Layout {
   std::vector<Leaf> leaves;
   std::vector<NonTensorEntry> non_tensors;
@@ -101,81 +127,127 @@ struct Layout {
       json info = json::object();
       if (e.kind == EntryKind::TensorDict) info = json{{"batch", e.dims}};
       if (e.leaf >= 0)
-        info = json{{"dtype", dtype_to_string(leaves[e.leaf].dtype)},
+        info = json{{"dtype", dtype_to_string(e.dtype)},
                     {"shape", e.dims},
                     {"offset", leaves[e.leaf].offset}};
-      d.push_back(json::array({e.key.to_vector(), e.what, std::move(info)}));
+      d.push_back(json::array({e.key.to_vector(), e.what(), std::move(info)}));
     }
     return d;
   }
   std::string text() const { return description().dump(); }
 };
 
-std::string shape_string(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
+// FNV-1a, 64 bits.
+class Fnv1a {
+ public:
+  void bytes(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 1099511628211ULL;
+  }
+  void text(std::string_view s) {
+    value(static_cast<uint32_t>(s.size()));  // length first: "a" "bc" is not "ab" "c"
+    bytes(s.data(), s.size());
+  }
+  template <class T>
+  void value(T v) {
+    bytes(&v, sizeof v);
+  }
+  uint64_t get() const { return h_; }
+
+ private:
+  uint64_t h_ = 1469598103934665603ULL;
+};
+
+// An entry found by collect(): its "."-joined key (the sort order), key and value.
+struct Found {
+  std::string joined;
+  NestedKey key;
+  const Value* value;
+};
+
+// Every entry of `node` and below, each level's entries before what they
+// hold. Values are looked at in place where the node holds them; storages
+// that do not (lazy stacks, memmap, ...) read theirs into `owned`, which
+// keeps them for the caller.
+void collect(const Node& node, const NestedKey& path, const std::string& joined,
+             std::vector<Found>& out, std::deque<Value>& owned) {
+  for (const std::string& k : node.keys()) {
+    const Value* v = nullptr;
+    if (node.holds_values()) {
+      v = node.peek(k);
+    } else if (auto found = node.find(k)) {
+      owned.push_back(std::move(*found));
+      v = &owned.back();
+    }
+    if (v == nullptr) continue;
+    out.push_back(
+        {joined.empty() ? k : joined + "." + k, path.empty() ? NestedKey(k) : path.child(k), v});
+    if (v->kind() == EntryKind::TensorDict) {
+      const Found level = out.back();  // a copy: `out` grows below
+      collect(v->tensordict().node(), level.key, level.joined, out, owned);
+    }
+  }
 }
 
-void fnv1a(uint64_t& h, std::string_view s) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-}
-
+// The structure of `td`: its entries sorted by their "."-joined keys (stable:
+// the order of keys(sort = true)), its leaves at 16-byte aligned offsets of
+// the flat buffer in that order, and a hash of it all. Runs on both sides of
+// every transfer, so it copies no value and formats no text.
 Layout describe(const TensorDictBase& td) {
   if (!td.defined()) throw ValueError("distributed transfer of a null tensordict handle");
+  std::vector<Found> found;
+  std::deque<Value> owned;
+  collect(td.node(), NestedKey(), std::string(), found, owned);
+  std::vector<std::size_t> order(found.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return found[a].joined < found[b].joined; });
+
   Layout out;
-  out.entries.push_back({NestedKey(), "root batch " + shape_string(td.batch_size()),
-                         EntryKind::TensorDict, td.batch_size().vec()});
-  KeysOptions opts;
-  opts.include_nested = true;
-  opts.sort = true;
-  td.for_each(
-      [&](const NestedKey& key, const Value& value) {
-        EntryDesc e{key, {}, value.kind(), {}};
-        switch (value.kind()) {
-          case EntryKind::Tensor: {
-            const at::Tensor& t = value.tensor();
-            Leaf leaf{key, t, t.scalar_type(), t.sizes().vec(), t.numel() * t.element_size(), 0};
-            e.what = "Tensor(dtype=" + dtype_to_string(leaf.dtype) +
-                     ", shape=" + shape_string(t.sizes()) + ")";
-            e.dims = leaf.shape;
-            out.flat_bytes = (out.flat_bytes + kAlign - 1) / kAlign * kAlign;
-            leaf.offset = out.flat_bytes;
-            out.flat_bytes += leaf.nbytes;
-            out.leaves.push_back(std::move(leaf));
-            break;
-          }
-          case EntryKind::TensorDict:
-            // The class is not part of the structure: a lazy stack and a
-            // TensorDict of the same shape exchange data.
-            e.dims = value.tensordict().batch_size().vec();
-            e.what = "TensorDict(batch=" + shape_string(e.dims) + ")";
-            break;
-          case EntryKind::NonTensor:
-            e.what = "NonTensorData";
-            out.non_tensors.push_back({key, false});
-            break;
-          case EntryKind::NonTensorStack:
-            e.what = "NonTensorStack";
-            out.non_tensors.push_back({key, true});
-            break;
-        }
-        out.entries.push_back(std::move(e));
-      },
-      opts);
-  int64_t next_leaf = 0;
-  uint64_t h = 1469598103934665603ULL;
-  for (EntryDesc& e : out.entries) {
-    if (&e != &out.entries.front() && e.kind == EntryKind::Tensor) e.leaf = next_leaf++;
-    for (const auto& part : e.key) {
-      fnv1a(h, part);
-      fnv1a(h, std::string_view("\x1f", 1));
+  out.entries.reserve(found.size() + 1);
+  out.entries.push_back(
+      {NestedKey(), EntryKind::TensorDict, at::ScalarType::Undefined, td.batch_size().vec()});
+  Fnv1a h;
+  auto hash_entry = [&](const EntryDesc& e) {
+    h.value(static_cast<uint32_t>(e.key.size()));
+    for (const auto& part : e.key) h.text(part);
+    h.value(static_cast<uint8_t>(e.kind));
+    h.value(static_cast<int8_t>(e.dtype));
+    h.value(static_cast<uint32_t>(e.dims.size()));
+    if (!e.dims.empty()) h.bytes(e.dims.data(), e.dims.size() * sizeof(int64_t));
+  };
+  hash_entry(out.entries.front());
+  for (std::size_t i : order) {
+    Found& f = found[i];
+    const Value& value = *f.value;
+    EntryDesc e{std::move(f.key), value.kind()};
+    switch (e.kind) {
+      case EntryKind::Tensor: {
+        const at::Tensor& t = value.tensor();
+        e.dtype = t.scalar_type();
+        e.dims = t.sizes().vec();
+        e.leaf = static_cast<int64_t>(out.leaves.size());
+        const int64_t nbytes = t.numel() * static_cast<int64_t>(t.element_size());
+        out.flat_bytes = (out.flat_bytes + kAlign - 1) / kAlign * kAlign;
+        out.leaves.push_back({e.key, t, e.dtype, e.dims, nbytes, out.flat_bytes});
+        out.flat_bytes += nbytes;
+        break;
+      }
+      case EntryKind::TensorDict:
+        // The class is not part of the structure: a lazy stack and a
+        // TensorDict of the same shape exchange data.
+        e.dims = value.tensordict().batch_size().vec();
+        break;
+      case EntryKind::NonTensor:
+      case EntryKind::NonTensorStack:
+        out.non_tensors.push_back({e.key, e.kind == EntryKind::NonTensorStack});
+        break;
     }
-    fnv1a(h, e.what);
-    fnv1a(h, std::string_view("\n", 1));
+    hash_entry(e);
+    out.entries.push_back(std::move(e));
   }
   // Positive, so that {h, -h} under MAX detects any disagreement.
-  out.hash = static_cast<int64_t>(h >> 1);
+  out.hash = static_cast<int64_t>(h.get() >> 1);
   return out;
 }
 
@@ -509,7 +581,7 @@ using EntryList = std::vector<std::pair<NestedKey, std::string>>;
 EntryList entries_of(const Layout& layout) {
   EntryList out;
   out.reserve(layout.entries.size());
-  for (const EntryDesc& e : layout.entries) out.emplace_back(e.key, e.what);
+  for (const EntryDesc& e : layout.entries) out.emplace_back(e.key, e.what());
   return out;
 }
 
@@ -1050,22 +1122,23 @@ TransferOptions eager_options(const TransferOptions& options, const char* op) {
   return eager;
 }
 
-// The entries as the receiver compares them: per entry the number of key
-// parts, each part, then `what`; every string after its uint32 length.
+// The entries as the receiver compares them, in binary: per entry the number
+// of key parts (uint32), each part (its uint32 length, then its bytes), the
+// kind (uint8), the dtype (int8), the number of dims (uint32) and the dims
+// (int64 each). The receiver formats them only to name a difference.
 std::string encode_entries(const Layout& layout) {
   std::string out;
-  auto put32 = [&](std::size_t v) {
-    const auto v32 = static_cast<uint32_t>(v);
-    out.append(reinterpret_cast<const char*>(&v32), 4);
-  };
+  auto put = [&](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
   for (const EntryDesc& e : layout.entries) {
-    put32(e.key.size());
+    put(static_cast<uint32_t>(e.key.size()));
     for (const auto& part : e.key) {
-      put32(part.size());
+      put(static_cast<uint32_t>(part.size()));
       out += part;
     }
-    put32(e.what.size());
-    out += e.what;
+    put(static_cast<uint8_t>(e.kind));
+    put(static_cast<int8_t>(e.dtype));
+    put(static_cast<uint32_t>(e.dims.size()));
+    for (int64_t d : e.dims) put(d);
   }
   return out;
 }
@@ -1073,30 +1146,50 @@ std::string encode_entries(const Layout& layout) {
 EntryList decode_entries(const Channel& ch, const uint8_t* p, int64_t n) {
   EntryList out;
   int64_t at = 0;
-  auto truncated = [&] {
-    return FormatError(ch.what() + ": the sender's structure is truncated at byte " +
+  auto bad = [&](const std::string& why) {
+    return FormatError(ch.what() + ": the sender's structure is " + why + " at byte " +
                        std::to_string(at) + " of " + std::to_string(n));
   };
-  auto get32 = [&] {
-    if (n - at < 4) throw truncated();
-    uint32_t v = 0;
-    std::memcpy(&v, p + at, 4);
-    at += 4;
-    return v;
-  };
-  auto get = [&] {
-    const uint32_t len = get32();
-    if (n - at < static_cast<int64_t>(len)) throw truncated();
-    std::string s(reinterpret_cast<const char*>(p + at), len);
-    at += len;
-    return s;
+  auto get = [&](auto& v) {
+    if (n - at < static_cast<int64_t>(sizeof v)) throw bad("truncated");
+    std::memcpy(&v, p + at, sizeof v);
+    at += sizeof v;
   };
   while (at < n) {
-    const uint32_t parts = get32();
+    EntryDesc e;
+    uint32_t parts = 0;
+    get(parts);
     std::vector<std::string> key;
-    for (uint32_t i = 0; i < parts; ++i) key.push_back(get());  // each takes >= 4 bytes
-    std::string what = get();
-    out.emplace_back(NestedKey(std::move(key)), std::move(what));
+    for (uint32_t i = 0; i < parts; ++i) {  // each takes >= 4 bytes
+      uint32_t len = 0;
+      get(len);
+      if (n - at < static_cast<int64_t>(len)) throw bad("truncated");
+      key.emplace_back(reinterpret_cast<const char*>(p + at), len);
+      at += len;
+    }
+    e.key = NestedKey(key);
+    uint8_t kind = 0;
+    int8_t dtype = 0;
+    uint32_t ndims = 0;
+    get(kind);
+    get(dtype);
+    get(ndims);
+    if (kind > static_cast<uint8_t>(EntryKind::NonTensorStack)) throw bad("not valid (entry kind)");
+    e.kind = static_cast<EntryKind>(kind);
+    e.dtype = static_cast<at::ScalarType>(dtype);
+    if (static_cast<int64_t>(ndims) > (n - at) / 8) throw bad("truncated");
+    e.dims.resize(ndims);
+    for (int64_t& d : e.dims) get(d);
+    std::string what;
+    try {
+      if (e.kind == EntryKind::Tensor &&
+          (dtype < 0 || dtype >= static_cast<int8_t>(at::ScalarType::NumOptions)))
+        throw ValueError("dtype out of range");
+      what = e.what();
+    } catch (const std::exception&) {  // a dtype without a name
+      throw bad("not valid (dtype " + std::to_string(dtype) + ")");
+    }
+    out.emplace_back(std::move(e.key), std::move(what));
   }
   return out;
 }
