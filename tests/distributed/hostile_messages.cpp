@@ -103,6 +103,8 @@ TD_SCENARIO(hostile_eager_messages) {
     expect_refused<td::FormatError>(t, ctx, eager, "entry 0 is not 'name'");
     expect_refused<td::FormatError>(t, ctx, eager, "('nested', 'tags')");
     expect_refused<td::FormatError>(t, ctx, eager, "structure is truncated");
+    expect_refused<td::FormatError>(t, ctx, eager, "structure is not valid (entry kind)");
+    expect_refused<td::FormatError>(t, ctx, eager, "structure is not valid (dtype 100)");
     expect_refused<td::FormatError>(t, ctx, eager, "leaf 0 has -5 bytes");
     // Per leaf, JSON not valid: the leaves are taken, the group stays in step.
     expect_refused<td::FormatError>(t, ctx, eager, "non-tensor values received are not valid");
@@ -155,6 +157,18 @@ TD_SCENARIO(hostile_eager_messages) {
   // receiver takes the JSON, then cannot name the difference.
   at::Tensor first = changed(flat, kHHash, words(flat.first)[kHHash] ^ 1);
   words(first)[kHDescBytes] -= 3;
+  send_first(first);
+  raw_send(ctx, flat.json, kEagerTag);
+  // Another structure whose root entry (its key parts at byte 64, its kind at
+  // 68, its dtype at 69) has a kind that does not exist, then a tensor's
+  // kind with a dtype that does not exist.
+  first = changed(flat, kHHash, words(flat.first)[kHHash] ^ 1);
+  first.data_ptr<uint8_t>()[64 + 4] = 9;
+  send_first(first);
+  raw_send(ctx, flat.json, kEagerTag);
+  first = changed(flat, kHHash, words(flat.first)[kHHash] ^ 1);
+  first.data_ptr<uint8_t>()[64 + 4] = 0;
+  first.data_ptr<uint8_t>()[64 + 5] = 100;
   send_first(first);
   raw_send(ctx, flat.json, kEagerTag);
   // Per leaf, another structure with a negative leaf size.
