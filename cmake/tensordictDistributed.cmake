@@ -62,7 +62,17 @@ target_compile_definitions(tensordict_gloo INTERFACE USE_C10D_GLOO)
 target_include_directories(tensordict_gloo INTERFACE ${TENSORDICT_GLOO_INCLUDE_DIR})
 target_link_libraries(tensordict_gloo INTERFACE torch ${TENSORDICT_GLOO_LIBRARY})
 
-add_library(tensordict_distributed src/distributed/distributed.cpp)
+# One file per part (docs/architecture.md): the structure and flat buffer
+# (layout), the group's messages (channel), the buffer pool, the listening
+# receive, the two point-to-point protocols and the collectives.
+add_library(tensordict_distributed
+  src/distributed/buffers.cpp
+  src/distributed/channel.cpp
+  src/distributed/collectives.cpp
+  src/distributed/eager.cpp
+  src/distributed/layout.cpp
+  src/distributed/listening.cpp
+  src/distributed/point_to_point.cpp)
 add_library(tensordict::distributed ALIAS tensordict_distributed)
 set_target_properties(tensordict_distributed PROPERTIES
   EXPORT_NAME distributed
@@ -71,6 +81,7 @@ set_target_properties(tensordict_distributed PROPERTIES
   VERSION ${PROJECT_VERSION}
   SOVERSION ${PROJECT_VERSION_MAJOR})
 target_link_libraries(tensordict_distributed PUBLIC tensordict torch)
+target_include_directories(tensordict_distributed PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(tensordict_distributed PRIVATE
   $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wno-unused-parameter>)
 

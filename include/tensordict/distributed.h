@@ -70,13 +70,16 @@ enum class StructureCheck : std::uint8_t {
   /// messages, writes nothing and throws StructureError; the sender is not
   /// told (its send returns normally). The sender's mode decides; one
   /// buffer holds at most 4 MiB (plus 64 KiB of structure), larger transfers
-  /// go per leaf. Tags must be below 2^30.
+  /// go per leaf.
   Receiver,
 };
 
 struct TransferOptions {
-  /// The c10d tag of every message of the transfer; concurrent transfers
-  /// between the same two ranks need distinct tags.
+  /// The transfer's tag, in [0, 2^29) (ValueError otherwise); concurrent
+  /// transfers between the same two ranks need distinct tags. Point-to-point
+  /// messages go on c10d tag `tag | 2^29` (`tag | 2^30` with
+  /// StructureCheck::Receiver), so a program's own messages on `tag` stay
+  /// apart from them.
   int tag = 0;
   /// Wait at most this long for each message; zero uses the group's own
   /// timeout (ProcessGroupGloo::Options::timeout).

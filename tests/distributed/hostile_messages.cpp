@@ -231,7 +231,7 @@ TD_SCENARIO(hostile_checked_messages) {
   // receiver's flat size of data behind it) plus the JSON messages given.
   auto answer = [&](int64_t kind, int64_t extra, int64_t flat_delta,
                     const std::vector<std::string>& then) {
-    at::Tensor e = raw_recv(ctx, 64, 0);
+    at::Tensor e = raw_recv(ctx, 64, kCheckedTag);
     const int64_t* x = words(e);
     TD_CHECK(x[kEMode] == kModeConsolidated);
     at::Tensor msg = at::zeros({64 + x[kEFlatBytes]}, at::kByte);
@@ -241,8 +241,8 @@ TD_SCENARIO(hostile_checked_messages) {
     h[kHExtraBytes] = extra;
     h[kHFlatBytes] = x[kEFlatBytes] + flat_delta;
     h[kHMode] = kModeConsolidated;
-    raw_send(ctx, msg, 0);
-    for (const std::string& s : then) raw_send(ctx, bytes_of(s), 0);
+    raw_send(ctx, msg, kCheckedTag);
+    for (const std::string& s : then) raw_send(ctx, bytes_of(s), kCheckedTag);
   };
   answer(-1, 0, 0, {});
   answer(99, 0, 0, {});
@@ -254,7 +254,7 @@ TD_SCENARIO(hostile_checked_messages) {
   // from_remote_init: a buffer no machine holds, a structure that is not
   // JSON, a leaf outside its buffer.
   auto init = [&](int64_t flat_bytes, const std::string& structure, int64_t format) {
-    at::Tensor e = raw_recv(ctx, 64, 0);
+    at::Tensor e = raw_recv(ctx, 64, kCheckedTag);
     TD_CHECK(words(e)[kEKind] == 2);
     at::Tensor header = at::zeros({64}, at::kByte);
     int64_t* h = words(header);
@@ -263,10 +263,10 @@ TD_SCENARIO(hostile_checked_messages) {
     h[kHExtraBytes] = static_cast<int64_t>(structure.size());
     h[kHFlatBytes] = flat_bytes;
     h[kHMode] = format;
-    raw_send(ctx, header, 0);
-    if (!structure.empty()) raw_send(ctx, bytes_of(structure), 0);
+    raw_send(ctx, header, kCheckedTag);
+    if (!structure.empty()) raw_send(ctx, bytes_of(structure), kCheckedTag);
     if (flat_bytes > 0 && flat_bytes < (int64_t{1} << 30))
-      raw_send(ctx, at::zeros({flat_bytes}, at::kByte), 0);
+      raw_send(ctx, at::zeros({flat_bytes}, at::kByte), kCheckedTag);
   };
   init(int64_t{1} << 50, "", 0);
   init(8, "{not json", 1);

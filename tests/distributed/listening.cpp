@@ -85,7 +85,7 @@ TD_SCENARIO(sender_listens_for_the_next_expectation) {
   // 0's next send then finds it there and answers it.
   const std::chrono::milliseconds patience(20'000);
   if (ctx.rank == 0) {
-    at::Tensor expectation = raw_recv(ctx, 64, 0);
+    at::Tensor expectation = raw_recv(ctx, 64, kCheckedTag);
     const int64_t* e = words(expectation);
     TD_CHECK(e[kEMagic] == kExpectMagic && e[kEKind] == kExpectRecv);
     TD_CHECK(e[kEFlatBytes] == 80 && e[kELeaves] == 2 && e[kEFirstBytes] == 0);
@@ -98,7 +98,7 @@ TD_SCENARIO(sender_listens_for_the_next_expectation) {
     h[kHLeaves] = 2;
     h[kHMode] = e[kEMode];
     pack_small(small(7), answer.data_ptr<uint8_t>() + 64);
-    raw_send(ctx, answer, 0);
+    raw_send(ctx, answer, kCheckedTag);
     ctx.store->set("expectation", std::vector<uint8_t>(expectation.data_ptr<uint8_t>(),
                                                        expectation.data_ptr<uint8_t>() + 64));
     td::send(small(1), *ctx.pg, 1);
@@ -115,9 +115,9 @@ TD_SCENARIO(sender_listens_for_the_next_expectation) {
   const std::vector<uint8_t> captured = ctx.store->get("expectation");
   at::Tensor expectation = at::empty({64}, at::kByte);
   std::memcpy(expectation.data_ptr(), captured.data(), 64);
-  raw_send(ctx, expectation, 0, patience);  // lands in rank 0's listening receive
+  raw_send(ctx, expectation, kCheckedTag, patience);  // lands in rank 0's listening receive
   ctx.store->set("delivered", std::vector<uint8_t>{1});
-  at::Tensor answer = raw_recv(ctx, 64 + 80, 0);
+  at::Tensor answer = raw_recv(ctx, 64 + 80, kCheckedTag);
   const int64_t* h = words(answer);
   TD_CHECK(h[kHMagic] == kMagic && h[kHKind] == kSendOk && h[kHFlatBytes] == 80);
   at::Tensor want = at::empty({80}, at::kByte);
@@ -125,6 +125,35 @@ TD_SCENARIO(sender_listens_for_the_next_expectation) {
   TD_CHECK(answer.narrow(0, 64, 80).equal(want));
   td::recv(t, *ctx.pg, 0);
   expect_equal(t, small(3));
+}
+
+TD_SCENARIO(own_messages_on_the_tag_stay_apart) {
+  // Transfers send on their own tag slots: a program's raw messages on the
+  // tag it gives a transfer never land in the transfer's receives, the
+  // listening receive included. Tags outside [0, 2^29) are a ValueError
+  // before any message.
+  const std::chrono::milliseconds patience(20'000);
+  td::TransferOptions bad;
+  bad.tag = 1 << 29;
+  TD_EXPECT_THROW(td::send(small(0), *ctx.pg, 1 - ctx.rank, bad), td::ValueError);
+  bad.tag = -1;
+  TD_EXPECT_THROW(td::isend(small(0), *ctx.pg, 1 - ctx.rank, bad), td::ValueError);
+  bad.check = td::StructureCheck::Receiver;
+  TD_EXPECT_THROW(td::irecv(small(0), *ctx.pg, 1 - ctx.rank, bad), td::ValueError);
+  const at::Tensor mine = at::arange(8, at::kLong) + 100 * ctx.rank;
+  for (int round = 0; round < 2; ++round) {
+    transfer(ctx, 0, small, round + 1);  // rank 0 listens on tag 0's slot
+    if (ctx.rank == 1) {
+      raw_send(ctx, mine, 0, patience);
+      const at::Tensor got = raw_recv(ctx, 64, 0, patience);
+      TD_CHECK(at::from_blob(got.data_ptr(), {8}, at::kLong).equal(at::arange(8, at::kLong)));
+    } else {
+      const at::Tensor got = raw_recv(ctx, 64, 0, patience);
+      TD_CHECK(at::from_blob(got.data_ptr(), {8}, at::kLong).equal(at::arange(8, at::kLong) + 100));
+      raw_send(ctx, mine, 0, patience);
+    }
+    transfer(ctx, 1, small, round + 10);
+  }
 }
 
 TD_SCENARIO(listening_receive_serves_swapped_roles) {

@@ -170,6 +170,7 @@ TD_DIST_TEST(hostile_checked_messages, 2)
 TD_DIST_TEST(sender_listens_for_the_next_expectation, 2)
 TD_DIST_TEST(listening_receive_serves_swapped_roles, 2)
 TD_DIST_TEST(listening_receive_goes_with_its_group, 2)
+TD_DIST_TEST(own_messages_on_the_tag_stay_apart, 2)
 
 int main(int argc, char** argv) {
   if (argc == 6 && std::string(argv[1]) == "--worker")

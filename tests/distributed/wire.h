@@ -15,7 +15,8 @@
 
 namespace tdtest::wire {
 
-constexpr int kEagerTag = 1 << 30;  // tag 0 | 2^30: StructureCheck::Receiver's slot
+constexpr int kCheckedTag = 1 << 29;  // tag 0 | 2^29: the slot of transfers checked on both sides
+constexpr int kEagerTag = 1 << 30;    // tag 0 | 2^30: StructureCheck::Receiver's slot
 constexpr int64_t kEagerFirstMessageBytes = (int64_t{4} << 20) + (int64_t{64} << 10);
 constexpr int64_t kListenBytes = 64 + (int64_t{4} << 20);  // a sender's listening receive
 enum : int { kHMagic, kHKind, kHExtraBytes, kHHash, kHFlatBytes, kHLeaves, kHMode, kHDescBytes };
@@ -36,9 +37,14 @@ inline void raw_send(Ctx& ctx, const at::Tensor& t, int tag,
   else
     work->wait();
 }
-inline at::Tensor raw_recv(Ctx& ctx, int64_t nbytes, int tag) {
+inline at::Tensor raw_recv(Ctx& ctx, int64_t nbytes, int tag,
+                           std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
   std::vector<at::Tensor> v{at::empty({nbytes}, at::kByte)};
-  ctx.pg->recv(v, 1 - ctx.rank, tag)->wait();
+  auto work = ctx.pg->recv(v, 1 - ctx.rank, tag);
+  if (timeout.count() > 0)
+    work->wait(timeout);
+  else
+    work->wait();
   return v[0];
 }
 inline int64_t* words(const at::Tensor& t) { return reinterpret_cast<int64_t*>(t.data_ptr()); }

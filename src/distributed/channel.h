@@ -1,0 +1,88 @@
+#pragma once
+// Messages of one operation over a process group, with c10d/Gloo failures
+// turned into tensordict errors (TimeoutError, ConnectionError, StorageError)
+// naming the operation.
+
+#include <tensordict/distributed.h>
+#include <tensordict/errors.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tensordict::detail::distributed {
+
+// Messages of one operation over the group, with c10d/Gloo failures turned
+// into tensordict errors naming the operation.
+class Channel {
+  // c10d/Gloo errors out of `f` as tensordict errors (defined first: its
+  // return type is deduced).
+  template <class F>
+  decltype(auto) guarded(F&& f) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::Error& e) {
+      translate(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      translate(e.what());
+    }
+  }
+
+ public:
+  Channel(c10d::ProcessGroup& pg, const TransferOptions& options, std::string what)
+      : pg_(pg), options_(options), what_(std::move(what)) {}
+
+  c10::intrusive_ptr<c10d::Work> send(const at::Tensor& t, int dst) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.send(v, dst, options_.tag); });
+  }
+  c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& t, int src) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.recv(v, src, options_.tag); });
+  }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) {
+    guarded([&] {
+      if (options_.timeout.count() > 0)
+        work->wait(options_.timeout);
+      else
+        work->wait();
+      return 0;
+    });
+  }
+  void wait_all(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+    for (auto& w : works) wait(w);
+    works.clear();
+  }
+  void send_now(const at::Tensor& t, int dst) { wait(send(t, dst)); }
+  void recv_now(const at::Tensor& t, int src) { wait(recv(t, src)); }
+
+  // `size` bytes the peer announced (checked: at most kMaxJsonBytes).
+  std::string recv_string(int64_t size, int src);
+  // A collective op, waited for.
+  template <class F>
+  void collective(F&& post) {
+    wait(guarded(std::forward<F>(post)));
+  }
+
+  const std::string& what() const { return what_; }
+  c10d::ProcessGroup& pg() { return pg_; }
+  const TransferOptions& options() const { return options_; }
+
+ private:
+  [[noreturn]] void translate(const std::string& error) const;
+
+  c10d::ProcessGroup& pg_;
+  TransferOptions options_;
+  std::string what_;
+};
+
+// ValueError unless `peer` is another rank of `pg`.
+void check_peer(c10d::ProcessGroup& pg, int peer, const char* op, const char* role);
+
+}  // namespace tensordict::detail::distributed
