@@ -309,6 +309,7 @@ constexpr int64_t kMB = 1000 * 1000;
   }
 
 TD_SEND_BENCH(1MB, 1 * kMB)
+TD_SEND_BENCH(2MB, 2 * kMB)
 TD_SEND_BENCH(4MB, 4 * kMB)
 TD_SEND_BENCH(8MB, 8 * kMB)
 TD_SEND_BENCH(16MB, 16 * kMB)
@@ -376,7 +377,12 @@ void register_all() {
       // Not a variant against a floor: both in one run, see run_paired.
       {"BM_send_1MB_paired/floors_and_receiver_checks", BM_send_1MB_paired},
       {"BM_send_1MB_paired/floors_and_both_sides", BM_send_1MB_paired_both_sides},
-      // 4, 8 and 16 MB: where one buffer stops beating one message per leaf.
+      // 2, 4, 8 and 16 MB: where one buffer stops beating one message per leaf.
+      {"BM_send_2MB/floor", BM_send_2MB_floor},
+      {"BM_send_2MB/floor_per_tensor", BM_send_2MB_per_tensor},
+      {"BM_send_2MB/tensordict", BM_send_2MB_td},
+      {"BM_send_2MB/tensordict_consolidated", BM_send_2MB_td_consolidated},
+      {"BM_send_2MB/tensordict_per_leaf", BM_send_2MB_td_per_leaf},
       {"BM_send_4MB/floor", BM_send_4MB_floor},
       {"BM_send_4MB/floor_per_tensor", BM_send_4MB_per_tensor},
       {"BM_send_4MB/floor_one_message_back", BM_send_4MB_one_back},

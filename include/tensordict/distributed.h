@@ -87,8 +87,9 @@ struct TransferOptions {
   /// On a point-to-point transfer the receiver's mode decides.
   TransferMode mode = TransferMode::Auto;
   /// Auto sends tensordicts of at most this many bytes consolidated (see
-  /// docs/distributed.md for the measurements behind the default).
-  std::int64_t flat_max_bytes = std::int64_t{4} << 20;
+  /// docs/distributed.md for the measurements behind the default: where one
+  /// buffer stops beating one message per leaf depends on the machine).
+  std::int64_t flat_max_bytes = std::int64_t{2} << 20;
   /// Consolidated transfers keep their message buffer for the next transfer
   /// of the same size (a process-wide pool of at most 256 MiB, see
   /// release_transfer_buffers()); false allocates a fresh one every time.

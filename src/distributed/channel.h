@@ -16,8 +16,8 @@
 
 namespace tensordict::detail::distributed {
 
-// Messages of one operation over the group, with c10d/Gloo failures turned
-// into tensordict errors naming the operation.
+// One operation's messages: every message on options.tag, every c10d/Gloo
+// failure rethrown as a tensordict error whose message starts with `what`.
 class Channel {
   // c10d/Gloo errors out of `f` as tensordict errors (defined first: its
   // return type is deduced).

@@ -7,7 +7,8 @@
 // the receiver, then the expectation back), although the receiver, usually
 // waiting already, has sent it long before. So a rank that sent (send,
 // init_remote) leaves a receive posted for the peer's next first message on
-// that tag, once every message of the transfer has been matched, and the next
+// that tag (its slot tag | kCheckedTagBit, which no program message uses),
+// once every message of the transfer has been matched, and the next
 // point-to-point call between the two on that tag takes it as its first
 // receive: a send or init_remote finds the expectation there, often arrived
 // already; a recv or from_remote_init (the roles swapped) the sender's header,
@@ -43,7 +44,6 @@ class FirstReceive {
   uint8_t* data() const {
     return listened() ? static_cast<uint8_t*>(listened_.data_ptr()) : posted_->data();
   }
-  const int64_t* words() const { return reinterpret_cast<const int64_t*>(data()); }
   // The buffer, for the next listening receive.
   at::Tensor release() {
     at::Tensor out = listened() ? std::move(listened_) : posted_->tensor();

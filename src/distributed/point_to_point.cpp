@@ -83,13 +83,19 @@ const char* peer_call(const int64_t* first) {
 
 // The first 8 int64 of the sender's first message, in recv() and
 // from_remote_init(). A peer that receives too sent its expectation there
-// (and took ours): both throw.
+// (and took ours): both fill the leaf receives the other posted ahead, wait
+// for their own (`posted`, if any) to be filled, and throw.
 void read_first(Channel& ch, const uint8_t* first, int peer,
-                const c10::intrusive_ptr<c10d::Work>& announced, int64_t* h) {
+                const c10::intrusive_ptr<c10d::Work>& announced, int64_t* h, LeafReceives* posted) {
   std::memcpy(h, first, kHeaderBytes);
   if (h[kHMagic] == kMagic) return;
+  if (h[kEMagic] == kExpectMagic) {
+    fill_posted(ch, h[kEPosted], peer);
+    if (posted) posted->wait(ch);
+    ch.wait(announced);
+    throw_called(ch, peer, peer_call(h));
+  }
   ch.wait(announced);
-  if (h[kEMagic] == kExpectMagic) throw_called(ch, peer, peer_call(h));
   throw_bad_magic(ch);
 }
 
@@ -154,6 +160,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   }
   if (!same_structure(layout, e[kEHash], e[kEFlatBytes], e[kELeaves])) {
     ch.send_now(Header(kSendMismatch).message(), dst);
+    fill_posted(ch, e[kEPosted], dst);
     const std::string mine = layout.text();
     const std::string theirs = exchange_descriptions(ch, mine, dst);
     listen(ch, dst, expected.release());
@@ -232,9 +239,7 @@ std::vector<NonTensorValue> recv_non_tensors(Channel& ch, const TensorDictBase& 
   }
 }
 
-void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<std::pair<const Leaf*, at::Tensor>> staged;
+LeafReceives::LeafReceives(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.nbytes == 0) continue;
     const at::Tensor* own =
@@ -244,13 +249,33 @@ void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, 
       target = *own;
     } else {
       target = at::empty(leaf.shape, at::TensorOptions().dtype(leaf.dtype));
-      staged.emplace_back(&leaf, target);
+      staged_.emplace_back(&leaf, target);
     }
-    works.push_back(ch.recv(bytes_of(target), src));
+    works_.push_back(ch.recv(bytes_of(target), src));
   }
-  ch.wait_all(works);
+}
+
+void LeafReceives::write(const TensorDictBase& td) {
   TensorDictBase out = td;
-  for (auto& [leaf, tensor] : staged) out.set_(leaf->key, tensor);
+  for (auto& [leaf, tensor] : staged_) out.set_(leaf->key, tensor);
+}
+
+void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
+  LeafReceives leaves(ch, layout, td, src);
+  leaves.wait(ch);
+  leaves.write(td);
+}
+
+void fill_posted(Channel& ch, int64_t count, int peer) {
+  constexpr int64_t kMaxPosted = int64_t{1} << 24;
+  if (count < 0 || count > kMaxPosted)
+    throw FormatError(ch.what() + ": the peer announces " + std::to_string(count) +
+                      " leaf receives, outside [0, " + std::to_string(kMaxPosted) + "]");
+  if (count == 0) return;
+  const at::Tensor empty = at::empty({0}, at::kByte);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (int64_t i = 0; i < count; ++i) works.push_back(ch.send(empty, peer));
+  ch.wait_all(works);
 }
 
 namespace {
@@ -271,6 +296,12 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   // side's flat buffer (or the listening receive this side left posted).
   FirstReceive first(ch, src, kHeaderBytes + (flat ? layout.flat_bytes : 0),
                      options.reuse_buffers && flat);
+  // Per leaf, the leaf receives are posted now, behind it, so that the
+  // leaves move as soon as the sender has the expectation (as one send per
+  // tensor by hand does), not a round trip after the header. Not with
+  // non-tensor values: those are checked before any leaf is written.
+  std::optional<LeafReceives> posted;
+  if (!flat && layout.non_tensors.empty()) posted.emplace(ch, layout, td, src);
   at::Tensor expectation = at::zeros({kECount}, at::kLong);
   int64_t* e = expectation.data_ptr<int64_t>();
   e[kEMagic] = kExpectMagic;
@@ -280,15 +311,19 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kEMode] = static_cast<int64_t>(mode);
   e[kELeaves] = static_cast<int64_t>(layout.leaves.size());
   e[kEFirstBytes] = first.listened() ? kListenBytes : 0;
+  e[kEPosted] = posted ? posted->count() : 0;
   auto announced = ch.send(expectation, src);
   ch.wait(first.work());
   int64_t h[kHCount];
-  read_first(ch, first.data(), src, announced, h);
+  read_first(ch, first.data(), src, announced, h, posted ? &*posted : nullptr);
   if (h[kHKind] != kSendOk) {
     ch.wait(announced);  // the sender answered it
-    if (h[kHKind] == kInitRefused) throw_called(ch, src, peer_call(h));
-    if (h[kHKind] == kSendMismatch) mismatch(ch, layout, src);
-    throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
+    const bool refused = h[kHKind] == kInitRefused, differs = h[kHKind] == kSendMismatch;
+    if (!refused && !differs)  // a corrupt peer: leaf receives posted ahead stay posted
+      throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
+    if (posted) posted->wait(ch);  // the sender filled them, empty
+    if (refused) throw_called(ch, src, peer_call(h));
+    mismatch(ch, layout, src);
   }
   // The data comes in the mode this side asked for.
   if (flat && h[kHFlatBytes] != layout.flat_bytes)
@@ -306,7 +341,9 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   }
   std::vector<NonTensorValue> non_tensors;
   try {
-    non_tensors = recv_non_tensors(ch, td, layout, h[kHExtraBytes], !flat, src);
+    // (With leaf receives posted ahead there are no non-tensor values: JSON
+    // here comes from a corrupt peer, and those receives stay posted.)
+    non_tensors = recv_non_tensors(ch, td, layout, h[kHExtraBytes], !flat && !posted, src);
   } catch (const FormatError&) {
     if (separate_work) ch.wait(separate_work);  // a receive left posted would take a later message
     throw;
@@ -315,7 +352,12 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   if (flat) unpack(layout, data, td);
   first.done();  // unpack copied everything out
   if (separate) separate->done();
-  if (!flat) recv_per_leaf(ch, layout, td, src);
+  if (posted) {
+    posted->wait(ch);
+    posted->write(td);
+  } else if (!flat) {
+    recv_per_leaf(ch, layout, td, src);
+  }
   apply_non_tensors(td, non_tensors);
   ch.wait(announced);
 }
@@ -389,6 +431,7 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   if (e[kEMagic] != kExpectMagic) throw_bad_magic(ch);
   if (e[kEKind] != kExpectInit) {
     ch.send_now(Header(kInitRefused).message(), dst);
+    fill_posted(ch, e[kEPosted], dst);
     listen(ch, dst, expected.release());
     throw_called(ch, dst, peer_call(e));
   }
@@ -481,7 +524,7 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
   auto announced = ch.send(expectation, src);
   ch.wait(first.work());
   int64_t h[kHCount];
-  read_first(ch, first.data(), src, announced, h);
+  read_first(ch, first.data(), src, announced, h, nullptr);
   ch.wait(announced);
   if (h[kHKind] != kInitHeader) {
     if (h[kHKind] == kSendRefused)

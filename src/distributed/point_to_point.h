@@ -40,10 +40,32 @@ std::vector<NonTensorValue> recv_non_tensors(Channel& ch, const TensorDictBase& 
                                              const Layout& layout, int64_t extra_bytes,
                                              bool per_leaf, int src);
 
-// Receives one leaf per message, in place where the leaf is an in-memory
-// contiguous tensor; otherwise into a temporary written with set_ (memmap,
-// lazy stacks, other storages).
+// The receives of a per-leaf transfer, one per non-empty leaf, posted at
+// construction: in place where the leaf is an in-memory contiguous tensor,
+// otherwise into a temporary that write() sets (memmap, lazy stacks, other
+// storages).
+class LeafReceives {
+ public:
+  LeafReceives(Channel& ch, const Layout& layout, const TensorDictBase& td, int src);
+  int64_t count() const { return static_cast<int64_t>(works_.size()); }
+  // Blocks until every receive has completed (with a leaf, or filled empty).
+  void wait(Channel& ch) { ch.wait_all(works_); }
+  // Writes the leaves received into temporaries.
+  void write(const TensorDictBase& td);
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  std::vector<std::pair<const Leaf*, at::Tensor>> staged_;
+};
+
+// Receives one leaf per message (LeafReceives posted, waited for, written).
 void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, int src);
+
+// Completes the `count` leaf receives the peer posted ahead (its expectation's
+// kEPosted) with empty messages, which write nothing: what a rank does that
+// answers such a recv() with no leaves (a mismatch, a refusal, a recv facing
+// a recv). FormatError for a count no recv() posts.
+void fill_posted(Channel& ch, int64_t count, int peer);
 
 // StructureCheck::Receiver (eager.cpp), on a Channel in its tag slot.
 void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst);

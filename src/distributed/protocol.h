@@ -48,8 +48,20 @@ constexpr int64_t kHeaderBytes = kHCount * 8;
 constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure
 constexpr int64_t kExpectInit = 2;  // from_remote_init(): structure and data
 // kEFirstBytes: 0, or the size of the receive the sender's first message lands
-// in when it is a listening receive (see Listeners).
-enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kEFirstBytes, kECount = 8 };
+// in when it is a listening receive (see listening.h). kEPosted: the leaf
+// receives a per-leaf recv() posted next to it, before the header (see
+// LeafReceives); a peer that sends no leaves fills each with an empty message.
+enum : int {
+  kEMagic,
+  kEKind,
+  kEHash,
+  kEFlatBytes,
+  kEMode,
+  kELeaves,
+  kEFirstBytes,
+  kEPosted,
+  kECount = 8
+};
 // Kinds of the sender's header.
 constexpr int64_t kSendOk = 1;        // send(): data in the receiver's mode
 constexpr int64_t kSendMismatch = 2;  // send(): the structures differ

@@ -5,6 +5,7 @@
 // lands in it when the roles swap, and that it goes with its group.
 
 #include "harness.h"
+#include "helpers.h"
 #include "wire.h"
 
 #include <tensordict/distributed.h>
@@ -21,20 +22,10 @@
 
 namespace td = tensordict;
 using nlohmann::json;
+using namespace tdtest;
 using namespace tdtest::wire;
 
 namespace {
-
-constexpr int64_t kMagic = 0x0054'4443'5431'0003;        // the sender's headers, protocol 3
-constexpr int64_t kExpectMagic = 0x0054'4443'5445'0003;  // the expectation
-
-// Two leaves, "a" (16 bytes at offset 0 of the flat buffer) and "b" (64 bytes
-// at offset 16): sorted keys, 16-byte aligned offsets.
-td::TensorDict small(int seed) {
-  return td::TensorDict({{"a", at::arange(4, at::kFloat) + seed},
-                         {"b", (at::arange(8, at::kLong) + seed).reshape({4, 2})}},
-                        {4});
-}
 
 void pack_small(const td::TensorDict& t, uint8_t* flat) {
   std::memcpy(flat, t.get("a").data_ptr(), 16);
@@ -54,25 +45,6 @@ td::TensorDict rich(int seed, int64_t rows = 3, bool wide = false) {
   for (int64_t k = 0; k < rows; ++k) tags.push_back("tag" + std::to_string(k + seed));
   t.set_non_tensor_stack({"next", "tags"}, tags);
   return t;
-}
-
-void expect_equal(const td::TensorDictBase& got, const td::TensorDictBase& want) {
-  if (!got.equal(want))
-    throw std::runtime_error("tensordicts differ:\ngot " + got.repr() + "\nwant " + want.repr());
-}
-
-// One transfer from `sender` to the other rank: make(seed) sent, received into
-// make(0) and compared.
-template <class Make>
-void transfer(tdtest::Ctx& ctx, int sender, Make make, int seed,
-              const td::TransferOptions& opts = {}) {
-  if (ctx.rank == sender) {
-    td::send(make(seed), *ctx.pg, 1 - sender, opts);
-    return;
-  }
-  td::TensorDict t = make(0);
-  td::recv(t, *ctx.pg, sender, opts);
-  expect_equal(t, make(seed));
 }
 
 }  // namespace

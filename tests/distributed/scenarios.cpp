@@ -770,16 +770,16 @@ TD_SCENARIO(both_sides_against_receiver_checks) {
   mixed_checks_fail_on_both_sides(ctx, td::StructureCheck::BothSides, td::StructureCheck::Receiver);
 }
 
-TD_SCENARIO(auto_threshold_is_4_mib) {
-  // Auto sends one buffer up to TransferOptions::flat_max_bytes (4 MiB by
+TD_SCENARIO(auto_threshold_is_2_mib) {
+  // Auto sends one buffer up to TransferOptions::flat_max_bytes (2 MiB by
   // default) and one message per leaf above: seen in the buffer pool, which
   // keeps the one-buffer message (64-byte header + data) on both sides and
   // nothing for a per-leaf transfer.
-  TD_CHECK(td::TransferOptions{}.flat_max_bytes == int64_t{4} << 20);
+  TD_CHECK(td::TransferOptions{}.flat_max_bytes == int64_t{2} << 20);
   auto data = [](int64_t floats, int seed) {
     return td::TensorDict({{"x", values({floats}, at::kFloat, seed)}}, {});
   };
-  const int64_t at_limit = (int64_t{4} << 20) / 4;  // 4 MiB of float32
+  const int64_t at_limit = (int64_t{2} << 20) / 4;  // 2 MiB of float32
   for (int64_t floats : {at_limit, at_limit + 4}) {
     td::release_transfer_buffers();
     const bool flat = floats == at_limit;

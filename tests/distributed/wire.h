@@ -20,8 +20,11 @@ constexpr int kEagerTag = 1 << 30;    // tag 0 | 2^30: StructureCheck::Receiver'
 constexpr int64_t kEagerFirstMessageBytes = (int64_t{4} << 20) + (int64_t{64} << 10);
 constexpr int64_t kListenBytes = 64 + (int64_t{4} << 20);  // a sender's listening receive
 enum : int { kHMagic, kHKind, kHExtraBytes, kHHash, kHFlatBytes, kHLeaves, kHMode, kHDescBytes };
-enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kEFirstBytes };
+enum : int { kEMagic, kEKind, kEHash, kEFlatBytes, kEMode, kELeaves, kEFirstBytes, kEPosted };
+constexpr int64_t kMagic = 0x0054'4443'5431'0003;        // the sender's headers, protocol 3
+constexpr int64_t kExpectMagic = 0x0054'4443'5445'0003;  // the expectation
 constexpr int64_t kSendOk = 1;
+constexpr int64_t kSendMismatch = 2;
 constexpr int64_t kInitHeader = 4;
 constexpr int64_t kExpectRecv = 1;
 constexpr int64_t kModeConsolidated = 1;  // TransferMode
