@@ -124,15 +124,21 @@ void send_rest_and_wait(Channel& ch, const Layout& layout, const std::string& ex
 
 namespace {
 
+// The channel of a send() or recv(): its messages on its protocol's tag slot.
+Channel transfer_channel(c10d::ProcessGroup& pg, const TransferOptions& options, const char* op,
+                         std::string what) {
+  const int slot = options.check == StructureCheck::Receiver ? kEagerTagBit : kCheckedTagBit;
+  return Channel(pg, in_slot(options, slot, op), std::move(what));
+}
+
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                const TransferOptions& options) {
   check_peer(pg, dst, "send", "destination");
+  Channel ch = transfer_channel(pg, options, "send", "send to rank " + std::to_string(dst));
   if (options.check == StructureCheck::Receiver) {
-    Channel ch(pg, in_slot(options, kEagerTagBit, "send"), "send to rank " + std::to_string(dst));
     send_eager(ch, td, describe(td), dst);
     return;
   }
-  Channel ch(pg, in_slot(options, kCheckedTagBit, "send"), "send to rank " + std::to_string(dst));
   const Layout layout = describe(td);
   // The expectation lands in the listening receive (often it is there
   // already), or in one posted now; when this side would send one buffer (the
@@ -283,12 +289,11 @@ namespace {
 void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
                const TransferOptions& options) {
   check_peer(pg, src, "recv", "source");
+  Channel ch = transfer_channel(pg, options, "recv", "recv from rank " + std::to_string(src));
   if (options.check == StructureCheck::Receiver) {
-    Channel ch(pg, in_slot(options, kEagerTagBit, "recv"), "recv from rank " + std::to_string(src));
     recv_eager(ch, td, src);
     return;
   }
-  Channel ch(pg, in_slot(options, kCheckedTagBit, "recv"), "recv from rank " + std::to_string(src));
   const Layout layout = describe(td);
   const TransferMode mode = choose_mode(layout, options);
   const bool flat = mode == TransferMode::Consolidated;

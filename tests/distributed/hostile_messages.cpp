@@ -8,6 +8,7 @@
 // scenario succeed.
 
 #include "harness.h"
+#include "helpers.h"
 #include "wire.h"
 
 #include <tensordict/distributed.h>
@@ -21,6 +22,7 @@
 
 namespace td = tensordict;
 using nlohmann::json;
+using tdtest::expect_equal;
 using namespace tdtest::wire;
 
 namespace {
@@ -34,11 +36,6 @@ td::TensorDict make(int seed) {
   t.set_non_tensor("name", json("run-" + std::to_string(seed)));
   t.set_non_tensor_stack({"nested", "tags"}, json::array({"x", "y", std::to_string(seed)}));
   return t;
-}
-
-void expect_equal(const td::TensorDictBase& got, const td::TensorDictBase& want) {
-  if (!got.equal(want))
-    throw std::runtime_error("tensordicts differ:\ngot " + got.repr() + "\nwant " + want.repr());
 }
 
 // An eager transfer as rank 0 captured it: the first message (cut to its

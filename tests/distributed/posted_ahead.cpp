@@ -75,7 +75,8 @@ TD_SCENARIO(leaf_receives_posted_ahead_on_the_wire) {
   // expectation announces the two receives posted ahead (none with a
   // non-tensor value, whose JSON is checked before any leaf is written); a
   // header then the leaves land in them; a mismatch fills them, and rank 1
-  // throws with its leaves as they were; genuine transfers follow.
+  // throws with its leaves as they were; a forged expectation announcing -1
+  // receives is a FormatError for the sender; genuine transfers follow.
   if (ctx.rank == 1) {
     td::TensorDict t = small(0);
     td::recv(t, *ctx.pg, 0, per_leaf());
@@ -88,6 +89,9 @@ TD_SCENARIO(leaf_receives_posted_ahead_on_the_wire) {
     td::TensorDict named = small(0);
     named.set_non_tensor("name", json("x"));
     what = TD_EXPECT_THROW(td::recv(named, *ctx.pg, 0, per_leaf()), td::StructureError);
+    // A forged expectation of another structure announcing -1 receives.
+    what = TD_EXPECT_THROW(td::send(small(7), *ctx.pg, 0), td::FormatError);
+    TD_CHECK(what.find("announces -1 leaf receives") != std::string::npos);
     td::recv(t, *ctx.pg, 0, per_leaf());
     expect_equal(t, small(6));
     return;
@@ -116,6 +120,13 @@ TD_SCENARIO(leaf_receives_posted_ahead_on_the_wire) {
   e = raw_recv(ctx, 64, kCheckedTag);
   TD_CHECK(words(e)[kELeaves] == 2 && words(e)[kEPosted] == 0);  // a non-tensor value
   answer_mismatch(ctx, 0);
+  at::Tensor forged = at::zeros({64}, at::kByte);
+  words(forged)[kEMagic] = kExpectMagic;
+  words(forged)[kEKind] = kExpectRecv;
+  words(forged)[kEPosted] = -1;
+  raw_send(ctx, forged, kCheckedTag);
+  const at::Tensor answer = raw_recv(ctx, 64, kCheckedTag);
+  TD_CHECK(words(answer)[kHKind] == kSendMismatch);
   td::send(small(6), *ctx.pg, 1, per_leaf());
 }
 

@@ -2,6 +2,7 @@
 // sends and what it expects from seeds, so no data is shared but the wire.
 
 #include "harness.h"
+#include "helpers.h"
 
 #include <tensordict/distributed.h>
 #include <tensordict/lazy_stack.h>
@@ -17,6 +18,7 @@
 
 namespace td = tensordict;
 using nlohmann::json;
+using tdtest::expect_equal;
 
 namespace {
 
@@ -50,11 +52,6 @@ td::TensorDict make_td(int seed, int64_t b = 3) {
   for (int64_t k = 0; k < b; ++k) tags.push_back("tag" + std::to_string(k + seed));
   data.set_non_tensor_stack({"nested", "tags"}, tags);
   return data;
-}
-
-void expect_equal(const td::TensorDictBase& got, const td::TensorDictBase& want) {
-  if (!got.equal(want))
-    throw std::runtime_error("tensordicts differ:\ngot " + got.repr() + "\nwant " + want.repr());
 }
 
 // Same tensor leaves (keys, dtypes, values); non-tensors not compared.
