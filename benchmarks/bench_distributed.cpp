@@ -22,8 +22,9 @@
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
 #include "bench_main.h"
+#include "support/gloo_group.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -424,10 +425,7 @@ void register_all() {
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_group(const std::string& store_path, int rank) {
   auto store = c10::make_intrusive<c10d::FileStore>(store_path, 2);
-  auto opts = c10d::ProcessGroupGloo::Options::create();
-  opts->timeout = std::chrono::minutes(10);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, opts);
+  return td_test::make_gloo_group(store, rank, 2, std::chrono::minutes(10));
 }
 
 }  // namespace

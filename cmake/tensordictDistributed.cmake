@@ -5,62 +5,73 @@
 # exported as the package component `distributed`
 # (find_package(tensordict COMPONENTS distributed)). See docs/distributed.md.
 #
-# Also defines tensordict_gloo (not installed): what a program needs to build
-# a ProcessGroupGloo itself (USE_C10D_GLOO and the Gloo headers of
-# libgloo-dev), used by the tests and benchmarks.
+# The library needs c10d's ProcessGroup interface only, never Gloo. The tests
+# and the benchmark build a Gloo group themselves, in one source file
+# (tests/support/gloo_group.cpp, target tensordict_gloo, not installed), which
+# includes ProcessGroupGloo.hpp and so needs Gloo's headers to compile; see
+# docs/distributed.md, "Gloo headers", for why those may come from another
+# Gloo than the one inside LibTorch, and what is checked.
 
-include(CheckCXXSourceCompiles)
-include(CMakePushCheckState)
-
-cmake_push_check_state(RESET)
-set(CMAKE_REQUIRED_LIBRARIES torch)
-set(CMAKE_REQUIRED_QUIET ON)
-check_cxx_source_compiles([[
+tensordict_torch_check_compiles(TENSORDICT_HAVE_C10D [[
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 int main(int argc, char**) {
   c10d::ProcessGroup* pg = nullptr;
   std::vector<at::Tensor> v;
   if (argc > 5) pg->send(v, 0, 0)->wait();
   return 0;
-}]] TENSORDICT_HAVE_C10D)
-cmake_pop_check_state()
+}]])
 if(NOT TENSORDICT_HAVE_C10D)
   message(FATAL_ERROR "TENSORDICT_WITH_DISTRIBUTED=ON: the LibTorch found at '${Torch_DIR}' "
           "has no usable c10d (torch/csrc/distributed/c10d/ProcessGroup.hpp does not compile "
-          "and link). Use a LibTorch built with USE_DISTRIBUTED=1 (Debian 12's libtorch-dev "
-          "is), or configure with -DTENSORDICT_WITH_DISTRIBUTED=OFF.")
+          "and link; the log is in CMakeFiles/CMakeConfigureLog.yaml). Use a LibTorch built "
+          "with USE_DISTRIBUTED=1 (the wheel, the libtorch download and Debian's libtorch-dev "
+          "are), or configure with -DTENSORDICT_WITH_DISTRIBUTED=OFF.")
 endif()
 
-# Gloo, for programs that create a ProcessGroupGloo (tests, benchmarks,
-# examples); the library itself needs only the ProcessGroup interface.
-find_path(TENSORDICT_GLOO_INCLUDE_DIR gloo/config.h)
-find_library(TENSORDICT_GLOO_LIBRARY gloo)
-if(TENSORDICT_GLOO_INCLUDE_DIR AND TENSORDICT_GLOO_LIBRARY)
-  cmake_push_check_state(RESET)
-  set(CMAKE_REQUIRED_LIBRARIES torch ${TENSORDICT_GLOO_LIBRARY})
-  set(CMAKE_REQUIRED_INCLUDES ${TENSORDICT_GLOO_INCLUDE_DIR})
-  set(CMAKE_REQUIRED_DEFINITIONS -DUSE_C10D_GLOO)
-  set(CMAKE_REQUIRED_QUIET ON)
-  check_cxx_source_compiles([[
+# ---- tensordict_gloo: a Gloo group for the tests and the benchmark -----------
+# Gloo's headers compile tests/support/gloo_group.cpp only; no libgloo is
+# linked: the one Gloo in the process is LibTorch's (inside libtorch_cpu.so
+# for the wheel and the download, Debian's shared libgloo for its package).
+if(TENSORDICT_BUILD_TESTS OR TENSORDICT_BUILD_BENCHMARKS)
+  find_path(TENSORDICT_GLOO_INCLUDE_DIR gloo/config.h
+            DOC "Gloo's headers, for the tests' ProcessGroupGloo (docs/distributed.md)")
+  set(_td_gloo_check [[
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 int main(int argc, char**) {
-  if (argc > 5) return c10d::ProcessGroupGloo::createDefaultDevice() != nullptr;
+  if (argc > 5) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1") != nullptr;
   return 0;
-}]] TENSORDICT_HAVE_C10D_GLOO)
-  cmake_pop_check_state()
+}]])
+  if(TENSORDICT_GLOO_INCLUDE_DIR)
+    tensordict_torch_check_compiles(TENSORDICT_HAVE_C10D_GLOO "${_td_gloo_check}"
+                                    INCLUDES ${TENSORDICT_GLOO_INCLUDE_DIR})
+  endif()
+  if(NOT TENSORDICT_HAVE_C10D_GLOO)
+    message(FATAL_ERROR "TENSORDICT_WITH_DISTRIBUTED=ON with tests or benchmarks: "
+            "c10d::ProcessGroupGloo does not compile against the LibTorch at '${Torch_DIR}' "
+            "with the Gloo headers at '${TENSORDICT_GLOO_INCLUDE_DIR}' (the log is in "
+            "CMakeFiles/CMakeConfigureLog.yaml). Install libgloo-dev (scripts/install-deps.sh "
+            "does) or pass -DTENSORDICT_GLOO_INCLUDE_DIR=<Gloo headers>, or build without "
+            "tests and benchmarks (-DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF).")
+  endif()
+  # ProcessGroup's constructor took Options in 2.0 to 2.5 (then
+  # setDefaultBackend came): checked, since the change did not follow a tag.
+  tensordict_torch_check_compiles(TENSORDICT_PROCESS_GROUP_HAS_OPTIONS [[
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+int main() {
+  auto o = c10::make_intrusive<c10d::ProcessGroup::Options>("gloo", std::chrono::seconds(1));
+  return o ? 0 : 1;
+}]])
+  add_library(tensordict_gloo STATIC ${PROJECT_SOURCE_DIR}/tests/support/gloo_group.cpp)
+  target_include_directories(tensordict_gloo PUBLIC ${PROJECT_SOURCE_DIR}/tests)
+  target_include_directories(tensordict_gloo SYSTEM PRIVATE ${TENSORDICT_GLOO_INCLUDE_DIR})
+  target_compile_definitions(tensordict_gloo PRIVATE
+    TENSORDICT_PROCESS_GROUP_HAS_OPTIONS=$<BOOL:${TENSORDICT_PROCESS_GROUP_HAS_OPTIONS}>)
+  target_link_libraries(tensordict_gloo PUBLIC torch)
+  message(STATUS "tensordict: distributed component; tests build Gloo groups with the Gloo "
+                 "headers at ${TENSORDICT_GLOO_INCLUDE_DIR}")
+else()
+  message(STATUS "tensordict: distributed component")
 endif()
-if(NOT TENSORDICT_HAVE_C10D_GLOO)
-  message(FATAL_ERROR "TENSORDICT_WITH_DISTRIBUTED=ON: c10d::ProcessGroupGloo does not compile "
-          "against the LibTorch at '${Torch_DIR}' (Gloo headers: '${TENSORDICT_GLOO_INCLUDE_DIR}', "
-          "library: '${TENSORDICT_GLOO_LIBRARY}'). On Debian 12 install libgloo-dev "
-          "(scripts/install-deps.sh does), or configure with -DTENSORDICT_WITH_DISTRIBUTED=OFF.")
-endif()
-message(STATUS "tensordict: distributed component with c10d and Gloo")
-
-add_library(tensordict_gloo INTERFACE)
-target_compile_definitions(tensordict_gloo INTERFACE USE_C10D_GLOO)
-target_include_directories(tensordict_gloo INTERFACE ${TENSORDICT_GLOO_INCLUDE_DIR})
-target_link_libraries(tensordict_gloo INTERFACE torch ${TENSORDICT_GLOO_LIBRARY})
 
 # One file per part (docs/architecture.md): the structure and flat buffer
 # (layout), the group's messages (channel), the buffer pool, the listening

@@ -14,7 +14,9 @@ fi
 BUILD_DIR=${BUILD_DIR:-build-bench}
 JOBS=${JOBS:-$(nproc)}
 REPETITIONS=${REPETITIONS:-9}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+export CCACHE_BASEDIR="$PWD"
+source scripts/cmake-env.sh
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${TD_CMAKE_ARGS[@]}" \
   -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=ON \
   -DTENSORDICT_WITH_HDF5=ON
 BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)

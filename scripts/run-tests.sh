@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# README quick start, command 2: install what is missing, build everything, run all tests.
+# README quick start, command 2: install what is missing, build everything
+# against LibTorch 2.13 (the wheel of the project's Python environment, or the
+# LibTorch named by Torch_DIR / CMAKE_PREFIX_PATH), run all tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -8,7 +10,8 @@ bash scripts/install-deps.sh
 export CCACHE_BASEDIR="$PWD"
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+source scripts/cmake-env.sh
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${TD_CMAKE_ARGS[@]}" \
   -DTENSORDICT_BUILD_TESTS=ON -DTENSORDICT_BUILD_EXAMPLES=ON -DTENSORDICT_BUILD_BENCHMARKS=ON \
   -DTENSORDICT_WITH_HDF5=ON \
   -DTENSORDICT_WITH_DISTRIBUTED=ON \

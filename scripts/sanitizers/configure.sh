@@ -4,7 +4,8 @@
 # ccache: paths relative to the checkout and no working directory in the hash
 # (-g1 would put it there), so that a fresh clone anywhere reuses the objects.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+source scripts/cmake-env.sh
+cmake -S . -B "$BUILD_DIR" "${TD_CMAKE_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DTENSORDICT_SANITIZE=address,undefined -DTENSORDICT_BUILD_FUZZERS=ON -DTENSORDICT_BUILD_TESTS=ON \
   -DTENSORDICT_BUILD_EXAMPLES=ON -DTENSORDICT_BUILD_BENCHMARKS=OFF -DTENSORDICT_BUILD_TOOLS=ON \
   -DTENSORDICT_WITH_HDF5=ON -DTENSORDICT_WITH_REDIS=ON -DTENSORDICT_WITH_DISTRIBUTED=ON >/dev/null

@@ -2,6 +2,8 @@
 
 #include "distributed/listening.h"
 
+#include <torch/version.h>
+
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -12,6 +14,13 @@ namespace {
 
 struct Listening {
   c10::weak_intrusive_ptr<c10d::ProcessGroup> group;  // the entry goes with the group
+#if TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.x frees a group's backends with its last strong reference
+  // (ProcessGroup::release_resources), where 1.13's weak reference kept the
+  // Gloo group itself alive: the backend that posted `work` stays until the
+  // entry goes, `work` first (members go in reverse order).
+  c10::intrusive_ptr<c10d::Backend> backend;
+#endif
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor buffer;  // kListenBytes
 };
@@ -83,9 +92,21 @@ void listen(Channel& ch, int peer, at::Tensor buffer) {
   if (!group) return;
   if (!buffer.defined() || buffer.numel() != kListenBytes)
     buffer = at::empty({kListenBytes}, at::kByte);
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    backend = ch.pg().getBackend(buffer.device().type());
+  } catch (const c10::Error&) {
+    return;  // no backend for the buffer's device: no listening receive
+  }
+#endif
   auto work = ch.recv(buffer, peer);
   listeners().put(ch.pg(), peer, ch.options().tag,
-                  Listening{std::move(*group), std::move(work), std::move(buffer)});
+                  Listening{std::move(*group),
+#if TORCH_VERSION_MAJOR >= 2
+                            std::move(backend),
+#endif
+                            std::move(work), std::move(buffer)});
 }
 
 FirstReceive::FirstReceive(Channel& ch, int peer, int64_t nbytes, bool pooled) {

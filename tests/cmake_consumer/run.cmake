@@ -1,8 +1,12 @@
 # Configure, build and run the consumer project against an install prefix.
 #   -DSOURCE_DIR -DBINARY_DIR -DPREFIX [-DCOMPILER_LAUNCHER] [-DCMAKE_GENERATOR]
 #   [-DCONSUMER_ARGS=<-D options>] [-DTAGGED_ARGS=<arguments of consumer_tagged>]
+#   [-DTORCH_DIR=<Torch_DIR of the build, passed on: the consumer must find the same LibTorch>]
 file(REMOVE_RECURSE ${BINARY_DIR})
 set(_args -DCMAKE_PREFIX_PATH=${PREFIX} -DCMAKE_BUILD_TYPE=Release ${CONSUMER_ARGS})
+if(TORCH_DIR)
+  list(APPEND _args -DTorch_DIR=${TORCH_DIR})
+endif()
 if(COMPILER_LAUNCHER)
   list(APPEND _args -DCMAKE_CXX_COMPILER_LAUNCHER=${COMPILER_LAUNCHER})
 endif()

@@ -3,7 +3,7 @@
 # consumer project against it (run.cmake).
 #   -DPROJECT_SOURCE -DCORE_BINARY_DIR -DBINARY_DIR -DPREFIX -DSOURCE_DIR
 #   [-DCOMPILER_LAUNCHER] [-DCMAKE_GENERATOR] [-DCMAKE_CXX_COMPILER]
-#   [-DCMAKE_PREFIX_PATH] [-DCMAKE_BUILD_TYPE]
+#   [-DCMAKE_PREFIX_PATH] [-DCMAKE_BUILD_TYPE] [-DTORCH_DIR]
 # CORE_BINARY_DIR is kept between runs: a rerun only relinks what changed.
 if(NOT CMAKE_BUILD_TYPE)
   set(CMAKE_BUILD_TYPE Release)
@@ -20,6 +20,9 @@ endif()
 if(CMAKE_PREFIX_PATH)
   list(JOIN CMAKE_PREFIX_PATH "\\;" _prefix_path)
   list(APPEND _args "-DCMAKE_PREFIX_PATH=${_prefix_path}")
+endif()
+if(TORCH_DIR)
+  list(APPEND _args -DTorch_DIR=${TORCH_DIR})
 endif()
 if(CMAKE_GENERATOR AND NOT EXISTS ${CORE_BINARY_DIR}/CMakeCache.txt)
   list(APPEND _args -G ${CMAKE_GENERATOR})

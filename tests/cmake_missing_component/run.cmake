@@ -2,12 +2,13 @@
 # installation without them must fail, naming -DTENSORDICT_WITH_<NAME>=ON;
 # with OPTIONAL_COMPONENTS the package is found without them. The components
 # that were built (PRESENT) are found, with their dependencies.
-#   -DSOURCE_DIR -DBINARY_DIR -DPREFIX -DMISSING=<names> -DPRESENT=<names>
+#   -DSOURCE_DIR -DBINARY_DIR -DPREFIX -DMISSING=<names> -DPRESENT=<names> [-DTORCH_DIR]
 function(configure component mode)
   set(dir ${BINARY_DIR}/${component}-${mode})
   file(REMOVE_RECURSE ${dir})
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${dir}
                     -DCMAKE_PREFIX_PATH=${PREFIX} -DCOMPONENT=${component} -DMODE=${mode}
+                    -DTorch_DIR=${TORCH_DIR}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   set(rc ${rc} PARENT_SCOPE)
   string(REGEX REPLACE "[ \n]+" " " out "${out}${err}")  # CMake wraps long messages

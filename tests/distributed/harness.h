@@ -1,7 +1,7 @@
 #pragma once
 // Multi-process test harness: a test names a scenario and a world size; the
 // harness starts that many copies of this program as workers, each joins a
-// ProcessGroupGloo through a FileStore and runs the scenario for its rank.
+// Gloo group (support/gloo_group.h) through a FileStore and runs the scenario for its rank.
 
 #include <tensordict/distributed.h>
 

@@ -6,6 +6,7 @@
 
 #include "harness.h"
 #include "helpers.h"
+#include "support/gloo_group.h"
 #include "wire.h"
 
 #include <tensordict/distributed.h>
@@ -13,7 +14,6 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -226,11 +226,8 @@ TD_SCENARIO(listening_receive_serves_swapped_roles) {
 namespace {
 
 c10::intrusive_ptr<c10d::ProcessGroup> another_group(tdtest::Ctx& ctx, const std::string& name) {
-  auto opts = c10d::ProcessGroupGloo::Options::create();
-  opts->timeout = std::chrono::seconds(60);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   auto store = c10::make_intrusive<c10d::PrefixStore>(name, ctx.store);
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, ctx.rank, ctx.world, opts);
+  return td_test::make_gloo_group(store, ctx.rank, ctx.world, std::chrono::seconds(60));
 }
 
 }  // namespace

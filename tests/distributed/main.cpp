@@ -6,7 +6,8 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "support/gloo_group.h"
 
 #include <chrono>
 #include <csignal>
@@ -39,15 +40,12 @@ int run_worker(const std::string& name, int rank, int world, const std::string& 
     auto it = registry().find(name);
     if (it == registry().end()) throw std::runtime_error("unknown scenario " + name);
     auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", world);
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->timeout = std::chrono::seconds(60);
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     Ctx ctx;
     ctx.rank = rank;
     ctx.world = world;
     ctx.dir = dir;
     ctx.store = store;
-    ctx.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+    ctx.pg = td_test::make_gloo_group(store, rank, world, std::chrono::seconds(60));
     it->second(ctx);
     // Every rank is done before any exits (a peer closing early is an error
     // for the others).

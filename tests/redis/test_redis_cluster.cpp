@@ -260,7 +260,7 @@ TEST(RedisSharded, BlocksFitTheServerStringLimitAndEveryIndexFormWorks) {
 
   // Every row now holds its own number: Python reads the blocks alone.
   store.index_put_({torch::arange(n)}, replay_rows(torch::arange(n)));
-  const std::string cmd = std::string(TENSORDICT_SYSTEM_PYTHON) + " " + TENSORDICT_REDIS_TEST_DIR +
+  const std::string cmd = std::string(TENSORDICT_PYTHON) + " " + TENSORDICT_REDIS_TEST_DIR +
                           "/read_sharded.py " + server.socket() + " " + id + " > " + server.dir() +
                           "/py.out 2>&1";
   const int rc = std::system(cmd.c_str());

@@ -86,7 +86,7 @@ int run_python(const RedisServer& server, const std::string& mode, const std::st
                std::string& out) {
   const std::string script = std::string(TENSORDICT_REDIS_TEST_DIR) + "/lazy_stack_store.py";
   const std::string file = server.dir() + "/" + mode + ".out";
-  const std::string cmd = std::string(TENSORDICT_SYSTEM_PYTHON) + " " + script + " " + mode + " " +
+  const std::string cmd = std::string(TENSORDICT_PYTHON) + " " + script + " " + mode + " " +
                           server.socket() + " " + id + " > " + file + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream in(file);

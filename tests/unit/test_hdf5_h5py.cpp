@@ -23,7 +23,7 @@ using td_test::expect_message_contains;
 
 int run_h5py(const std::string& mode, const std::string& arg) {
   const std::string cmd =
-      std::string(TD_H5PY_PYTHON) + " " + TD_H5PY_SCRIPT + " " + mode + " '" + arg + "'";
+      std::string(TENSORDICT_PYTHON) + " " + TD_H5PY_SCRIPT + " " + mode + " '" + arg + "'";
   return std::system(cmd.c_str());
 }
 
@@ -137,7 +137,7 @@ TEST_F(H5py, ChecksWhatWeWrite) {
 TEST_F(H5py, FileLockingAcrossProcesses) {
   const std::string f = dir.str("locked.h5");
   td::to_h5(td::TensorDict({{"x", torch::arange(10)}}, {10}), f).close();
-  const std::string read = std::string(TD_H5PY_PYTHON) +
+  const std::string read = std::string(TENSORDICT_PYTHON) +
                            " -c \"import h5py, sys; h5py.File(sys.argv[1], 'r')['x'][3]\" '" + f +
                            "' 2>/dev/null";
   {

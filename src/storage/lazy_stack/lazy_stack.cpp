@@ -491,7 +491,7 @@ LazyPlan plan_index(const LazyStackNode& ls, IndexList index) {
   };
 
   if (it.is_integer()) {
-    int64_t k = it.integer();
+    int64_t k = as_int(it.integer());
     if (k < -N || k >= N)
       throw IndexError("index " + std::to_string(k) + " is out of range for the " +
                        std::to_string(N) + " members of the lazy stack");
@@ -581,7 +581,7 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, I
   // stack[i] with the stack dim first: the member, without planning.
   if (index.size() == 1 && index[0].is_integer() && ls.stack_dim() == 0) {
     const auto n = static_cast<int64_t>(ls.members().size());
-    int64_t k = index[0].integer();
+    int64_t k = as_int(index[0].integer());
     if (k >= -n && k < n) return ls.members()[static_cast<std::size_t>(k < 0 ? k + n : k)];
   }
   LazyPlan plan = plan_index(ls, index);
