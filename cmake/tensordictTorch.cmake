@@ -16,7 +16,20 @@
 #       cannot re-export LibTorch 2.x's targets: Caffe2Config.cmake aliases
 #       protobuf::libprotobuf to a plain `dummy` target).
 
+# TorchConfig.cmake finds its Caffe2 package with PATHS, searched after the
+# system prefix: with -DTorch_DIR=<a wheel> and a distribution's LibTorch in
+# /usr, it would import the distribution's targets. Its own comes first.
+if(Torch_DIR AND NOT Caffe2_DIR AND EXISTS "${Torch_DIR}/../Caffe2/Caffe2Config.cmake")
+  get_filename_component(Caffe2_DIR "${Torch_DIR}/../Caffe2" REALPATH)
+endif()
 find_package(Torch REQUIRED)
+get_filename_component(_td_torch_cmake "${Torch_DIR}/.." REALPATH)
+get_filename_component(_td_caffe2_cmake "${Caffe2_DIR}/.." REALPATH)
+if(NOT _td_torch_cmake STREQUAL _td_caffe2_cmake)
+  message(FATAL_ERROR "tensordict: two LibTorch installations are mixed: Torch from '${Torch_DIR}' "
+          "but its Caffe2 targets from '${Caffe2_DIR}'. Configure in a fresh build directory "
+          "with -DCMAKE_PREFIX_PATH=<the LibTorch prefix> or -DCaffe2_DIR=<beside Torch_DIR>.")
+endif()
 
 # The version, from the headers (TorchConfigVersion.cmake is absent from some
 # distributions' packages): torch/headeronly/version.h in 2.9 and later,

@@ -101,12 +101,14 @@ void listen(Channel& ch, int peer, at::Tensor buffer) {
   }
 #endif
   auto work = ch.recv(buffer, peer);
-  listeners().put(ch.pg(), peer, ch.options().tag,
-                  Listening{std::move(*group),
+  listeners().put(
+      ch.pg(), peer, ch.options().tag, Listening {
+        std::move(*group),
 #if TORCH_VERSION_MAJOR >= 2
-                            std::move(backend),
+            std::move(backend),
 #endif
-                            std::move(work), std::move(buffer)});
+            std::move(work), std::move(buffer)
+      });
 }
 
 FirstReceive::FirstReceive(Channel& ch, int peer, int64_t nbytes, bool pooled) {

@@ -11,18 +11,20 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 namespace td = tensordict;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
+struct PeerRun {
   int rc;
   std::string out;
 };
 
 // Runs peer_memmap.py with `args`, its output captured in `dir`.
-Run run_peer(const fs::path& dir, const std::string& args) {
+PeerRun run_peer(const fs::path& dir, const std::string& args) {
   const fs::path log = dir / "peer.out";
   const std::string cmd = std::string(TENSORDICT_PYTHON) + " " + TENSORDICT_PEER_SCRIPT + " " +
                           args + " > '" + log.string() + "' 2>&1";
@@ -32,8 +34,8 @@ Run run_peer(const fs::path& dir, const std::string& args) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("td-python-peer-" + name + "-" +
-                                            std::to_string(::getpid()));
+  fs::path d =
+      fs::temp_directory_path() / ("td-python-peer-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -46,17 +48,19 @@ td::TensorDict expected() {
       {{"obs", (r.reshape({4, 3}) / 2).to(torch::kFloat)},
        {"action", torch::arange(4) * 3},
        {"done", torch::arange(4) % 2 == 0},
-       {"next", td::TensorDict({{"reward", (torch::arange(4).reshape({4, 1}) / 4).to(torch::kDouble)},
-                                {"obs_bf16", torch::arange(8).reshape({4, 2}).to(torch::kBFloat16)},
-                                {"deep", td::TensorDict({{"code", (torch::arange(4) - 2).to(torch::kInt16)}},
-                                                        {4})}},
-                               {4})}},
+       {"next",
+        td::TensorDict(
+            {{"reward", (torch::arange(4).reshape({4, 1}) / 4).to(torch::kDouble)},
+             {"obs_bf16", torch::arange(8).reshape({4, 2}).to(torch::kBFloat16)},
+             {"deep", td::TensorDict({{"code", (torch::arange(4) - 2).to(torch::kInt16)}}, {4})}},
+            {4})}},
       {4});
   data.set_non_tensor("label", "cartpole");
   return data;
 }
 
-void expect_leaf(const td::TensorDictBase& got, const td::NestedKey& key, const torch::Tensor& want) {
+void expect_leaf(const td::TensorDictBase& got, const td::NestedKey& key,
+                 const torch::Tensor& want) {
   SCOPED_TRACE(key.join());
   ASSERT_TRUE(got.contains(key));
   const torch::Tensor leaf = got.get(key);
@@ -71,7 +75,7 @@ void expect_leaf(const td::TensorDictBase& got, const td::NestedKey& key, const 
 
 TEST(PythonPeer, IsTheRealTensordict) {
   const fs::path dir = fresh_dir("version");
-  const Run run = run_peer(dir, "version");
+  const PeerRun run = run_peer(dir, "version");
   ASSERT_EQ(run.rc, 0) << run.out;
   EXPECT_NE(run.out.find("tensordict " TENSORDICT_PYTHON_TENSORDICT_VERSION), std::string::npos)
       << run.out;
@@ -83,8 +87,8 @@ TEST(PythonPeer, MemmapRoundTripThroughPython) {
   const td::TensorDict data = expected();
   data.memmap((dir / "from_cpp").string());
 
-  const Run run = run_peer(dir, "extend '" + (dir / "from_cpp").string() + "' '" +
-                                    (dir / "from_python").string() + "'");
+  const PeerRun run = run_peer(
+      dir, "extend '" + (dir / "from_cpp").string() + "' '" + (dir / "from_python").string() + "'");
   ASSERT_EQ(run.rc, 0) << run.out;
   ASSERT_NE(run.out.find("OK"), std::string::npos) << run.out;
 

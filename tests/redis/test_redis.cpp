@@ -121,8 +121,8 @@ TEST(Redis, PythonReaderFromTheSpecReadsWhatCppWrites) {
   auto store = td::redis::from_tensordict(data, on(server, "py-read"));
   store.index_put_({2}, data[5]);  // rows written by index must read back too
   const std::string script = std::string(TENSORDICT_REDIS_TEST_DIR) + "/read_store.py";
-  const std::string cmd = std::string(TENSORDICT_PYTHON) + " " + script + " " +
-                          server.socket() + " py-read > " + server.dir() + "/py.out 2>&1";
+  const std::string cmd = std::string(TENSORDICT_PYTHON) + " " + script + " " + server.socket() +
+                          " py-read > " + server.dir() + "/py.out 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream in(server.dir() + "/py.out");
   std::string out((std::istreambuf_iterator<char>(in)), {});

@@ -3,8 +3,8 @@
 // directly; LibTorch's own functions build the device and the backend.
 #include "support/gloo_group.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 namespace td_test {
 
