@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 . /etc/os-release
 PACKAGES=(
-  build-essential cmake git ccache python3 clang-format clang
+  build-essential cmake git ccache python3 python3-venv clang-format clang
   nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libfmt-dev

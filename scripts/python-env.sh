@@ -11,8 +11,14 @@ stamp="$VENV/.tensordict-requirements"
 if [[ -x "$VENV/bin/python" ]] && cmp -s "$REQ" "$stamp"; then
   exit 0
 fi
-# The torch 2.13.0 CPU wheel at hand is built for Python 3.11: prefer it.
-PY=${TD_PYTHON:-$(command -v python3.11 || command -v python3)}
+# The torch 2.13.0 CPU wheel at hand is built for Python 3.11: prefer it
+# (Debian 12's python3 is 3.11; on Debian 13, a pyenv 3.11 if there is one).
+PY=${TD_PYTHON:-}
+if [[ -z "$PY" ]]; then
+  PY=$(command -v python3.11 || true)
+  [[ -z "$PY" ]] && PY=$(ls -d "$HOME"/.pyenv/versions/3.11*/bin/python3.11 2>/dev/null | tail -1 || true)
+  [[ -z "$PY" ]] && PY=$(command -v python3)
+fi
 if [[ ! -x "$VENV/bin/python" ]]; then
   echo "python-env: creating $VENV with $("$PY" --version 2>&1)"
   "$PY" -m venv "$VENV"

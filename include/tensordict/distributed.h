@@ -15,6 +15,9 @@
 /// for one message fewer: the receiver alone checks and throws.
 /// Failures of the group itself (timeouts, a peer that went away) are
 /// TimeoutError / ConnectionError.
+///
+/// Every `pg` must be owned by a c10::intrusive_ptr (as c10d makes groups):
+/// LibTorch 2.x takes a reference from the group's `this` in every call.
 
 #include <tensordict/errors.h>
 #include <tensordict/nested_key.h>
