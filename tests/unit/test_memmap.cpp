@@ -1,6 +1,6 @@
 // Memory-mapped storage: memmap / memmap_ / memmap_like / save / load_memmap,
 // MemoryMappedTensor, key encoding, errors on corrupt directories, shared
-// memory. Layout and bytes follow /work/shared/spec/formats.md §0-1.
+// memory. Layout and bytes: docs/storage.md, "The format, and Python compatibility".
 #include "pch.h"
 
 #include "support/core_test_helpers.h"

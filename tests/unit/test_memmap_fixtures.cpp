@@ -1,8 +1,8 @@
 // Memmap directories written by the real Python tensordict (0.3.2), the
 // upstream repository's own test artifact, and hand-built HEAD-layout trees
-// (spec: /work/shared/spec/formats.md §1, §8, §10). MANIFEST.json records what
-// Python 0.3.2 reads back from each fixture; every entry it can read is
-// checked here against our loader.
+// (the format: docs/storage.md, "The format, and Python compatibility").
+// MANIFEST.json records what Python 0.3.2 reads back from each fixture;
+// every entry it can read is checked here against our loader.
 #include "pch.h"
 
 #include "support/core_test_helpers.h"

@@ -1,5 +1,5 @@
 // LazyStackedTensorDictStore: a lazy stack of N tensordicts on a Redis
-// server, Python's layout of /work/shared/spec/formats.md §4.8:
+// server, Python's layout (docs/redis.md, "Lazy stacks"):
 //   __type__ "lazy_stack", __count__ N, __stack_dim__, __inner_batch_size__,
 //   __device__, __keys__ (leaf paths),
 //   d:<path>      the N elements' bytes, element 0 first (element-major

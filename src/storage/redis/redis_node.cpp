@@ -1,5 +1,5 @@
-// The Redis storage (Python's TensorDictStore), layout of
-// /work/shared/spec/formats.md §4: "<prefix>:{<td_id>}:<suffix>" keys,
+// The Redis storage (Python's TensorDictStore), in Python's layout
+// (docs/redis.md, "Layout"): "<prefix>:{<td_id>}:<suffix>" keys,
 // d:<path> raw bytes, m:<path> hashes, __keys__ set of leaf paths.
 //
 // Round trips: every user operation is one round trip. Row reads and row
