@@ -1,0 +1,2 @@
+// Interop with the real Python tensordict: memory-mapped directories.
+#include "pch.h"
