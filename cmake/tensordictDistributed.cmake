@@ -75,7 +75,7 @@ endif()
 
 # One file per part (docs/architecture.md): the structure and flat buffer
 # (layout), the group's messages (channel), the buffer pool, the listening
-# receive, the two point-to-point protocols and the collectives.
+# receive, the two point-to-point protocols, Python's wire and the collectives.
 add_library(tensordict_distributed
   src/distributed/buffers.cpp
   src/distributed/channel.cpp
@@ -83,7 +83,8 @@ add_library(tensordict_distributed
   src/distributed/eager.cpp
   src/distributed/layout.cpp
   src/distributed/listening.cpp
-  src/distributed/point_to_point.cpp)
+  src/distributed/point_to_point.cpp
+  src/distributed/python_wire.cpp)
 add_library(tensordict::distributed ALIAS tensordict_distributed)
 set_target_properties(tensordict_distributed PROPERTIES
   EXPORT_NAME distributed

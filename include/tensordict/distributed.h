@@ -77,6 +77,28 @@ enum class StructureCheck : std::uint8_t {
   Receiver,
 };
 
+/// What goes on the wire in send / recv / isend / irecv.
+enum class Wire : std::uint8_t {
+  /// This library's protocol (docs/distributed.md, "Protocol"): the
+  /// structures are compared before any data moves.
+  Native,
+  /// Python tensordict's own td.send / recv / isend / irecv, so that a C++
+  /// rank and a Python rank exchange tensordicts (docs/distributed.md, "Python's
+  /// wire"): one message per tensor leaf, in Python's key order (each level's
+  /// keys sorted, a nested tensordict where its key sorts, a lazy stack member
+  /// by member), on c10d tags `tag`, `tag + 1`, ... (`pseudo_rand`: Python's
+  /// pseudo-random chain seeded by `tag`); with `mode = Consolidated`, one
+  /// message of the consolidated storage on tag 0 (Python's
+  /// consolidated=True; `tag` and `pseudo_rand` are then unused, as in
+  /// Python). No structure travels and non-tensor values are not sent. The
+  /// receiver checks the size of every message it receives against its leaf
+  /// without risking Gloo's abort, and throws StructureError on a difference
+  /// (exact for a smaller message; a larger one is missed only when it is less
+  /// than a page longer and the extra bytes are all zero); the sender is not
+  /// told of anything.
+  Python,
+};
+
 struct TransferOptions {
   /// The transfer's tag, in [0, 2^29) (ValueError otherwise); concurrent
   /// transfers between the same two ranks need distinct tags. Point-to-point
@@ -100,6 +122,16 @@ struct TransferOptions {
   /// send / recv / isend / irecv only: who checks the structures (see
   /// StructureCheck; docs/distributed.md compares the costs).
   StructureCheck check = StructureCheck::BothSides;
+  /// send / recv / isend / irecv only: the protocol (see Wire). With
+  /// Wire::Python, `tag` is Python's init_tag (the c10d tag of the first leaf,
+  /// used as is: any tag >= 0 whose leaves' tags stay within int), `check` is
+  /// unused, and `mode` is Consolidated (one message) or anything else (one
+  /// message per leaf, Python's default). The other calls refuse it
+  /// (ValueError).
+  Wire wire = Wire::Native;
+  /// Wire::Python only: Python's pseudo_rand=True (the leaves' tags follow
+  /// tensordict.utils._int_generator seeded by `tag`, values in [0, 10000)).
+  bool pseudo_rand = false;
 };
 
 /// Frees the message buffers that consolidated transfers keep for reuse

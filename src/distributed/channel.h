@@ -46,6 +46,15 @@ class Channel {
     std::vector<at::Tensor> v{t};
     return guarded([&] { return pg_.recv(v, src, options_.tag); });
   }
+  // On a tag of their own (Python's wire: one tag per leaf).
+  c10::intrusive_ptr<c10d::Work> send_on(int tag, const at::Tensor& t, int dst) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.send(v, dst, tag); });
+  }
+  c10::intrusive_ptr<c10d::Work> recv_on(int tag, const at::Tensor& t, int src) {
+    std::vector<at::Tensor> v{t};
+    return guarded([&] { return pg_.recv(v, src, tag); });
+  }
   void wait(const c10::intrusive_ptr<c10d::Work>& work) {
     guarded([&] {
       if (options_.timeout.count() > 0)

@@ -5,6 +5,7 @@
 #include "distributed/buffers.h"
 #include "distributed/channel.h"
 #include "distributed/layout.h"
+#include "distributed/protocol.h"
 
 #include <tensordict/distributed.h>
 #include <tensordict/stack.h>
@@ -86,6 +87,7 @@ using namespace detail::distributed;
 
 void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
                const TransferOptions& options) {
+  native_wire_only(options, "broadcast");
   if (root < 0 || root >= pg.getSize())
     throw ValueError("broadcast: root rank " + std::to_string(root) + " is not in the group of " +
                      std::to_string(pg.getSize()));
@@ -144,6 +146,7 @@ namespace {
 void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op, int root,
                    const TransferOptions& options) {
   const std::string name = root < 0 ? "all_reduce" : "reduce";
+  native_wire_only(options, name.c_str());
   if (root >= pg.getSize())
     throw ValueError("reduce: destination rank " + std::to_string(root) +
                      " is not in the group of " + std::to_string(pg.getSize()));
@@ -199,6 +202,7 @@ void reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst, c10d::Red
 
 void gather_and_stack(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                       const TransferOptions& options) {
+  native_wire_only(options, "gather_and_stack");
   const int world = pg.getSize();
   if (dst < 0 || dst >= world)
     throw ValueError("gather_and_stack: destination rank " + std::to_string(dst) +
@@ -227,6 +231,7 @@ void gather_and_stack(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
 
 TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
                       const TransferOptions& options) {
+  native_wire_only(options, "all_gather");
   Channel ch(pg, options, "all_gather");
   const Layout layout = describe(td);
   agree(ch, layout, TransferMode::Auto, 0);

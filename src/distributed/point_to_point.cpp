@@ -133,6 +133,10 @@ Channel transfer_channel(c10d::ProcessGroup& pg, const TransferOptions& options,
 
 void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                const TransferOptions& options) {
+  if (options.wire == Wire::Python) {
+    send_python(td, pg, dst, options);
+    return;
+  }
   check_peer(pg, dst, "send", "destination");
   Channel ch = transfer_channel(pg, options, "send", "send to rank " + std::to_string(dst));
   if (options.check == StructureCheck::Receiver) {
@@ -288,6 +292,10 @@ namespace {
 
 void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
                const TransferOptions& options) {
+  if (options.wire == Wire::Python) {
+    recv_python(td, pg, src, options);
+    return;
+  }
   check_peer(pg, src, "recv", "source");
   Channel ch = transfer_channel(pg, options, "recv", "recv from rank " + std::to_string(src));
   if (options.check == StructureCheck::Receiver) {
@@ -405,7 +413,11 @@ using Transfer = void (*)(const TensorDictBase&, c10d::ProcessGroup&, int, const
 Work run_async(Transfer transfer, const TensorDictBase& td, c10d::ProcessGroup& pg, int peer,
                const TransferOptions& options, const char* op, const char* role) {
   check_peer(pg, peer, op, role);
-  in_slot(options, kCheckedTagBit, op);  // a tag out of range: ValueError here, not on wait()
+  // A tag out of range: ValueError here, not on wait().
+  if (options.wire == Wire::Python)
+    check_python_tag(options, op);
+  else
+    in_slot(options, kCheckedTagBit, op);
   c10d::ProcessGroup* group = &pg;
   return Work(std::async(std::launch::async, [transfer, td, group, peer, options] {
                 transfer(td, *group, peer, options);

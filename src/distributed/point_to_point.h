@@ -71,4 +71,14 @@ void fill_posted(Channel& ch, int64_t count, int peer);
 void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst);
 void recv_eager(Channel& ch, const TensorDictBase& td, int src);
 
+// Wire::Python (python_wire.cpp): Python tensordict's own send / recv.
+void send_python(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
+                 const TransferOptions& options);
+void recv_python(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
+                 const TransferOptions& options);
+// ValueError for a tag Python's wire cannot start from (a negative one).
+void check_python_tag(const TransferOptions& options, const char* op);
+// tensordict.utils._int_generator(seed): the next tag of a pseudo_rand transfer.
+int64_t python_int_generator(uint64_t seed);
+
 }  // namespace tensordict::detail::distributed

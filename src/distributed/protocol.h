@@ -115,7 +115,16 @@ constexpr int kEagerTagBit = 1 << 30;
 
 // The options of a transfer's messages: its tag in the slot `bit`;
 // ValueError for a tag outside [0, 2^29).
+// ValueError for Wire::Python outside send / recv / isend / irecv.
+inline void native_wire_only(const TransferOptions& options, const char* op) {
+  if (options.wire != Wire::Native)
+    throw ValueError(std::string(op) +
+                     ": Wire::Python applies to send, recv, isend and irecv only (Python's "
+                     "other calls have protocols of their own)");
+}
+
 inline TransferOptions in_slot(const TransferOptions& options, int bit, const char* op) {
+  native_wire_only(options, op);
   if (options.tag < 0 || options.tag >= kTagLimit)
     throw ValueError(std::string(op) + ": the tag of a transfer must be in [0, 2^29), not " +
                      std::to_string(options.tag));
