@@ -233,8 +233,30 @@ TEST_F(H5Test, NonTensorsHDF5CannotHoldAreRefused) {
   EXPECT_THROW(h5.set_non_tensor("d", nlohmann::json::object({{"a", 1}})), td::TypeError);
   EXPECT_THROW(h5.set_non_tensor("r", nlohmann::json::parse("[[1, 2], [3]]")), td::TypeError);
   EXPECT_THROW(h5.set_non_tensor("m", nlohmann::json::parse("[1, \"a\"]")), td::TypeError);
-  EXPECT_THROW(h5.set_non_tensor_stack("st", nlohmann::json::array({"a", "b", "c"})), td::Error);
+  // NonTensorStacks are stored when their elements are of one kind (str, bool,
+  // int or float), as Python tensordict stores them.
+  EXPECT_THROW(h5.set_non_tensor_stack("st", nlohmann::json::parse("[1, 2.5, 3]")), td::TypeError);
+  EXPECT_THROW(h5.set_non_tensor_stack("st", nlohmann::json::parse("[[1], [2], [3]]")),
+               td::TypeError);
+  EXPECT_THROW(
+      h5.set_non_tensor_stack("st", nlohmann::json::array({"a", std::string("b\0c", 3), "d"})),
+      td::ValueError);
   EXPECT_EQ(h5.keys().size(), 1u);
+}
+
+TEST_F(H5Test, NonTensorStacksAreStored) {
+  auto h5 = td::to_h5(td::TensorDict({{"x", torch::zeros({3})}}, {3}), file());
+  h5.set_non_tensor_stack("words", nlohmann::json::array({"a", "bé", ""}));
+  h5.set_non_tensor_stack("ints", nlohmann::json::array({1, -2, 3}));
+  h5.set_non_tensor_stack("flags", nlohmann::json::array({true, false, true}));
+  h5.close();
+  auto back = td::PersistentTensorDict::from_h5(file());
+  EXPECT_EQ(back.batch_size().vec(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(back.get_non_tensor_stack("words").tolist(), nlohmann::json::array({"a", "bé", ""}));
+  EXPECT_EQ(back.get_non_tensor_stack("ints").tolist(), nlohmann::json::array({1, -2, 3}));
+  EXPECT_EQ(back.get_non_tensor_stack("flags").tolist(),
+            nlohmann::json::array({true, false, true}));
+  EXPECT_EQ(back[1].get_non_tensor("words"), "bé");
 }
 
 // Modes -------------------------------------------------------------------------

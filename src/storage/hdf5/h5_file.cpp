@@ -230,6 +230,52 @@ herr_t list_link(hid_t, const char* name, const H5L_info_t*, void* data) {
   static_cast<std::vector<std::string>*>(data)->emplace_back(name);
   return 0;
 }
+
+// The attributes Python tensordict puts on the datasets it writes: strings
+// are marked (so that it can read them back as str), NonTensorStacks carry
+// their shape.
+constexpr const char* kStringAttribute = "__tensordict_str__";
+constexpr const char* kStackAttribute = "__tensordict_stack__";
+
+// The shape of the NonTensorStack a dataset holds (its "__tensordict_stack__"
+// attribute, integers of one dim), nullopt when it has none.
+std::optional<std::vector<int64_t>> read_stack_attribute(hid_t dataset, const std::string& where) {
+  const htri_t present = H5Aexists(dataset, kStackAttribute);
+  if (present <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  Hid attr = owned(H5Aopen(dataset, kStackAttribute, H5P_DEFAULT), H5Aclose, "H5Aopen", where);
+  Hid type = owned(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", where);
+  Hid space = owned(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", where);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || rank > 1 || n < 1)
+    throw FormatError(where + ": the attribute " + kStackAttribute +
+                      " (a NonTensorStack's shape) is not a list of integers");
+  std::vector<int64_t> shape(static_cast<std::size_t>(n));
+  check(H5Aread(attr.get(), H5T_NATIVE_INT64, shape.data()), "H5Aread", where);
+  return shape;
+}
+
+void write_string_attribute(hid_t dataset, const std::string& where) {
+  Hid space = owned(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", where);
+  const hid_t type = file_type(c10::ScalarType::Bool, where);  // h5py's bool enum
+  Hid attr =
+      owned(H5Acreate2(dataset, kStringAttribute, type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+            H5Aclose, "H5Acreate2", where);
+  const bool value = true;
+  check(H5Awrite(attr.get(), memory_type(c10::ScalarType::Bool), &value), "H5Awrite", where);
+}
+
+void write_stack_attribute(hid_t dataset, at::IntArrayRef shape, const std::string& where) {
+  const hsize_t n = shape.size();
+  Hid space = owned(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", where);
+  Hid attr = owned(
+      H5Acreate2(dataset, kStackAttribute, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Aclose, "H5Acreate2", where);
+  check(H5Awrite(attr.get(), H5T_NATIVE_INT64, shape.data()), "H5Awrite", where);
+}
 }  // namespace
 
 const std::vector<std::string>& File::keys(const std::string& path) {
@@ -274,6 +320,8 @@ Entry* File::entry(const std::string& path, std::string_view key) {
     if (rank > 0) H5Sget_simple_extent_dims(d->space.get(), dims.data(), nullptr);
     d->shape.assign(dims.begin(), dims.end());
     d->where = where(full);
+    if (d->info.element == Element::String || d->info.element == Element::Opaque)
+      d->stack_shape = read_stack_attribute(d->id.get(), d->where);
     e->dataset = std::move(d);
   } else {
     // A named datatype or another object: listed, read as unsupported.
@@ -538,27 +586,35 @@ void File::check_non_tensor(const json& value, const std::string& context) {
   if (!value.is_string()) (void)as_numpy(value, context);
 }
 
-void File::write_non_tensor(const std::string& path, std::string_view key, const json& value) {
-  const std::string full = join(path, key);
-  check_writable("writing", full);
-  hid_t g = group(path);
-  const std::string name(key);
-  if (value.is_string()) {
-    Hid type = owned(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", where(full));
-    H5Tset_size(type.get(), H5T_VARIABLE);
-    H5Tset_cset(type.get(), H5T_CSET_UTF8);
-    Hid space = owned(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", where(full));
-    forget(path, key);
-    Hid ds = owned(
-        H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-        H5Dclose, "H5Dcreate2", where(full));
-    const std::string& s = value.get_ref<const std::string&>();
-    const char* data[1] = {s.c_str()};
-    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite",
-          where(full));
-    return;
-  }
-  NumpyArray a = as_numpy(value, where(full));
+namespace {
+
+// A variable-length UTF-8 string dataset of `shape` ([]: scalar) holding
+// `strings` (row-major), as h5py writes str.
+Hid create_strings(hid_t group, const std::string& name, const std::vector<hsize_t>& shape,
+                   const std::vector<const std::string*>& strings, const std::string& where) {
+  Hid type = owned(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", where);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Hid space =
+      owned(shape.empty() ? H5Screate(H5S_SCALAR)
+                          : H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr),
+            H5Sclose, "H5Screate", where);
+  Hid ds = owned(H5Dcreate2(group, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                            H5P_DEFAULT),
+                 H5Dclose, "H5Dcreate2", where);
+  std::vector<const char*> data;
+  data.reserve(strings.size());
+  for (const std::string* s : strings) data.push_back(s->c_str());
+  if (!data.empty())
+    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), "H5Dwrite",
+          where);
+  return ds;
+}
+
+// An opaque "NUMPY:<dtype>" dataset holding numpy's bytes of `a`, as h5py
+// writes h5py.opaque_dtype arrays.
+Hid create_opaque(hid_t group, const std::string& name, const NumpyArray& a,
+                  const std::string& where) {
   // numpy's dtype.str: byte order, kind, size (characters for 'U').
   const std::string tag = std::string("NUMPY:") + (a.kind == 'b' ? "|" : "<") + a.kind +
                           std::to_string(a.kind == 'U' ? a.itemsize / 4 : a.itemsize);
@@ -579,19 +635,90 @@ void File::write_non_tensor(const std::string& path, std::string_view key, const
       std::memcpy(p, s.data(), s.size() * 4);
     }
   }
-  Hid type = owned(H5Tcreate(H5T_OPAQUE, a.itemsize), H5Tclose, "H5Tcreate", where(full));
-  check(H5Tset_tag(type.get(), tag.c_str()), "H5Tset_tag", where(full));
+  Hid type = owned(H5Tcreate(H5T_OPAQUE, a.itemsize), H5Tclose, "H5Tcreate", where);
+  check(H5Tset_tag(type.get(), tag.c_str()), "H5Tset_tag", where);
   Hid space = owned(
       a.shape.empty() ? H5Screate(H5S_SCALAR)
                       : H5Screate_simple(static_cast<int>(a.shape.size()), a.shape.data(), nullptr),
-      H5Sclose, "H5Screate", where(full));
-  forget(path, key);
-  Hid ds = owned(
-      H5Dcreate2(g, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-      H5Dclose, "H5Dcreate2", where(full));
+      H5Sclose, "H5Screate", where);
+  Hid ds = owned(H5Dcreate2(group, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                            H5P_DEFAULT),
+                 H5Dclose, "H5Dcreate2", where);
   if (!bytes.empty())
     check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), "H5Dwrite",
-          where(full));
+          where);
+  return ds;
+}
+
+// What a NonTensorStack's elements are stored as (Python tensordict's rule:
+// every element a str, or every element a bool, or an int, or a float).
+enum class StackKind { Strings, Opaque };
+
+StackKind stack_kind(const NonTensorStack& stack, const std::string& context) {
+  const auto& values = stack.values();
+  auto all = [&](auto pred) { return std::all_of(values.begin(), values.end(), pred); };
+  if (all([](const json& v) { return v.is_string(); })) {
+    for (const json& v : values)
+      if (v.get_ref<const std::string&>().find('\0') != std::string::npos)
+        throw ValueError(context +
+                         ": a NonTensorStack of strings holding a NUL character cannot be "
+                         "stored in HDF5 (its variable-length strings end at NUL)");
+    return StackKind::Strings;
+  }
+  if (all([](const json& v) { return v.is_boolean(); }) ||
+      all([](const json& v) { return v.is_number_integer(); }) ||
+      all([](const json& v) { return v.is_number_float(); }))
+    return StackKind::Opaque;
+  throw TypeError(context +
+                  ": HDF5 storage stores a NonTensorStack only when its elements are all "
+                  "strings, or all bools, or all ints, or all floats (as Python tensordict); "
+                  "store the values as a tensor, or a NonTensorData of a list");
+}
+
+}  // namespace
+
+void File::write_non_tensor(const std::string& path, std::string_view key, const json& value) {
+  const std::string full = join(path, key);
+  check_writable("writing", full);
+  hid_t g = group(path);
+  const std::string name(key);
+  if (value.is_string()) {
+    forget(path, key);
+    Hid ds = create_strings(g, name, {}, {&value.get_ref<const std::string&>()}, where(full));
+    write_string_attribute(ds.get(), where(full));
+    return;
+  }
+  NumpyArray a = as_numpy(value, where(full));
+  forget(path, key);
+  (void)create_opaque(g, name, a, where(full));
+}
+
+void File::check_non_tensor_stack(const NonTensorStack& stack, const std::string& context) {
+  (void)stack_kind(stack, context);
+}
+
+void File::write_non_tensor_stack(const std::string& path, std::string_view key,
+                                  const NonTensorStack& stack) {
+  const std::string full = join(path, key);
+  check_writable("writing", full);
+  const StackKind kind = stack_kind(stack, where(full));
+  hid_t g = group(path);
+  const std::string name(key);
+  const auto batch = stack.batch_size();
+  std::vector<hsize_t> shape(batch.begin(), batch.end());
+  Hid ds;
+  if (kind == StackKind::Strings) {
+    std::vector<const std::string*> strings;
+    for (const json& v : stack.values()) strings.push_back(&v.get_ref<const std::string&>());
+    forget(path, key);
+    ds = create_strings(g, name, shape, strings, where(full));
+  } else {
+    const json nested = stack.tolist();  // as_numpy keeps pointers into it
+    NumpyArray a = as_numpy(nested, where(full));
+    forget(path, key);
+    ds = create_opaque(g, name, a, where(full));
+  }
+  write_stack_attribute(ds.get(), batch, where(full));
 }
 
 namespace {

@@ -5,6 +5,7 @@
 // datasets with their dataspaces and element types).
 #include "storage/hdf5/h5_api.h"
 
+#include <tensordict/non_tensor.h>
 #include <tensordict/storage/hdf5.h>
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +27,10 @@ struct Dataset {
   Hid space;
   std::vector<int64_t> shape;
   ElementInfo info;
+  /// A string or opaque dataset tagged with the attribute
+  /// "__tensordict_stack__" (Python tensordict's mark of a NonTensorStack):
+  /// the stack's batch size. nullopt for every other dataset.
+  std::optional<std::vector<int64_t>> stack_shape;
   /// "HDF5 file '<file>', /a/b", for messages.
   std::string where;
   /// A memory dataspace of `dims` (the last one made is kept: a row loop
@@ -102,14 +107,24 @@ class File {
                          c10::ScalarType dtype);
   /// Creates the dataset and writes `value` (contiguous, CPU) into it.
   void write_tensor(const std::string& path, std::string_view key, const at::Tensor& value);
-  /// A non-tensor value as h5py writes it: a string as a scalar UTF-8
-  /// variable-length string, anything else as an opaque "NUMPY:<dtype>"
-  /// dataset. TypeError for what numpy would hold as objects (null, dicts,
-  /// ragged or mixed lists).
+  /// A non-tensor value as Python tensordict writes it: a string as a scalar
+  /// UTF-8 variable-length string marked with the attribute
+  /// "__tensordict_str__" (h5py's bool True), anything else as an opaque
+  /// "NUMPY:<dtype>" dataset. TypeError for what numpy would hold as objects
+  /// (null, dicts, ragged or mixed lists).
   void write_non_tensor(const std::string& path, std::string_view key, const nlohmann::json& value);
   /// TypeError when `value` cannot be written as a non-tensor (checked
   /// before anything is removed).
   static void check_non_tensor(const nlohmann::json& value, const std::string& context);
+  /// A NonTensorStack as Python tensordict writes it: one element per entry
+  /// of a dataset of the stack's shape, strings as variable-length UTF-8
+  /// strings, bools, ints or floats (one kind) as an opaque "NUMPY:<dtype>"
+  /// array; the attribute "__tensordict_stack__" holds the shape (int64).
+  void write_non_tensor_stack(const std::string& path, std::string_view key,
+                              const NonTensorStack& stack);
+  /// TypeError (mixed kinds, lists, null...) or ValueError (a string holding
+  /// NUL) when `stack` cannot be written (checked before anything is removed).
+  static void check_non_tensor_stack(const NonTensorStack& stack, const std::string& context);
   /// Reads a string or opaque dataset.
   nlohmann::json read_non_tensor(const Dataset& d, const std::string& context);
   /// Removes the link `key` of the group at `path`.

@@ -297,7 +297,8 @@ std::optional<EntryKind> H5Node::kind(std::string_view key) const {
   const Entry* e = entry(key);
   if (!e) return std::nullopt;
   if (e->is_group) return EntryKind::TensorDict;
-  return e->dataset->info.element == Element::Tensor ? EntryKind::Tensor : EntryKind::NonTensor;
+  if (e->dataset->info.element == Element::Tensor) return EntryKind::Tensor;
+  return e->dataset->stack_shape ? EntryKind::NonTensorStack : EntryKind::NonTensor;
 }
 
 std::optional<TensorMeta> H5Node::tensor_meta(std::string_view key) const {
@@ -345,10 +346,20 @@ std::optional<Value> H5Node::find(std::string_view key) const {
       return Value(std::move(t));
     }
     case Element::String:
-    case Element::Opaque:
+    case Element::Opaque: {
       file_->refresh(d);
-      return Value(
-          NonTensorData(file_->read_non_tensor(d, file_->where(full)), batch_size_, device_));
+      nlohmann::json data = file_->read_non_tensor(d, file_->where(full));
+      if (!d.stack_shape) return Value(NonTensorData(std::move(data), batch_size_, device_));
+      // Python tensordict's NonTensorStack: one element per entry of the
+      // dataset, whose shape the attribute repeats.
+      if (*d.stack_shape != d.shape)
+        throw FormatError(file_->where(full) + ": a NonTensorStack of shape " +
+                          format_shape(*d.stack_shape) +
+                          " (its __tensordict_stack__ attribute) "
+                          "in a dataset of shape " +
+                          format_shape(d.shape));
+      return Value(NonTensorStack(data, *d.stack_shape, device_));
+    }
     case Element::Unsupported:
       break;
   }
@@ -409,9 +420,8 @@ void H5Node::write(std::string_view key, Value value) {
         File::check_non_tensor(v.non_tensor().data(), file_->where(where));
         break;
       case EntryKind::NonTensorStack:
-        throw TypeError(file_->where(where) +
-                        ": a NonTensorStack (one value per element) cannot be stored in HDF5; "
-                        "store a NonTensorData or a tensor");
+        File::check_non_tensor_stack(v.non_tensor_stack(), file_->where(where));
+        break;
       case EntryKind::TensorDict: {
         const Node& n = v.tensordict().node();
         for (const auto& k : n.keys()) {
@@ -453,7 +463,8 @@ void H5Node::write_value(std::string_view key, const Value& value) {
       return;
     }
     case EntryKind::NonTensorStack:
-      break;  // refused by write()
+      file_->write_non_tensor_stack(path_, key, value.non_tensor_stack());
+      return;
   }
 }
 
@@ -579,6 +590,8 @@ std::optional<std::vector<int64_t>> H5Node::infer_batch_size(File& file, const s
       if (auto b = infer_batch_size(file, join(path, k))) shapes.push_back(std::move(*b));
     } else if (e->dataset->info.element == Element::Tensor) {
       shapes.push_back(e->dataset->shape);
+    } else if (e->dataset->stack_shape) {
+      shapes.push_back(*e->dataset->stack_shape);  // a NonTensorStack has a shape, as in Python
     }
   }
   // A group without tensors (empty, or non-tensors only) does not constrain
@@ -601,8 +614,8 @@ void H5Node::check_batch_size(File& file, const std::string& path, at::IntArrayR
     if (!e) continue;
     if (e->is_group) {
       check_batch_size(file, join(path, k), batch_size);
-    } else if (e->dataset->info.element == Element::Tensor) {
-      const auto& s = e->dataset->shape;
+    } else if (e->dataset->info.element == Element::Tensor || e->dataset->stack_shape) {
+      const auto& s = e->dataset->stack_shape ? *e->dataset->stack_shape : e->dataset->shape;
       if (s.size() < batch_size.size() ||
           !at::IntArrayRef(s).slice(0, batch_size.size()).equals(batch_size))
         throw ShapeError(file.where(join(path, k)) + ": dataset of shape " + format_shape(s) +
