@@ -2,7 +2,8 @@
 /// @file storage/hdf5.h
 /// PersistentTensorDict: a tensordict stored in an HDF5 file, in the layout
 /// h5py and Python tensordict's PersistentTensorDict write (groups for nested
-/// tensordicts, datasets for tensors, no attributes). Part of the CMake
+/// tensordicts, datasets for tensors, no batch size; checked against Python
+/// tensordict 0.15.3). Part of the CMake
 /// component tensordict::hdf5 (-DTENSORDICT_WITH_HDF5=ON); this header needs
 /// no HDF5 header. See docs/hdf5.md.
 ///
@@ -86,8 +87,10 @@ struct H5OpenOptions {
 ///   per operation, for every index form (long indices unsorted or repeated
 ///   included, results in the user's order).
 /// - Nested tensordicts are groups; non-tensor values are string datasets
-///   (strings) or opaque datasets tagged "NUMPY:<dtype>" (numbers, bools,
-///   lists), read back as NonTensorData with the parent's batch size.
+///   (strings, marked with Python's attribute "__tensordict_str__") or opaque
+///   datasets tagged "NUMPY:<dtype>" (numbers, bools, lists), read back as
+///   NonTensorData with the parent's batch size; a NonTensorStack is a dataset
+///   of its shape with the attribute "__tensordict_stack__" (Python's layout).
 /// - Keys are listed in HDF5's link order (by name).
 ///
 /// The file stays open while any handle on it (or on a nested level, or a

@@ -3,9 +3,16 @@
 
 #include <tensordict/detail/format.h>
 
+#include <torch/version.h>
+
 #include <cstring>
 #include <optional>
 #include <vector>
+
+// LibTorch 2.3 added uint16, uint32 and uint64, which h5py stores as STD
+// unsigned integers (and Python tensordict reads back with their dtype).
+#define TENSORDICT_H5_UNSIGNED_DTYPES \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
 
 namespace tensordict::detail::h5 {
 
@@ -171,10 +178,17 @@ ElementInfo classify(hid_t t) {
         if (size == 4) return tensor(S::Int);
         if (size == 8) return tensor(S::Long);
       } else {
-        // LibTorch 1.13 has no uint16/32/64: widened to the next signed type.
         if (size == 1) return tensor(S::Byte);
+#if TENSORDICT_H5_UNSIGNED_DTYPES
+        // As Python tensordict with torch >= 2.3 reads them.
+        if (size == 2) return tensor(S::UInt16);
+        if (size == 4) return tensor(S::UInt32);
+        if (size == 8) return tensor(S::UInt64);
+#else
+        // LibTorch before 2.3 has no uint16/32/64: widened to the next signed type.
         if (size == 2) return tensor(S::Int);
         if (size == 4) return tensor(S::Long);
+#endif
       }
       break;
     }
@@ -211,7 +225,7 @@ ElementInfo classify(hid_t t) {
   if (info.description.empty())
     info.description = std::string(class_name(cls)) + " type of " + std::to_string(size) +
                        " bytes" + (cls == H5T_ENUM ? " (an enum other than h5py's bool)" : "") +
-                       (cls == H5T_INTEGER ? " (uint64 has no LibTorch dtype)" : "");
+                       (cls == H5T_INTEGER ? " (no LibTorch dtype holds it)" : "");
   return info;
 }
 
@@ -229,6 +243,11 @@ bool storable(c10::ScalarType d) {
     case S::Double:
     case S::ComplexFloat:
     case S::ComplexDouble:
+#if TENSORDICT_H5_UNSIGNED_DTYPES
+    case S::UInt16:
+    case S::UInt32:
+    case S::UInt64:
+#endif
       return true;
     default:
       return false;
@@ -260,6 +279,14 @@ hid_t memory_type(c10::ScalarType d) {
       return types().c64;
     case S::ComplexDouble:
       return types().c128;
+#if TENSORDICT_H5_UNSIGNED_DTYPES
+    case S::UInt16:
+      return H5T_NATIVE_UINT16;
+    case S::UInt32:
+      return H5T_NATIVE_UINT32;
+    case S::UInt64:
+      return H5T_NATIVE_UINT64;
+#endif
     default:
       return H5I_INVALID_HID;
   }
@@ -282,6 +309,14 @@ hid_t file_type(c10::ScalarType d, const std::string& context) {
       return H5T_IEEE_F32LE;
     case S::Double:
       return H5T_IEEE_F64LE;
+#if TENSORDICT_H5_UNSIGNED_DTYPES
+    case S::UInt16:
+      return H5T_STD_U16LE;
+    case S::UInt32:
+      return H5T_STD_U32LE;
+    case S::UInt64:
+      return H5T_STD_U64LE;
+#endif
     default:
       if (storable(d)) return memory_type(d);
   }
@@ -289,9 +324,11 @@ hid_t file_type(c10::ScalarType d, const std::string& context) {
                                         "with .to(torch::kFloat32), and back after reading)"
                                       : "";
   throw TypeError(context + ": HDF5 storage cannot store dtype " + torch_dtype_repr(d) +
-                  "; supported: bool, uint8, int8, int16, int32, int64, float16, float32, "
-                  "float64, complex64, complex128" +
-                  hint);
+                  "; supported: bool, uint8, int8, int16, int32, int64, " +
+#if TENSORDICT_H5_UNSIGNED_DTYPES
+                  "uint16, uint32, uint64, " +
+#endif
+                  "float16, float32, float64, complex64, complex128" + hint);
 }
 
 }  // namespace tensordict::detail::h5

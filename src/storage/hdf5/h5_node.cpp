@@ -363,10 +363,10 @@ std::optional<Value> H5Node::find(std::string_view key) const {
     case Element::Unsupported:
       break;
   }
-  throw FormatError(file_->where(full) + ": dataset of unsupported element type (" +
-                    d.info.description +
-                    "); tensors are bool, (u)int8-32, int64, float16-64, "
-                    "complex64/128, non-tensors strings and NUMPY opaque values");
+  throw FormatError(
+      file_->where(full) + ": dataset of unsupported element type (" + d.info.description +
+      "); tensors are bool, int8-64, uint8 (uint16-64 with LibTorch 2.3+), float16-64, "
+      "complex64/128, non-tensors strings and NUMPY opaque values");
 }
 
 at::Tensor H5Node::read_at(std::string_view key, const RowSelection& rows) const {
