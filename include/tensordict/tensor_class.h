@@ -274,39 +274,32 @@ class TensorClass {
   }
 
   // ---- files --------------------------------------------------------------------
-  /// Saves in Python's tensorclass layout: `prefix/meta.json` holds `_type`
-  /// and the non-tensor fields, `prefix/_tensordict/` the rest as a memmap
-  /// TensorDict directory. A field that is not set (an optional field, tensor
-  /// or not) is written as null, as Python writes a field holding None. The
-  /// directory replaces any earlier save at `prefix` at once. Returns a
-  /// tensorclass over the mapped tensors (locked, as TensorDictBase::memmap)
-  /// with its non-tensor values beside them.
+  /// Saves in the tensorclass layout of Python tensordict 0.15:
+  /// `prefix/meta.json` holds `_type` only, and `prefix/_tensordict/` every set
+  /// field as a memmap TensorDict directory (non-tensor fields as NonTensorData
+  /// entries). A field that is not set is not written, as Python leaves out a
+  /// field holding None. The directory replaces any earlier save at `prefix` at
+  /// once. Returns a tensorclass over the mapped tensors (locked, as
+  /// TensorDictBase::memmap). load_memmap() also reads the older layout, where
+  /// the non-tensor fields sit in `prefix/meta.json`.
   Derived memmap(const std::string& prefix, const MemmapOptions& options = {}) const {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     meta["_type"] = python_type();
-    auto values = std::make_shared<nlohmann::json>(nlohmann::json::object());
-    std::vector<NestedKey> in_td;
-    for (const FieldInfo& f : fields()) {
-      std::string name(f.name);
-      const std::optional<EntryKind> kind = td_.entry_kind(NestedKey(name));
-      if (non_tensor_ && non_tensor_->contains(name)) {
-        (*values)[name] = (*non_tensor_)[name];
-      } else if (f.kind == FieldKind::NonTensor && kind == EntryKind::NonTensor) {
-        (*values)[name] = td_.get_non_tensor(NestedKey(name));
-        in_td.emplace_back(name);
-      } else {
-        // Python's tensorclass keeps a None field beside its tensordict and
-        // writes it as null; without it a Python program reading the
-        // directory fails on the missing attribute. Set fields (tensors, a
-        // NonTensorStack) stay in the tensordict.
-        if (!kind) meta[name] = nullptr;
-        continue;
+    TensorDictBase tensors = td_;
+    if (non_tensor_) {
+      std::vector<std::pair<std::string, nlohmann::json>> beside;
+      for (const FieldInfo& f : fields()) {
+        std::string name(f.name);
+        if (non_tensor_->contains(name) && !(*non_tensor_)[name].is_null())
+          beside.emplace_back(name, (*non_tensor_)[name]);
       }
-      meta[name] = nlohmann::ordered_json((*values)[name]);
+      if (!beside.empty()) {
+        tensors = td_.copy();
+        for (auto& [name, value] : beside)
+          tensors.set_non_tensor(NestedKey(name), std::move(value));
+      }
     }
-    TensorDictBase tensors = in_td.empty() ? td_ : td_.exclude(in_td);
-    TensorDictBase mapped = detail::write_tensorclass_dir(tensors, prefix, meta.dump(), options);
-    return td_wrap_(mapped, values->empty() ? nullptr : std::move(values));
+    return td_wrap_(detail::write_tensorclass_dir(tensors, prefix, meta.dump(), options), nullptr);
   }
   /// Loads a tensorclass directory written by memmap() or by Python (any
   /// version the core reads): tensors mapped lazily, non-tensor fields from

@@ -2,7 +2,16 @@
 #include <tensordict/dtype.h>
 #include <tensordict/errors.h>
 
+#include <torch/version.h>
+
 #include <sstream>
+
+// LibTorch 2.3 added the unsigned dtypes beyond uint8 and 2.1 the float8 ones;
+// Python names them as below and writes them to memmap directories (uint*).
+#define TENSORDICT_HAS_FLOAT8_DTYPES \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+#define TENSORDICT_HAS_UNSIGNED_DTYPES \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
 
 namespace tensordict::detail {
 
@@ -56,6 +65,24 @@ const char* dtype_name(c10::ScalarType dtype) {
       return "complex64";
     case c10::ScalarType::ComplexDouble:
       return "complex128";
+#if TENSORDICT_HAS_UNSIGNED_DTYPES
+    case c10::ScalarType::UInt16:
+      return "uint16";
+    case c10::ScalarType::UInt32:
+      return "uint32";
+    case c10::ScalarType::UInt64:
+      return "uint64";
+#endif
+#if TENSORDICT_HAS_FLOAT8_DTYPES
+    case c10::ScalarType::Float8_e4m3fn:
+      return "float8_e4m3fn";
+    case c10::ScalarType::Float8_e5m2:
+      return "float8_e5m2";
+    case c10::ScalarType::Float8_e4m3fnuz:
+      return "float8_e4m3fnuz";
+    case c10::ScalarType::Float8_e5m2fnuz:
+      return "float8_e5m2fnuz";
+#endif
     case c10::ScalarType::QInt8:
       return "qint8";
     case c10::ScalarType::QUInt8:
@@ -81,19 +108,30 @@ std::string dtype_to_string(at::ScalarType dtype) { return detail::torch_dtype_r
 
 at::ScalarType dtype_from_string(const std::string& s) {
   static const std::pair<const char*, at::ScalarType> table[] = {
-      {"torch.bool", at::kBool},
-      {"torch.uint8", at::kByte},
-      {"torch.int8", at::kChar},
-      {"torch.int16", at::kShort},
-      {"torch.int32", at::kInt},
-      {"torch.int64", at::kLong},
-      {"torch.float16", at::kHalf},
-      {"torch.bfloat16", at::kBFloat16},
-      {"torch.float32", at::kFloat},
-      {"torch.float64", at::kDouble},
-      {"torch.complex32", at::ScalarType::ComplexHalf},
-      {"torch.complex64", at::kComplexFloat},
-      {"torch.complex128", at::kComplexDouble},
+    {"torch.bool", at::kBool},
+    {"torch.uint8", at::kByte},
+    {"torch.int8", at::kChar},
+    {"torch.int16", at::kShort},
+    {"torch.int32", at::kInt},
+    {"torch.int64", at::kLong},
+    {"torch.float16", at::kHalf},
+    {"torch.bfloat16", at::kBFloat16},
+    {"torch.float32", at::kFloat},
+    {"torch.float64", at::kDouble},
+    {"torch.complex32", at::ScalarType::ComplexHalf},
+    {"torch.complex64", at::kComplexFloat},
+    {"torch.complex128", at::kComplexDouble},
+#if TENSORDICT_HAS_UNSIGNED_DTYPES
+    {"torch.uint16", at::ScalarType::UInt16},
+    {"torch.uint32", at::ScalarType::UInt32},
+    {"torch.uint64", at::ScalarType::UInt64},
+#endif
+#if TENSORDICT_HAS_FLOAT8_DTYPES
+    {"torch.float8_e4m3fn", at::ScalarType::Float8_e4m3fn},
+    {"torch.float8_e5m2", at::ScalarType::Float8_e5m2},
+    {"torch.float8_e4m3fnuz", at::ScalarType::Float8_e4m3fnuz},
+    {"torch.float8_e5m2fnuz", at::ScalarType::Float8_e5m2fnuz},
+#endif
   };
   for (const auto& [name, t] : table)
     if (s == name) return t;

@@ -7,6 +7,7 @@
 
 #include "formats/json_io.h"
 
+#include <tensordict/dtype.h>
 #include <tensordict/errors.h>
 
 #include <ATen/ATen.h>
@@ -422,7 +423,11 @@ class Machine {
     if (e.size() != 5 || !e[0].isString() || e[0].toStringRef() != "storage" || !e[2].isString() ||
         !e[4].isInt())
       fail("a persistent id that is not ('storage', type, key, location, numel)");
-    auto dtype = storage_dtype(e[1].isString() ? e[1].toStringRef() : std::string());
+    // torch.storage.UntypedStorage (the dtypes without a typed storage class,
+    // _rebuild_tensor_v3): numel counts bytes, the dtype comes with the tensor.
+    const std::string type = e[1].isString() ? e[1].toStringRef() : std::string();
+    auto dtype = type == "torch.storage.UntypedStorage" ? std::optional<at::ScalarType>(at::kByte)
+                                                        : storage_dtype(type);
     if (!dtype) fail("an unknown storage type");
     const std::string& key = e[2].toStringRef();
     const int64_t numel = e[4].toInt();
@@ -490,6 +495,34 @@ class Machine {
     const auto& a = args.value.toTupleRef().elements();
     if (f == "torch._utils._rebuild_tensor_v2" || f == "torch._utils._rebuild_tensor")
       return rebuild_tensor(std::vector<c10::IValue>(a.begin(), a.end()));
+    if (f == "torch._utils._rebuild_tensor_v3") {
+      // (untyped storage, offset, size, stride, requires_grad, hooks, dtype):
+      // the storage's bytes viewed as dtype, then as v2.
+      if (a.size() != 7 || !a[0].isTensor() || !a[6].isString())
+        fail("_rebuild_tensor_v3 with unexpected arguments");
+      const std::string& name = a[6].toStringRef();
+      at::ScalarType dtype;
+      try {
+        dtype = dtype_from_string(name);
+      } catch (const FormatError&) {
+        fail("_rebuild_tensor_v3 of an unknown dtype " + name);
+      }
+      const at::Tensor bytes = a[0].toTensor();
+      const auto item = static_cast<int64_t>(c10::elementSize(dtype));
+      if (bytes.numel() % item != 0)
+        fail("a storage of " + std::to_string(bytes.numel()) + " bytes for elements of " +
+             std::to_string(item));
+      std::vector<c10::IValue> v2(a.begin(), a.begin() + 6);
+      v2[0] = bytes.numel() == 0 ? at::empty({0}, bytes.options().dtype(dtype)) : bytes.view(dtype);
+      return rebuild_tensor(v2);
+    }
+    if (f == "torch._utils._rebuild_parameter") {
+      // nn.Parameter(tensor, requires_grad, hooks): a state dict saved with
+      // keep_vars; the values are what is read.
+      if (a.size() != 3 || !a[0].isTensor() || !a[1].isBool())
+        fail("_rebuild_parameter with unexpected arguments");
+      return Item{a[0], "", 0};
+    }
     if (f == "collections.OrderedDict") {
       if (!a.empty()) fail("OrderedDict built from arguments");
       return Item{c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()), "", 1};

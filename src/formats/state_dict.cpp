@@ -1,8 +1,10 @@
-// state_dict / load_state_dict (formats spec §5) and the exchange of state
-// dicts with Python through torch::pickle_save / torch::pickle_load.
+// state_dict / load_state_dict (docs/state_dict.md) and the exchange of state
+// dicts with Python: files in torch.save's layout (pickle_writer.h), read by
+// the bounded reader (pickle_reader.h).
 #include "core/internal.h"
 #include "formats/json_io.h"
 #include "formats/pickle_reader.h"
+#include "formats/pickle_writer.h"
 
 #include <tensordict/state_dict.h>
 
@@ -933,7 +935,7 @@ void save_state_dict(const StateDict& state_dict, const std::string& path) {
 
 void save_state_dict(const StateDict& state_dict, const std::string& path,
                      const SaveStateDictOptions& options) {
-  const std::vector<char> bytes = torch::pickle_save(state_dict_to_ivalue(state_dict));
+  const std::vector<char> bytes = detail::torch_save_bytes(state_dict);
   detail::replace_file_atomically(path, bytes.data(), bytes.size(), "save_state_dict",
                                   options.durable);
 }

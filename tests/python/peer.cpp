@@ -36,8 +36,7 @@ nlohmann::json key_json(const td::NestedKey& key) {
 }  // namespace
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               ("td-python-" + name + "-" + std::to_string(::getpid()));
+  fs::path d = fs::temp_directory_path() / ("td-python-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -52,13 +51,42 @@ PeerRun run_peer(const std::string& args, const fs::path& log) {
   return {rc, read_file(log)};
 }
 
-nlohmann::json run_suite(const std::string& suite, const std::string& action,
-                         const fs::path& dir) {
-  const PeerRun run =
-      run_peer(suite + " " + action + " " + quoted(dir), dir.parent_path() / (dir.filename().string() + ".log"));
+nlohmann::json run_suite(const std::string& suite, const std::string& action, const fs::path& dir) {
+  const PeerRun run = run_peer(suite + " " + action + " " + quoted(dir),
+                               dir.parent_path() / (dir.filename().string() + ".log"));
   EXPECT_EQ(run.rc, 0) << "peer.py " << suite << " " << action << ":\n" << run.out;
   if (run.rc != 0) return nlohmann::json::object();
   return nlohmann::json::parse(read_file(dir / "results.json"));
+}
+
+// Distinctive values (memmap_cases.py's values(), written again here):
+// signs, fractions, NaN, -0.0, infinities, and values above 2^63.
+at::Tensor distinctive_values(at::ScalarType dtype, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const at::Tensor i = torch::arange(n, torch::kLong);
+  at::Tensor t;
+  if (at::isComplexType(dtype)) {
+    const at::Tensor real = i.to(torch::kDouble) / 3 - 1;
+    t = torch::complex(real, -real * 2).to(dtype);
+  } else if (at::isFloatingType(dtype)) {
+    t = (i.to(torch::kDouble) / 3 - 1).to(dtype);
+    const double special[] = {std::nan(""), -0.0, INFINITY, -INFINITY};
+    for (int64_t k = 0; k < std::min<int64_t>(n, 4); ++k) t[k] = special[k];
+  } else if (dtype == torch::kBool) {
+    t = i % 3 == 0;
+  } else if (dtype == torch::kUInt64) {
+    t = (i * 7919 - 40).view(torch::kUInt64);
+  } else if (dtype == torch::kUInt16 || dtype == torch::kUInt32) {
+    t = ((i * 40503) % (1 << 16)).to(dtype);
+  } else if (dtype == torch::kLong) {
+    t = i * 3000000000017 - 5000000000000;
+  } else {
+    const int64_t bits = at::elementSize(dtype) * 8;
+    const int64_t lo = -(int64_t{1} << (bits - 1)), range = int64_t{1} << bits;
+    t = (torch::remainder(i * 37 - 50, range) + lo).to(dtype);
+  }
+  return t.reshape(shape);
 }
 
 void write_truth(const td::TensorDictBase& data, const fs::path& dir) {
@@ -116,10 +144,10 @@ void write_truth(const td::TensorDictBase& data, const fs::path& dir) {
       return ::testing::AssertionFailure() << k << ": a " << got_kind << ", expected a " << kind;
     if (kind == "tensor") {
       const at::Tensor& t = value.tensor();
-      if (td::dtype_to_string(t.scalar_type()) != e["dtype"] || nlohmann::json(t.sizes().vec()) != e["shape"])
-        return ::testing::AssertionFailure()
-               << k << ": " << t.scalar_type() << " " << t.sizes() << ", expected " << e["dtype"]
-               << " " << e["shape"];
+      if (td::dtype_to_string(t.scalar_type()) != e["dtype"] ||
+          nlohmann::json(t.sizes().vec()) != e["shape"])
+        return ::testing::AssertionFailure() << k << ": " << t.scalar_type() << " " << t.sizes()
+                                             << ", expected " << e["dtype"] << " " << e["shape"];
       if (!t.device().is_cpu())
         return ::testing::AssertionFailure() << k << ": on " << t.device() << ", expected cpu";
       if (tensor_bytes(t) != read_file(dir / e["file"].get<std::string>()))
@@ -137,6 +165,25 @@ void write_truth(const td::TensorDictBase& data, const fs::path& dir) {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+td::TensorDict zeros_like_truth(const fs::path& dir) {
+  const nlohmann::json truth = nlohmann::json::parse(read_file(dir / "manifest.json"));
+  td::TensorDict out({}, truth["batch_size"].get<std::vector<int64_t>>());
+  for (const auto& e : truth["entries"]) {
+    const td::NestedKey key(e["key"].get<std::vector<std::string>>());
+    const std::string kind = e["kind"];
+    if (kind == "tensor")
+      out.set(key, torch::zeros(e["shape"].get<std::vector<int64_t>>(),
+                                td::dtype_from_string(e["dtype"])));
+    else if (kind == "tensordict")
+      out.set(key, td::TensorDict({}, e["batch_size"].get<std::vector<int64_t>>()));
+    else if (kind == "non_tensor")
+      out.set_non_tensor(key, e["value"]);
+    else
+      out.set_non_tensor_stack(key, e["value"]);
+  }
+  return out;
 }
 
 ::testing::AssertionResult peer_ok(const nlohmann::json& results, const std::string& name) {

@@ -10,7 +10,7 @@
 //     run_suite("SUITE", "check", dir) returns {case: "OK" or what differs}.
 #pragma once
 
-#include <tensordict/tensor_dict_base.h>
+#include <tensordict/tensor_dict.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -37,6 +37,10 @@ PeerRun run_peer(const std::string& args, const fs::path& log);
 /// (and returns an empty object) when the peer itself fails.
 nlohmann::json run_suite(const std::string& suite, const std::string& action, const fs::path& dir);
 
+/// Distinctive values of `dtype` (memmap_cases.py's values(), written again
+/// here): signs, fractions, NaN, -0.0, infinities, and values above 2^63.
+at::Tensor distinctive_values(at::ScalarType dtype, std::vector<int64_t> shape);
+
 /// Writes what `td` holds into `dir` (truth.py's layout).
 void write_truth(const tensordict::TensorDictBase& td, const fs::path& dir);
 
@@ -44,6 +48,10 @@ void write_truth(const tensordict::TensorDictBase& td, const fs::path& dir);
 /// (nested levels and non-tensors included), kinds, dtypes, shapes, devices
 /// and every byte.
 ::testing::AssertionResult matches_truth(const tensordict::TensorDictBase& td, const fs::path& dir);
+
+/// A TensorDict of the truth's structure holding zeros (non-tensors as they
+/// are): the target a state dict is loaded into.
+tensordict::TensorDict zeros_like_truth(const fs::path& dir);
 
 /// The peer's verdict on `name` in `results` (an AssertionResult naming it).
 ::testing::AssertionResult peer_ok(const nlohmann::json& results, const std::string& name);

@@ -19,7 +19,7 @@ import json
 import os
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, is_tensor_collection
+from tensordict import NonTensorData, NonTensorStack, is_tensor_collection, is_tensorclass
 
 
 def _bytes(t):
@@ -28,7 +28,10 @@ def _bytes(t):
 
 
 def _entries(td, prefix=()):
-    # Tensors, nested levels and non-tensors, in the tensordict's own order.
+    # Tensors, nested levels and non-tensors, in the tensordict's own order; a
+    # tensorclass as the tensordict it wraps (its non-tensor fields included).
+    if is_tensorclass(td):
+        td = td._tensordict
     for key in td.keys():
         value = td._get_str(key, None)
         path = prefix + (key,)
@@ -90,3 +93,24 @@ def check_truth(td, directory):
                                      f"{e['batch_size']}")
         elif value != e["value"]:
             raise AssertionError(f"{path}: {value!r}, expected {e['value']!r}")
+
+
+def zeros_like_truth(directory):
+    """A TensorDict of the truth's structure holding zeros (non-tensors as
+    they are): the target a state dict is loaded into."""
+    with open(os.path.join(directory, "manifest.json")) as f:
+        truth = json.load(f)
+    from tensordict import TensorDict
+
+    out = TensorDict(batch_size=truth["batch_size"])
+    for e in truth["entries"]:
+        key = tuple(e["key"])
+        if e["kind"] == "tensor":
+            out.set(key, torch.zeros(e["shape"], dtype=getattr(torch, e["dtype"][len("torch."):])))
+        elif e["kind"] == "tensordict":
+            out.set(key, TensorDict(batch_size=e["batch_size"]))
+        elif e["kind"] == "non_tensor":
+            out.set_non_tensor(key, e["value"])
+        else:
+            out.set(key, NonTensorStack.from_list(e["value"]))
+    return out

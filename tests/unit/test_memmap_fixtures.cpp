@@ -235,12 +235,13 @@ TEST(MemmapFixtures, LegacyRawKeyNamesAreFound) {
 TEST(MemmapFixtures, NonTensorDataOf032IsRead) {
   // 0.3.2's own loader did not list these; HEAD drops 0.3.2 sub-directories.
   // We read them by scanning (spec §10.7).
-  auto t = td::load_memmap((memmap_fixtures() / "nontensor").string());
+  auto t = td::load_memmap((memmap_fixtures() / "nontensor").string(),
+                           {.pickled_values_as_markers = true});
   ASSERT_TRUE(t.is_non_tensor("s"));
   EXPECT_EQ(t.get_non_tensor("s"), json("a string!"));
   ASSERT_TRUE(t.is_non_tensor("n"));
   EXPECT_EQ(t.get_non_tensor("n"), json::parse(R"({"k":[1,2.5,null]})"));
-  // Pickled values are never unpickled: an opaque marker object.
+  // Pickled values are never unpickled: an opaque marker object, when asked for.
   ASSERT_TRUE(t.is_non_tensor("p"));
   json p = t.get_non_tensor("p");
   ASSERT_TRUE(p.is_object()) << p.dump();
@@ -254,7 +255,8 @@ TEST(MemmapFixtures, NonTensorDataOf032IsRead) {
 }
 
 TEST(MemmapFixtures, NonTensorStackOf032IsRead) {
-  auto t = td::load_memmap((memmap_fixtures() / "nontensorstack").string());
+  auto t = td::load_memmap((memmap_fixtures() / "nontensorstack").string(),
+                           {.pickled_values_as_markers = true});
   ASSERT_TRUE(t.is_non_tensor("ns"));
   ASSERT_EQ(t.entry_kind("ns"), td::EntryKind::NonTensorStack);
   EXPECT_EQ(t.get_non_tensor("ns"), json::parse(R"(["x","y","z"])"));
@@ -268,6 +270,13 @@ TEST(MemmapFixtures, NonTensorStackOf032IsRead) {
   EXPECT_EQ(fs::path(nsp.at("file").get<std::string>()).filename(), "pickle.pkl");
   // The 0/, 1/, 2/ artefact directories of 0.3.2 are not loaded as keys.
   EXPECT_EQ(leaf_keys(t), (std::set<std::string>{"a", "ns", "nsp"}));
+}
+
+TEST(MemmapFixtures, PickledValuesAreRefusedByDefaultNamingTheKey) {
+  TD_EXPECT_THROW_MSG(td::load_memmap((memmap_fixtures() / "nontensor").string()), td::FormatError,
+                      "key 'p': the value was pickled by Python");
+  TD_EXPECT_THROW_MSG(td::load_memmap((memmap_fixtures() / "nontensorstack").string()),
+                      td::FormatError, "pickled_values_as_markers");
 }
 
 TEST(MemmapFixtures, NestedTensorDictsOf032AreFoundByScanning) {

@@ -327,17 +327,18 @@ TEST(TensorClassMemmap, PythonLayoutAndRoundTrip) {
   Transition t = make_transition();
   t.set_seed(3);
   Transition saved = t.memmap(dir.str());
-  // meta.json: _type, then the non-tensor fields; tensors in _tensordict/.
-  // mask is not set: null, as Python writes a field holding None.
-  EXPECT_EQ(
-      read_text(dir.path / "meta.json"),
-      R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":3})");
+  // Python 0.15's layout: meta.json holds _type only; every set field is in
+  // _tensordict/ (non-tensors as NonTensorData); mask is not set: absent.
+  EXPECT_EQ(read_text(dir.path / "meta.json"), R"({"_type":"<class '__main__.Transition'>"})");
   EXPECT_TRUE(fs::exists(dir.path / "_tensordict" / "meta.json"));
   EXPECT_TRUE(fs::exists(dir.path / "_tensordict" / "obs.memmap"));
-  EXPECT_FALSE(fs::exists(dir.path / "_tensordict" / "env"));
+  EXPECT_FALSE(fs::exists(dir.path / "_tensordict" / "mask.memmap"));
   auto inner = nlohmann::json::parse(read_text(dir.path / "_tensordict" / "meta.json"));
   EXPECT_EQ(inner["shape"], nlohmann::json::array({4}));
-  EXPECT_FALSE(inner.contains("env"));
+  EXPECT_EQ(inner["env"], nlohmann::json({{"type", "NonTensorData"}}));
+  EXPECT_FALSE(inner.contains("mask"));
+  auto env = nlohmann::json::parse(read_text(dir.path / "_tensordict" / "env" / "meta.json"));
+  EXPECT_EQ(env["data"], "CartPole");
   // The result: mapped tensors (locked), values beside them.
   EXPECT_TRUE(saved.is_memmap());
   EXPECT_EQ(saved.env(), "CartPole");
@@ -364,13 +365,13 @@ TEST(TensorClassMemmap, PythonLayoutAndRoundTrip) {
             R"({"_type":"<class 'mypkg.data.Named'>"})");
 }
 
-TEST(TensorClassMemmap, UnsetOptionalFieldsAreWrittenAsNullAndReadBackUnset) {
+TEST(TensorClassMemmap, UnsetOptionalFieldsAreLeftOutAndReadBackUnset) {
   TempDir dir("td_tensorclass");
   Transition t = make_transition();  // no mask, no seed
   t.memmap(dir.str());
-  EXPECT_EQ(
-      read_text(dir.path / "meta.json"),
-      R"({"_type":"<class '__main__.Transition'>","mask":null,"env":"CartPole","gamma":0.5,"seed":null})");
+  EXPECT_EQ(read_text(dir.path / "meta.json"), R"({"_type":"<class '__main__.Transition'>"})");
+  EXPECT_FALSE(fs::exists(dir.path / "_tensordict" / "seed"));
+  EXPECT_FALSE(fs::exists(dir.path / "_tensordict" / "mask.memmap"));
   Transition back = Transition::load_memmap(dir.str());
   TD_EXPECT_THROW_MSG(back.mask(), td::SchemaError, "'mask' declared but not set");
   EXPECT_EQ(back.seed(), std::nullopt);
@@ -379,8 +380,7 @@ TEST(TensorClassMemmap, UnsetOptionalFieldsAreWrittenAsNullAndReadBackUnset) {
   t.set_mask(torch::ones({4}, torch::kBool));
   t.set_seed(7);
   t.memmap(dir.str());
-  EXPECT_EQ(read_text(dir.path / "meta.json"),
-            R"({"_type":"<class '__main__.Transition'>","env":"CartPole","gamma":0.5,"seed":7})");
+  EXPECT_TRUE(fs::exists(dir.path / "_tensordict" / "seed" / "meta.json"));
   back = Transition::load_memmap(dir.str());
   EXPECT_EQ(back.mask().sum().item<int64_t>(), 4);
   EXPECT_EQ(back.seed(), 7);

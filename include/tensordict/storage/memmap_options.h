@@ -39,6 +39,13 @@ struct LoadOptions {
   /// A progress bar on stderr (leaf files mapped / total) for long loads of
   /// many leaves, drawn only when stderr is a terminal (as MapOptions::pbar).
   bool pbar = false;
+  /// A non-tensor value Python pickled (a value that is not JSON: `other.pickle`,
+  /// `pickle.pkl`) is never unpickled. By default the load is refused with
+  /// FormatError naming the key, as Python does with allow_pickle=False (its
+  /// default from tensordict 0.16). When true, the value loads as the marker
+  /// {"__tensordict_opaque__": "pickle", "file": ..., "bytes": N}, so that the
+  /// rest of the directory can be read.
+  bool pickled_values_as_markers = false;
 };
 
 }  // namespace tensordict

@@ -730,7 +730,24 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
   return out;
 }
 
-NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta,
+// A value Python pickled: refused unless LoadOptions::pickled_values_as_markers
+// (docs/storage.md), never unpickled either way.
+NonTensorData pickled_value(const Loader& L, const fs::path& file, const NestedKey& key,
+                            at::IntArrayRef batch) {
+  if (!L.opt.pickled_values_as_markers)
+    throw FormatError("key " + key.repr() + ": the value was pickled by Python (" + file.string() +
+                      "), and C++ never unpickles. Save it as a JSON value in Python, or pass "
+                      "LoadOptions{.pickled_values_as_markers = true} to load it as an opaque "
+                      "marker");
+  std::error_code ec;
+  const auto bytes = fs::file_size(file, ec);
+  return NonTensorData(nlohmann::json{{"__tensordict_opaque__", "pickle"},
+                                      {"file", file.string()},
+                                      {"bytes", ec ? int64_t{0} : static_cast<int64_t>(bytes)}},
+                       batch.vec(), at::Device(at::kCPU));
+}
+
+NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta, const Loader& L,
                                   at::IntArrayRef parent_batch, const NestedKey& key) {
   std::vector<int64_t> batch = parent_batch.vec();
   // 0.3.2 keeps the batch size in _tensordict/meta.json.
@@ -741,15 +758,8 @@ NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta,
   }
   if (meta.contains("data"))
     return NonTensorData(to_plain(meta["data"]), batch, at::Device(at::kCPU));
-  // Not JSON-serialisable in Python: pickled. Never unpickled here; reported
-  // as an opaque value so the rest of the tensordict still loads.
-  fs::path pickle = dir / "other.pickle";
-  nlohmann::json opaque = {
-      {"__tensordict_opaque__", "pickle"},
-      {"file", pickle.string()},
-      {"bytes", fs::exists(pickle) ? static_cast<int64_t>(fs::file_size(pickle)) : 0}};
-  (void)key;
-  return NonTensorData(opaque, batch, at::Device(at::kCPU));
+  // Not JSON-serialisable in Python: pickled.
+  return pickled_value(L, dir / "other.pickle", key, batch);
 }
 
 Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey& key,
@@ -766,9 +776,7 @@ Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta, const Lo
   if (meta.contains("data") && !meta["data"].is_null()) {
     const auto& data = meta["data"];
     if (data.is_string() && data.get<std::string>() == "pickle.pkl")
-      return NonTensorData(nlohmann::json{{"__tensordict_opaque__", "pickle"},
-                                          {"file", (dir / "pickle.pkl").string()}},
-                           parent_batch.vec(), at::Device(at::kCPU));
+      return pickled_value(L, dir / "pickle.pkl", key, parent_batch);
     if (!data.is_array())
       throw FormatError(where +
                         ": the 'data' of a NonTensorStack must be a list or "
@@ -849,7 +857,7 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
       type == "<class 'tensordict.nn.params.TensorDictParams'>")
     return load_tensordict_dir(dir, meta, L, key);
   if (type == kNonTensorDataType || type == "<class 'tensordict.tensorclass.MetaData'>")
-    return load_non_tensor_dir(dir, meta, parent_batch, key);
+    return load_non_tensor_dir(dir, meta, L, parent_batch, key);
   if (type == kNonTensorStackType)
     return load_non_tensor_stack_dir(dir, meta, L, key, parent_batch);
   if (type == kLazyStackType) {

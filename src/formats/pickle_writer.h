@@ -1,0 +1,21 @@
+#pragma once
+// Writes a state dict as Python's torch.save writes an OrderedDict of tensors
+// (docs/state_dict.md, "The file"), so that torch.load reads it with
+// weights_only=True, its default: only the globals its safe unpickler allows
+// (collections.OrderedDict, torch._utils._rebuild_tensor_v2/_v3,
+// torch.<Type>Storage, torch.storage.UntypedStorage, torch.Size,
+// torch.device, torch.<dtype>). Not installed.
+
+#include <tensordict/state_dict.h>
+
+#include <vector>
+
+namespace tensordict::detail {
+
+/// The bytes of the torch zip archive holding `state_dict`: an OrderedDict of
+/// its items (nested StateDicts as nested OrderedDicts), whose metadata is the
+/// `_metadata` attribute Python's state_dict() carries, and one storage record
+/// per tensor.
+std::vector<char> torch_save_bytes(const StateDict& state_dict);
+
+}  // namespace tensordict::detail
