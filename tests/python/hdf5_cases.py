@@ -243,6 +243,37 @@ def _refused(case_dir):
         json.dump(refused, f)
 
 
+def _groups_without_tensors(case_dir):
+    # from_h5 in 0.15.3: IndexError for a group of non-tensors only, and [] for
+    # the parent of an empty group (and the group).
+    inferred = {}
+    for name, inner in (("non_tensor_group", TensorDict({"s": NonTensorData("only")}, [3])),
+                        ("empty_group", TensorDict({}, [3]))):
+        td = TensorDict({"t": values(torch.float32, (3,)), "g": inner}, batch_size=[3])
+        PersistentTensorDict.from_dict(td, os.path.join(case_dir, name + ".h5")).close()
+        write_truth(td, os.path.join(case_dir, "truth_" + name))
+        try:
+            back = PersistentTensorDict.from_h5(os.path.join(case_dir, name + ".h5"))
+            inferred[name] = {"root": list(back.batch_size), "g": list(back["g"].batch_size)}
+            back.close()
+        except IndexError:
+            inferred[name] = "IndexError"
+    _python_json(case_dir, inferred=inferred)
+
+
+def _bytes_stack(case_dir):
+    # bytes elements are an opaque |S array; they read here as strings
+    td = TensorDict({"t": values(torch.float32, (2,))}, batch_size=[2])
+    td["k"] = NonTensorStack(b"ab", b"c")
+    PersistentTensorDict.from_dict(td, os.path.join(case_dir, "data.h5")).close()
+    back = PersistentTensorDict.from_h5(os.path.join(case_dir, "data.h5"))
+    _python_json(case_dir, elements=[type(v).__name__ for v in back["k"].tolist()])
+    back.close()
+    read_here = TensorDict({"t": td["t"]}, batch_size=[2])
+    read_here["k"] = NonTensorStack("ab", "c")
+    write_truth(read_here, os.path.join(case_dir, "truth"))
+
+
 def _row_reads(case_dir):
     td = rows_td()
     _write(td, case_dir, chunks=True)
@@ -263,6 +294,8 @@ def python_cases():
         "scalar_non_tensor": _scalar_non_tensor,
         "unsigned": _unsigned,
         "refused": _refused,
+        "groups_without_tensors": _groups_without_tensors,
+        "bytes_stack": _bytes_stack,
         "py_rows": lambda d: _write(exchange_td(), d),
     }
 

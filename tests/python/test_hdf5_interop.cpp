@@ -269,6 +269,35 @@ td::TensorDict u64_td() {  // -1 and -7 as uint64: values above 2^63
 #define TD_TEST_UNSIGNED_DTYPES 0
 #endif
 
+// A group without tensors takes its parent's batch size here; 0.15.3's
+// from_h5 raises IndexError for a group of non-tensors only, and infers []
+// for an empty group and its parent.
+TEST(Hdf5Pinned, GroupWithoutTensorsTakesItsParentsBatchSize) {
+  const PythonSide& py = python_side();
+  ASSERT_TRUE(peer_ok(py.results, "groups_without_tensors"));
+  const fs::path case_dir = py.dir / "groups_without_tensors";
+  const json inferred = json::parse(read_text(case_dir / "python.json"))["inferred"];
+  EXPECT_EQ(inferred["non_tensor_group"], "IndexError");
+  EXPECT_EQ(inferred["empty_group"], (json{{"root", json::array()}, {"g", json::array()}}));
+  for (const std::string name : {"non_tensor_group", "empty_group"}) {
+    auto h5 = td::PersistentTensorDict::from_h5((case_dir / (name + ".h5")).string());
+    EXPECT_EQ(h5.get_tensordict("g").batch_size().vec(), (std::vector<int64_t>{3})) << name;
+    EXPECT_TRUE(matches_truth(h5, case_dir / ("truth_" + name))) << name;
+  }
+}
+
+// Python stores a NonTensorStack of bytes as an opaque |S array and reads
+// bytes back; JSON has no bytes, so they read here as strings.
+TEST(Hdf5Pinned, BytesStackElementsReadAsStrings) {
+  const PythonSide& py = python_side();
+  ASSERT_TRUE(peer_ok(py.results, "bytes_stack"));
+  const fs::path case_dir = py.dir / "bytes_stack";
+  EXPECT_EQ(json::parse(read_text(case_dir / "python.json"))["elements"],
+            (json::array({"bytes", "bytes"})));
+  auto h5 = td::PersistentTensorDict::from_h5((case_dir / "data.h5").string());
+  EXPECT_TRUE(matches_truth(h5, case_dir / "truth"));
+}
+
 // uint16, uint32 and uint64 (torch 2.3+), as Python stores them. A LibTorch
 // before 2.3 has no such dtypes: uint16/uint32 read widened to int32/int64,
 // uint64 is a FormatError naming the dataset.
