@@ -1,7 +1,7 @@
 // The Redis storage against a real redis-server started by each test
-// (tests/support/redis_server.h): Python's layout byte for byte, a reader
-// written from the spec in Python, rows in every index form, one round trip
-// per operation counted by the server, faults, several processes.
+// (tests/support/redis_server.h): Python's layout byte for byte, read back by
+// the real Python tensordict, rows in every index form, one round trip per
+// operation counted by the server, faults, several processes.
 
 #include "support/redis_server.h"
 
@@ -113,7 +113,7 @@ TEST(Redis, DefaultTdIdIsUuid4AndPrefixIsUsed) {
   EXPECT_EQ(server.command({"EXISTS", "buf:{" + id + "}:__batch_size__"}), "1");
 }
 
-TEST(Redis, PythonReaderFromTheSpecReadsWhatCppWrites) {
+TEST(Redis, RealPythonReadsWhatCppWrites) {
   RedisServer server;
   auto data = sample(6);
   data.set_non_tensor("label", "cat");

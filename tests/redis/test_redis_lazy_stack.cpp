@@ -1,6 +1,6 @@
 // LazyStackedTensorDictStore (formats.md §4.8) against a real redis-server
-// started by each test: Python's layout byte for byte, a reader and a writer
-// written from the spec in Python, element reads and writes in one round trip
+// started by each test: Python's layout byte for byte, the real Python
+// LazyStackedTensorDictStore reading and writing it, element reads and writes in one round trip
 // counted on the client and on the server, the TensorDictBase API against the
 // same stack in memory, and the errors.
 
@@ -117,13 +117,18 @@ TEST(LazyStackRedis, GoldenLayoutOfSpec48) {
             (std::map<std::string, std::string>{{"shape", "[3, 4, 3]"},
                                                 {"dtype", "torch.float32"},
                                                 {"homogeneous", "0"},
-                                                {"shapes", "[[4, 3], [4, 5], [4, 7]]"}}));
+                                                {"shapes", "[[4, 3], [4, 5], [4, 7]]"},
+                                                {"layout", "stack"}}));
   EXPECT_EQ(hash(server, k + "m:reward"),
-            (std::map<std::string, std::string>{
-                {"shape", "[3, 4]"}, {"dtype", "torch.float32"}, {"homogeneous", "1"}}));
+            (std::map<std::string, std::string>{{"shape", "[3, 4]"},
+                                                {"dtype", "torch.float32"},
+                                                {"homogeneous", "1"},
+                                                {"layout", "stack"}}));
   EXPECT_EQ(hash(server, k + "m:next.obs"),
-            (std::map<std::string, std::string>{
-                {"shape", "[3, 4, 2]"}, {"dtype", "torch.int64"}, {"homogeneous", "1"}}));
+            (std::map<std::string, std::string>{{"shape", "[3, 4, 2]"},
+                                                {"dtype", "torch.int64"},
+                                                {"homogeneous", "1"},
+                                                {"layout", "stack"}}));
   // Element-major payloads; the offset table is N+1 little-endian int64.
   std::string obs, reward, next;
   for (const auto& m : stack.tensordicts()) {

@@ -43,11 +43,12 @@ TEST(RedisTensorClass, RecordsTheClassAndReattachesAsIt) {
       {1},
       Step({{"obs", torch::full({2}, 9.0f)}, {"action", torch::tensor(7)}, {"env", "Pong"}}, {}));
   EXPECT_EQ(stored.action()[1].item<int64_t>(), 7);  // the same store on the server
-  // A plain from_store sees the record too; clear() keeps it, as Python's clear_redis().
+  // A plain from_store sees the record too; clear() deletes it, as Python's clear_redis().
   auto plain = td::redis::from_store(on(server, "steps"));
   EXPECT_EQ(td::redis::tensorclass_name(plain), "__main__.Step");
   td::redis::clear(plain);
-  EXPECT_EQ(server.command({"GET", "tensordict:{steps}:__tensorclass__"}), "__main__.Step");
+  EXPECT_EQ(server.command({"GET", "tensordict:{steps}:__tensorclass__"}), "(nil)");
+  EXPECT_EQ(server.command({"EXISTS", "tensordict:{steps}:__batch_size__"}), "0");
 }
 
 TEST(RedisTensorClass, AnotherRecordedClassIsRefused) {

@@ -116,8 +116,8 @@ bool is_store(const TensorDictBase& td);
 std::string td_id(const TensorDictBase& td);
 /// The server key of a suffix: "<prefix>:{<td_id>}:<suffix>".
 std::string server_key(const TensorDictBase& td, const std::string& suffix);
-/// Deletes every key of the store from the server (Python's clear_redis(),
-/// which keeps __tensorclass__). The handle then holds no entries.
+/// Deletes every key of the store from the server, __tensorclass__ included
+/// (Python's clear_redis()). The handle then holds no entries.
 void clear(const TensorDictBase& td);
 /// Round trips this store object has made to its server (every level of it
 /// shares one connection): a user operation on rows adds one.
@@ -134,8 +134,8 @@ std::int64_t block_rows(const TensorDictBase& td);
 /// ("<module>.<qualname>", e.g. "__main__.Transition"; one GET); nullopt
 /// when none is recorded.
 std::optional<std::string> tensorclass_name(const TensorDictBase& store);
-/// Records `name` in __tensorclass__ (one SET). clear() keeps it, as Python's
-/// clear_redis() does.
+/// Records `name` in __tensorclass__ (one SET). clear() deletes it, as
+/// Python's clear_redis() does.
 void set_tensorclass_name(const TensorDictBase& store, const std::string& name);
 
 /// The name Python records for TC: TC::python_qualname when the class

@@ -7,7 +7,10 @@
 //   d:<path>:idx  heterogeneous leaves only: N+1 int64 LE byte offsets,
 //   m:<path>      shape [N] + element shape (the first element's when
 //                 heterogeneous), dtype, homogeneous "1"/"0", shapes (every
-//                 element's shape, heterogeneous only).
+//                 element's shape, heterogeneous only), layout "stack".
+// Python's set() of a whole leaf writes layout "batch": shape = the stacked
+// shape, bytes in batch order. Those leaves are read and written in place
+// (KeyInfo::for_ranges); a leaf this library writes is always "stack".
 //
 // Round trips: the metadata (shapes, dtypes, offset tables) is cached per
 // store object, so a read or write of any set of elements of any set of
@@ -78,6 +81,25 @@ struct KeyInfo {
                : offsets[static_cast<std::size_t>(i) + 1] - offsets[static_cast<std::size_t>(i)];
   }
   int64_t total(int64_t n) const { return offset(n); }
+
+  // Python's "batch" layout (a homogeneous leaf that `set` wrote whole,
+  // stack dim != 0): the bytes are the stacked tensor's, in batch order, so
+  // element e is one block per row of the dims before the stack dim.
+  bool batch_layout = false;
+  int64_t lead = 1;   // batch layout: the rows of the dims before the stack dim
+  int64_t count = 0;  // batch layout: the elements
+
+  /// Calls f(offset, length) for each byte range of element i, in the
+  /// element's row-major order.
+  template <class F>
+  void for_ranges(int64_t i, F&& f) const {
+    if (!batch_layout) {
+      f(offset(i), length(i));
+      return;
+    }
+    const int64_t block = lead > 0 ? row() / lead : 0;
+    for (int64_t r = 0; r < lead; ++r) f((r * count + i) * block, block);
+  }
 };
 
 std::string show(at::IntArrayRef shape) { return json_list(shape); }
@@ -154,15 +176,28 @@ struct LazyStackState {
       throw FormatError("Redis metadata " + where + ": shape '" + f["shape"] +
                         "' is not a JSON list of sizes");
     }
-    if (shape.empty() || shape[0] != count)
-      throw FormatError("Redis metadata " + where + ": shape " + f["shape"] +
-                        " does not start with the element count " + std::to_string(count));
-    info.first.assign(shape.begin() + 1, shape.end());
     const std::string homogeneous = f.count("homogeneous") ? f["homogeneous"] : "1";
     if (homogeneous != "1" && homogeneous != "0")
       throw FormatError("Redis metadata " + where + ": homogeneous is '" + homogeneous +
                         "' (expected \"1\" or \"0\")");
     info.homogeneous = homogeneous == "1";
+    const std::string layout = f.count("layout") ? f["layout"] : "";
+    if (!layout.empty() && layout != "stack" && layout != "batch")
+      throw FormatError("Redis metadata " + where + ": layout is '" + layout +
+                        "' (expected \"stack\" or \"batch\")");
+    if (info.homogeneous && batch_first(shape, layout)) {
+      // Python's set() of a whole leaf: the stacked tensor's own bytes.
+      info.batch_layout = true;
+      info.count = count;
+      info.first = shape;
+      info.first.erase(info.first.begin() + stack_dim);
+      info.lead = numel_of(at::IntArrayRef(shape).slice(0, static_cast<std::size_t>(stack_dim)));
+      return info;
+    }
+    if (shape.empty() || shape[0] != count)
+      throw FormatError("Redis metadata " + where + ": shape " + f["shape"] +
+                        " does not start with the element count " + std::to_string(count));
+    info.first.assign(shape.begin() + 1, shape.end());
     if (info.homogeneous) return info;
     try {
       const json all = json::parse(f.at("shapes"));
@@ -189,6 +224,23 @@ struct LazyStackState {
         throw FormatError("Redis store: offset table " + ik + " disagrees with the shape " +
                           show(info.shapes[i]) + " of element " + std::to_string(i));
     return info;
+  }
+
+  /// Whether a homogeneous leaf of stored `shape` and `layout` field holds
+  /// the stacked tensor in batch order (Python's "batch" layout) rather than
+  /// element after element ("stack"). Python's rule: the two are the same
+  /// when the stack dim is 0; else the shape decides when it fits only one
+  /// of them, and the field when it fits both. A leaf without the field
+  /// whose shape fits both (written before the field existed) is read
+  /// element after element, as from_lazy_stack and this library wrote it.
+  bool batch_first(const std::vector<int64_t>& shape, const std::string& layout) const {
+    if (stack_dim == 0 || shape.size() < batch.size()) return false;
+    const std::vector<int64_t> prefix(shape.begin(),
+                                      shape.begin() + static_cast<std::ptrdiff_t>(batch.size()));
+    const bool as_stack = prefix == with_dim(inner, 0, count);
+    const bool as_batch = prefix == batch;
+    if (as_stack != as_batch) return as_batch;
+    return as_batch && layout == "batch";
   }
 
   /// Re-reads the leaf paths and their metadata (two round trips).
@@ -251,14 +303,14 @@ struct Fetch {
 std::vector<std::pair<int64_t, int64_t>> runs_of(const KeyInfo& k,
                                                  const std::vector<int64_t>& elements) {
   std::vector<std::pair<int64_t, int64_t>> out;
-  for (int64_t e : elements) {
-    const int64_t off = k.offset(e), len = k.length(e);
-    if (len == 0) continue;
-    if (!out.empty() && out.back().first + out.back().second == off)
-      out.back().second += len;
-    else
-      out.emplace_back(off, len);
-  }
+  for (int64_t e : elements)
+    k.for_ranges(e, [&](int64_t off, int64_t len) {
+      if (len == 0) return;
+      if (!out.empty() && out.back().first + out.back().second == off)
+        out.back().second += len;
+      else
+        out.emplace_back(off, len);
+    });
   return out;
 }
 
@@ -361,16 +413,16 @@ void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const K
              std::string_view(data + run_pos, static_cast<std::size_t>(run_len))});
     run_len = 0;
   };
-  for (int64_t e : elements) {
-    const int64_t off = k.offset(e), len = k.length(e);
-    if (run_len > 0 && run_off + run_len == off) {
-      run_len += len;
-    } else {
-      flush();
-      run_off = off, run_len = len, run_pos = pos;
-    }
-    pos += len;
-  }
+  for (int64_t e : elements)
+    k.for_ranges(e, [&](int64_t off, int64_t len) {
+      if (run_len > 0 && run_off + run_len == off) {
+        run_len += len;
+      } else {
+        flush();
+        run_off = off, run_len = len, run_pos = pos;
+      }
+      pos += len;
+    });
   flush();
 }
 
@@ -383,7 +435,7 @@ void add_stacked_allocation(const LazyStackState& s, Batch& b, const std::string
     b.add({"SETRANGE", b.own(s.data_key(p)), b.own(std::to_string(k.total(s.count) - 1)),
            std::string_view("\0", 1)});
   b.add({"HSET", b.own(s.meta_key(p)), "shape", b.own(json_list(with_dim(k.first, 0, s.count))),
-         "dtype", b.own(dtype_to_string(k.dtype)), "homogeneous", "1"});
+         "dtype", b.own(dtype_to_string(k.dtype)), "homogeneous", "1", "layout", "stack"});
   b.add({"SADD", b.own(s.key("__keys__")), b.own(p)});
 }
 
@@ -842,7 +894,7 @@ TensorDictBase from_lazy_stack(const LazyStackedTensorDict& stack, const storage
         detail::redis::json_list(detail::redis::with_dim(k.first, 0, s->count));
     if (k.homogeneous) {
       b.add({"HSET", b.own(s->meta_key(p)), "shape", b.own(shape), "dtype",
-             b.own(dtype_to_string(k.dtype)), "homogeneous", "1"});
+             b.own(dtype_to_string(k.dtype)), "homogeneous", "1", "layout", "stack"});
     } else {
       std::string table(k.offsets.size() * sizeof(int64_t), '\0');
       std::memcpy(table.data(), k.offsets.data(), table.size());  // "<q": little-endian hosts
@@ -852,7 +904,8 @@ TensorDictBase from_lazy_stack(const LazyStackedTensorDict& stack, const storage
       shapes += "]";
       b.add({"SET", b.own(s->idx_key(p)), b.own(std::move(table))});
       b.add({"HSET", b.own(s->meta_key(p)), "shape", b.own(shape), "dtype",
-             b.own(dtype_to_string(k.dtype)), "homogeneous", "0", "shapes", b.own(shapes)});
+             b.own(dtype_to_string(k.dtype)), "homogeneous", "0", "shapes", b.own(shapes), "layout",
+             "stack"});
     }
     b.add({"SADD", b.own(s->key("__keys__")), b.own(p)});
     infos[p] = std::move(k);

@@ -199,8 +199,10 @@ class RedisNode final : public StoreNode {
     std::lock_guard lock(s.mu);
     s.ensure_loaded();
     Batch b;
+    // As Python's clear_redis() (0.15): the stored class goes too.
     std::vector<std::string_view> del{"DEL", b.own(s.key("__keys__")),
-                                      b.own(s.key("__batch_size__")), b.own(s.key("__device__"))};
+                                      b.own(s.key("__batch_size__")), b.own(s.key("__device__")),
+                                      b.own(s.key("__tensorclass__"))};
     for (const auto& [p, info] : s.leaves)
       del.push_back(b.own(s.data_key(p))), del.push_back(b.own(s.meta_key(p)));
     b.add(std::move(del));

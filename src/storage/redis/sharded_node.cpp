@@ -203,7 +203,7 @@ class ShardedNode final : public StoreNode {
     std::lock_guard lock(s_->mu);
     s_->head().ensure_loaded();
     Batch b;
-    b.add({"DEL", b.own(s_->manifest_key())});
+    b.add({"DEL", b.own(s_->manifest_key()), b.own(server_key("__tensorclass__"))});
     for (const auto& blk : s_->blocks) {
       std::vector<std::string_view> del{"DEL", b.own(blk->key("__keys__")),
                                         b.own(blk->key("__batch_size__")),
