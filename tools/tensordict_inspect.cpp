@@ -153,7 +153,9 @@ int main(int argc, char** argv) {
                            "' is a file; HDF5 files need the HDF5 component");
 #endif
     } else {
-      data = td::load_memmap(path, td::LoadOptions{.writable = false});
+      // A value Python pickled is shown as its marker rather than refused.
+      data = td::load_memmap(path,
+                             td::LoadOptions{.writable = false, .pickled_values_as_markers = true});
     }
     if (as_json)
       std::cout << describe(data, max_values).dump(2) << "\n";

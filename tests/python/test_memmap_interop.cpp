@@ -13,6 +13,7 @@
 #include <tensordict/storage/memmap.h>
 #include <tensordict/tensor_class.h>
 
+#include <sys/stat.h>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -405,6 +406,57 @@ TEST(MemmapInPlace, EveryPythonCaseIsChecked) {
   std::sort(written.begin(), written.end());
   std::sort(read.begin(), read.end());
   EXPECT_EQ(written, read);
+}
+
+}  // namespace
+
+// ---- differences from Python 0.15.3 that stay (docs/python_to_cpp.md) ----------------
+
+namespace {
+
+int64_t allocated_bytes(const fs::path& file) {
+  struct stat st {};
+  return ::stat(file.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_blocks) * 512 : -1;
+}
+
+TEST(MemmapPinned, MemmapLikeAllocatesItsFilesWherePythonLeavesThemSparse) {
+  // C++ reserves the blocks (posix_fallocate), so a full disk is an error of
+  // memmap_like() rather than a SIGBUS at a later write; Python truncates.
+  const Exchange& ex = exchange();
+  ASSERT_TRUE(peer_ok(ex.python_written, "memmap_like_expanded"));
+  const fs::path python_file = ex.from_python / "memmap_like_expanded" / "data" / "obs.memmap";
+  const fs::path cpp_file = ex.to_python / "memmap_like_expanded" / "data" / "obs.memmap";
+  const int64_t size = kExpandedRows * 4 * 4;
+  ASSERT_EQ(static_cast<int64_t>(fs::file_size(python_file)), size);
+  ASSERT_EQ(static_cast<int64_t>(fs::file_size(cpp_file)), size);
+  EXPECT_LT(allocated_bytes(python_file), size / 2);
+  EXPECT_GE(allocated_bytes(cpp_file), size);
+}
+
+TEST(MemmapPinned, MetaJsonHasNoFormatVersionFields) {
+  // Python 0.15 adds "_format_version" and "_class"; it reads directories
+  // without them (MemmapToPython), and so does every older Python.
+  std::ifstream in(exchange().to_python / "nested_three_levels" / "data" / "meta.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  EXPECT_FALSE(meta.contains("_format_version"));
+  EXPECT_FALSE(meta.contains("_class"));
+  EXPECT_EQ(meta["_type"], "<class 'tensordict._td.TensorDict'>");
+}
+
+TEST(MemmapPinned, Float8DtypesRoundTripInCppOnly) {
+  // Python 0.15.3's memmap() fails on float8 dtypes (KeyError); C++ writes and
+  // reads them under Python's dtype names.
+  const fs::path dir = fresh_dir("float8");
+  const at::Tensor x = torch::tensor({0.5, -2.0, 448.0}).to(at::ScalarType::Float8_e4m3fn);
+  const at::Tensor y = torch::tensor({1.0, -0.25, 3.0}).to(at::ScalarType::Float8_e5m2);
+  td::TensorDict({{"x", x}, {"y", y}}, {3}).memmap((dir / "data").string());
+  std::ifstream in(dir / "data" / "meta.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["x"]["dtype"], "torch.float8_e4m3fn");
+  const td::TensorDictBase back = td::load_memmap((dir / "data").string());
+  EXPECT_EQ(back.get("y").scalar_type(), at::ScalarType::Float8_e5m2);
+  EXPECT_TRUE(torch::equal(back.get("x").to(torch::kFloat), x.to(torch::kFloat)));
+  EXPECT_TRUE(torch::equal(back.get("y").to(torch::kFloat), y.to(torch::kFloat)));
+  fs::remove_all(dir);
 }
 
 }  // namespace
