@@ -33,6 +33,12 @@ static_assert(std::endian::native == std::endian::little,
 constexpr const char* kReserved[] = {"cls", "non_tensors", "leaves", "cls_metadata", "size"};
 constexpr const char* kTensorDictCls = "TensorDict";
 constexpr const char* kLazyStackCls = "LazyStackedTensorDict";
+constexpr const char* kNonTensorStackCls = "NonTensorStack";
+// Limits of a NonTensorStack read from metadata (docs/state_dict.md): its
+// batch dims (one per nested NonTensorStack node) and its values (a
+// NonTensorData member with a batch size is repeated over it).
+constexpr int kMaxStackDims = 64;
+constexpr int64_t kMaxStackValues = int64_t{1} << 24;
 
 int64_t pad_of(int64_t nbytes) { return (8 - nbytes % 8) % 8; }
 int64_t nbytes_of(const at::Tensor& t) {
@@ -87,14 +93,17 @@ void collect_leaves(const TensorDictBase& td, const NestedKey& path,
                         " tensor; only dense (strided) tensors can be "
                         "consolidated (call to_dense() first)");
       leaves.push_back(t);
-    } else if (v.is_tensordict()) {
+    } else if (v.is_tensordict() || v.is_non_tensor_stack()) {
+      // Both are nodes of the metadata, keyed by their name beside its fields.
       for (const char* r : kReserved)
         if (k.front() == r)
-          throw KeyError("consolidate: the nested tensordict " + key.repr() +
+          throw KeyError(std::string("consolidate: the ") +
+                         (v.is_tensordict() ? "nested tensordict " : "NonTensorStack ") +
+                         key.repr() +
                          " cannot be consolidated: 'cls', 'non_tensors', 'leaves', "
                          "'cls_metadata' and 'size' are reserved names in the consolidated "
-                         "metadata (tensor and non-tensor entries may use them)");
-      collect_leaves(v.tensordict(), key, leaves);
+                         "metadata (tensor and NonTensorData entries may use them)");
+      if (v.is_tensordict()) collect_leaves(v.tensordict(), key, leaves);
     }
   }
 }
@@ -161,6 +170,35 @@ TensorDictBase views_over(const TensorDictBase& td, const at::Tensor& buffer,
 
 // ---- the metadata (§6.1) ----------------------------------------------------------------
 
+// The node of a NonTensorStack, as Python writes one built from a nested
+// list: stacked along dim 0, one member per index of the first dim, numbered
+// "0", "1", ...; a 1-D stack lists its values as NonTensorData members (batch
+// size [], in "non_tensors"), a deeper one holds a NonTensorStack node per
+// row, after "cls_metadata". `values` is the stack's row-major values from
+// `first`.
+ojson stack_metadata(const std::vector<nlohmann::json>& values, std::size_t first,
+                     at::IntArrayRef batch, const ojson& device, bool locked) {
+  ojson md = ojson::object();
+  md["cls"] = kNonTensorStackCls;
+  ojson non_tensors = ojson::object();
+  std::vector<std::pair<std::string, ojson>> rows;
+  const at::IntArrayRef inner = batch.slice(1);
+  std::size_t row_size = 1;
+  for (int64_t d : inner) row_size *= static_cast<std::size_t>(d);
+  for (int64_t i = 0; i < batch[0]; ++i) {
+    const std::size_t start = first + static_cast<std::size_t>(i) * row_size;
+    if (inner.empty())
+      non_tensors[std::to_string(i)] = ojson::array({ojson(values[start]), ojson::array(), device});
+    else
+      rows.emplace_back(std::to_string(i), stack_metadata(values, start, inner, device, locked));
+  }
+  md["non_tensors"] = std::move(non_tensors);
+  md["leaves"] = ojson::object();
+  md["cls_metadata"] = ojson{{"stack_dim", 0}, {"stack_dim_name", nullptr}, {"is_locked", locked}};
+  for (auto& [name, row] : rows) md[name] = std::move(row);
+  return md;
+}
+
 ojson node_metadata(const TensorDictBase& td, const std::vector<int64_t>& starts,
                     std::size_t& next) {
   ojson md = ojson::object();
@@ -197,10 +235,13 @@ ojson node_metadata(const TensorDictBase& td, const std::vector<int64_t>& starts
                           nt.device() ? ojson(nt.device()->str()) : ojson(nullptr)});
         break;
       }
-      case EntryKind::NonTensorStack:
-        // Python writes a NonTensorStack node with NonTensorData members.
-        throw TypeError("consolidated metadata: " + name +
-                        " is a NonTensorStack, which consolidated files do not support yet");
+      case EntryKind::NonTensorStack: {
+        const NonTensorStack& s = v.non_tensor_stack();
+        const ojson dev = s.device() ? ojson(s.device()->str()) : ojson(nullptr);
+        nested.emplace_back(name,
+                            stack_metadata(s.values(), 0, s.batch_size(), dev, td.is_locked()));
+        break;
+      }
     }
   }
   md["cls"] = kTensorDictCls;
@@ -410,6 +451,146 @@ struct Reader {
     }
   }
 
+  // A member index of a NonTensorStack node: "0", "1", ... (no sign, no
+  // leading zero); -1 for any other name.
+  static int64_t member_index(const std::string& name) {
+    if (name.empty() || name.size() > 18 || (name.size() > 1 && name[0] == '0')) return -1;
+    int64_t i = 0;
+    for (char c : name) {
+      if (c < '0' || c > '9') return -1;
+      i = i * 10 + (c - '0');
+    }
+    return i;
+  }
+
+  // A NonTensorStack node (the layout of stack_metadata, or any Python
+  // writes): members "0" to "n-1", NonTensorData entries in "non_tensors" or
+  // NonTensorStack nodes, of one batch size, stacked along "stack_dim".
+  // `hint` is the batch size the stack should start with (its parent's): a
+  // stack without members does not record its inner dims, so it takes the
+  // hint when that is empty along its first dim ([0] otherwise). `level`
+  // counts the NonTensorStack nodes above this one.
+  Value stack_node(const ojson& md, const NestedKey& path, at::IntArrayRef hint, int level) const {
+    if (level >= kMaxStackDims)
+      fail(path, "NonTensorStack nodes nested deeper than " + std::to_string(kMaxStackDims) +
+                     " levels (a batch dim each; the limit of this library)");
+    if (!md.is_object()) fail(path, "a NonTensorStack node is not a JSON object");
+    const ojson& non_tensors = field(md, "non_tensors", path, true);
+    const ojson& leaves = field(md, "leaves", path, true);
+    const ojson& cls_metadata = field(md, "cls_metadata", path, true);
+    if (!leaves.empty()) fail(path, "a NonTensorStack node holds tensor leaves");
+    int64_t stack_dim = 0;  // Python's default when absent
+    if (const auto sd = cls_metadata.find("stack_dim"); sd != cls_metadata.end())
+      stack_dim = integer(*sd, path, "stack_dim");
+
+    struct Member {
+      std::string name;
+      const ojson* entry;
+      bool non_tensor;  // in "non_tensors" (else a node)
+    };
+    std::map<int64_t, Member> members;
+    auto add = [&](const std::string& name, const ojson& entry, bool non_tensor) {
+      const int64_t i = member_index(name);
+      if (i < 0)
+        fail(path, "the members of a NonTensorStack are numbered \"0\", \"1\", ...; found \"" +
+                       name + "\"");
+      if (!members.emplace(i, Member{name, &entry, non_tensor}).second)
+        fail(path, "the NonTensorStack member \"" + name +
+                       "\" is given twice (in \"non_tensors\" and as a node)");
+    };
+    for (auto it = non_tensors.begin(); it != non_tensors.end(); ++it)
+      add(it.key(), it.value(), true);
+    for (auto it = md.begin(); it != md.end(); ++it) {
+      bool reserved = false;
+      for (const char* r : kReserved) reserved = reserved || it.key() == r;
+      if (!reserved) add(it.key(), it.value(), false);
+    }
+    const auto n = static_cast<int64_t>(members.size());
+    if (n == 0) {
+      std::vector<int64_t> batch{0};
+      if (!hint.empty() && hint[0] == 0) batch = hint.vec();
+      return NonTensorStack::from_flat({}, std::move(batch));
+    }
+    for (int64_t i = 0; i < n; ++i)
+      if (!members.count(i))
+        fail(path, "the NonTensorStack member \"" + std::to_string(i) + "\" is missing (" +
+                       std::to_string(n) + " members, numbered up to \"" +
+                       members.rbegin()->second.name + "\")");
+
+    // The hint of a member: the stack's without the stack dim.
+    std::vector<int64_t> member_hint = hint.vec();
+    const int64_t hd = stack_dim < 0 ? stack_dim + static_cast<int64_t>(hint.size()) : stack_dim;
+    if (hd >= 0 && hd < static_cast<int64_t>(hint.size()))
+      member_hint.erase(member_hint.begin() + hd);
+    else
+      member_hint.clear();
+
+    std::vector<Value> values;
+    values.reserve(members.size());
+    for (const auto& [i, m] : members) {
+      const NestedKey key = child_key(path, m.name);
+      if (m.non_tensor) {
+        const ojson& e = *m.entry;
+        if (!e.is_array() || (e.size() != 2 && e.size() != 3))
+          fail(key, "a NonTensorData member must be [data, batch_size, device], got " + e.dump());
+        values.emplace_back(NonTensorData(detail::to_plain(e[0]), shape(e[1], key, "batch_size"),
+                                          e.size() == 3 ? device(e[2], key) : std::nullopt));
+      } else {
+        const ojson& sub = *m.entry;
+        const auto cls = sub.is_object() ? sub.find("cls") : sub.end();
+        if (cls == sub.end() || !cls->is_string() || cls->get<std::string>() != kNonTensorStackCls)
+          fail(key,
+               "a member of a NonTensorStack must be a NonTensorData entry or a "
+               "NonTensorStack node, got " +
+                   (cls == sub.end() ? std::string("a node without \"cls\"")
+                                     : "a " + cls->dump() + " node"));
+        values.push_back(stack_node(sub, key, member_hint, level + 1));
+      }
+    }
+    const auto batch_of = [](const Value& v) {
+      return v.is_non_tensor() ? v.non_tensor().batch_size() : v.non_tensor_stack().batch_size();
+    };
+    const at::IntArrayRef b0 = batch_of(values[0]);
+    for (std::size_t i = 1; i < values.size(); ++i)
+      if (!batch_of(values[i]).equals(b0))
+        fail(path, "the NonTensorStack members differ in batch size: \"0\" is " + format_shape(b0) +
+                       ", \"" + std::to_string(i) + "\" is " + format_shape(batch_of(values[i])));
+    const auto dims = static_cast<int64_t>(b0.size()) + 1;
+    if (dims > kMaxStackDims)
+      fail(path, "a NonTensorStack of " + std::to_string(dims) + " batch dims (the limit of " +
+                     "this library is " + std::to_string(kMaxStackDims) + ")");
+    int64_t count = n;
+    for (int64_t d : b0) {
+      if (d != 0 && count > kMaxStackValues / d)
+        fail(path, "a NonTensorStack of " + std::to_string(n) + " members of batch size " +
+                       format_shape(b0) + " holds more than " + std::to_string(kMaxStackValues) +
+                       " values (the limit of this library)");
+      count *= d;
+    }
+    if (count > kMaxStackValues)
+      fail(path, "a NonTensorStack holding more than " + std::to_string(kMaxStackValues) +
+                     " values (the limit of this library)");
+    if (stack_dim < -dims || stack_dim >= dims)
+      fail(path, "stack_dim " + std::to_string(stack_dim) + " is out of range for members of " +
+                     "batch size " + format_shape(b0));
+    std::vector<const Value*> items;
+    for (const auto& v : values) items.push_back(&v);
+    try {
+      return detail::stack_non_tensors(items, stack_dim < 0 ? stack_dim + dims : stack_dim,
+                                       "NonTensorStack", path, /*collapse_equal=*/false);
+    } catch (const Error& e) {
+      fail(path, e.what());
+    } catch (const c10::Error& e) {
+      fail(path, e.what_without_backtrace());
+    }
+  }
+
+  static bool is_stack_node(const ojson& md) {
+    if (!md.is_object()) return false;
+    const auto cls = md.find("cls");
+    return cls != md.end() && cls->is_string() && cls->get<std::string>() == kNonTensorStackCls;
+  }
+
   TensorDictBase node(const ojson& md, const NestedKey& path) const {
     if (!md.is_object()) fail(path, "a node is not a JSON object");
     const ojson& cls = field(md, "cls", path, false);
@@ -470,8 +651,16 @@ struct Reader {
       }
       for (const auto& [name, sub] : subs) {
         const NestedKey key = child_key(path, name);
-        put(out, name, node(*sub, key), key);
+        if (is_stack_node(*sub))
+          put(out, name, stack_node(*sub, key, out.batch_size(), 0), key);
+        else
+          put(out, name, node(*sub, key), key);
       }
+    } else if (cls_name == kNonTensorStackCls) {
+      fail(path,
+           "class \"NonTensorStack\" is not supported here: a NonTensorStack node is an "
+           "entry of a TensorDict node, not the root or a member of a "
+           "LazyStackedTensorDict");
     } else {
       fail(path, "class \"" + cls_name +
                      "\" is not supported (TensorDict and LazyStackedTensorDict are)");

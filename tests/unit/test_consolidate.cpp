@@ -380,16 +380,214 @@ TEST(ConsolidatedFile, UnwritablePathIsAStorageError) {
   TD_EXPECT_THROW_MSG(spec_example().consolidate(path), td::StorageError, "/nonexistent-dir-td/");
 }
 
-// A NonTensorStack stays out of the buffer in memory; files refuse it (Python
-// writes it as a node of NonTensorData members, not produced yet).
-TEST(Consolidate, NonTensorStackStaysOutOfTheBufferAndFilesRefuseIt) {
-  td::TensorDict d({{"a", torch::arange(2.0)}}, {2});
-  d.set_non_tensor_stack("s", json::array({"x", "y"}));
+// ---- NonTensorStack entries ----------------------------------------------------------------
+
+namespace {
+
+// The node Python tensordict 0.15.3 writes for NonTensorStack("lift", "push",
+// "pull", "lift") in a batch-[4] tensordict.
+const char* kPythonTasks =
+    R"({"cls":"NonTensorStack","non_tensors":{"0":["lift",[],null],"1":["push",[],null],)"
+    R"("2":["pull",[],null],"3":["lift",[],null]},"leaves":{},)"
+    R"("cls_metadata":{"stack_dim":0,"stack_dim_name":null,"is_locked":false}})";
+
+// Root metadata without leaves, of batch size `batch`, holding `stack` (JSON
+// text) under "tasks".
+ojson root_with_stack(const std::string& stack, const json& batch) {
+  ojson names = ojson::array();
+  for (std::size_t i = 0; i < batch.size(); ++i) names.push_back(nullptr);
+  ojson md = {
+      {"cls", "TensorDict"},
+      {"non_tensors", ojson::object()},
+      {"leaves", ojson::object()},
+      {"cls_metadata",
+       {{"device", nullptr}, {"names", names}, {"batch_size", batch}, {"is_locked", false}}}};
+  md["tasks"] = ojson::parse(stack);
+  return md;
+}
+
+td::EntryKind kind_of(const td::TensorDictBase& t, const std::string& key) {
+  for (const auto& [k, v] : t.items())
+    if (k.front() == key) return v.kind();
+  ADD_FAILURE() << "no entry " << key;
+  return td::EntryKind::Tensor;
+}
+
+td::TensorDictBase read_metadata(const ojson& md) {
+  return td::TensorDict::from_consolidated(torch::empty({0}, torch::kUInt8), md);
+}
+
+// A NonTensorStack node of the given members ("non_tensors" text, then nodes).
+std::string stack_node(const std::string& non_tensors, const std::string& nodes = "",
+                       int stack_dim = 0) {
+  return R"({"cls":"NonTensorStack","non_tensors":{)" + non_tensors +
+         R"(},"leaves":{},"cls_metadata":{"stack_dim":)" + std::to_string(stack_dim) +
+         R"(,"stack_dim_name":null,"is_locked":false})" + (nodes.empty() ? "" : "," + nodes) + "}";
+}
+
+}  // namespace
+
+TEST(Consolidate, NonTensorStackIsWrittenAsPythonWritesIt) {
+  td::TensorDict d({{"a", torch::arange(4.0)}}, {4});
+  d.set("tasks", td::NonTensorStack(std::vector<json>{"lift", "push", "pull", "lift"}));
+  // In memory: kept out of the buffer, as NonTensorData.
   auto c = d.consolidate();
-  EXPECT_EQ(c.get_non_tensor_stack("s").tolist(), json::array({"x", "y"}));
-  EXPECT_TRUE(torch::equal(c.get("a"), d.get("a")));
+  EXPECT_EQ(c.get_non_tensor_stack("tasks").tolist(),
+            json::array({"lift", "push", "pull", "lift"}));
+  const ojson md = c.consolidated_metadata();
+  // The locked consolidated copy records is_locked: true on the stack too.
+  ojson expected = ojson::parse(kPythonTasks);
+  expected["cls_metadata"]["is_locked"] = true;
+  EXPECT_EQ(md["tasks"].dump(), expected.dump());
+  // The file records the source's lock state: Python's node exactly.
   td_test::TempDir dir("td_consolidate");
   fs::create_directories(dir.path);
   const fs::path path = dir.path / "stack.td";
-  TD_EXPECT_THROW_MSG(d.consolidate(path.string()), td::TypeError, "s is a NonTensorStack");
+  d.consolidate(path.string());
+  auto back = td::TensorDict::from_consolidated(path.string());
+  EXPECT_EQ(kind_of(back, "tasks"), td::EntryKind::NonTensorStack);
+  EXPECT_EQ(back.get_non_tensor_stack("tasks").tolist(),
+            json::array({"lift", "push", "pull", "lift"}));
+  EXPECT_TRUE(torch::equal(back.get("a"), d.get("a")));
+  const auto bytes = read_bytes(path);
+  const std::string text(bytes.begin(), bytes.end());
+  EXPECT_NE(text.find(std::string(R"("tasks":)") + kPythonTasks), std::string::npos) << text;
+  // From the buffer and the metadata.
+  auto again = td::TensorDict::from_consolidated(c.consolidated_storage(), md);
+  EXPECT_EQ(again.get_non_tensor_stack("tasks").tolist(), d.get_non_tensor_stack("tasks").tolist());
+}
+
+TEST(Consolidate, NonTensorStackOfTwoDimsIsANodeOfRowNodes) {
+  td::TensorDict d({}, {2, 3});
+  d.set("tasks", td::NonTensorStack(
+                     json{{1, json{{"k", 2}}, nullptr}, {json::array({1, 2}), "s", 2.5}}, {2, 3}));
+  const ojson md = d.consolidate().consolidated_metadata();
+  const ojson& node = md["tasks"];
+  EXPECT_EQ(node["non_tensors"].dump(), "{}");
+  EXPECT_EQ(node["0"]["cls"], "NonTensorStack");
+  EXPECT_EQ(node["0"]["non_tensors"].dump(),
+            R"({"0":[1,[],null],"1":[{"k":2},[],null],"2":[null,[],null]})");
+  EXPECT_EQ(node["1"]["non_tensors"].dump(),
+            R"({"0":[[1,2],[],null],"1":["s",[],null],"2":[2.5,[],null]})");
+  std::vector<std::string> keys;
+  for (auto it = node.begin(); it != node.end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"cls", "non_tensors", "leaves", "cls_metadata", "0", "1"}));
+  // Read back: the same stack (values that are lists stay values).
+  auto back = td::TensorDict::from_consolidated(torch::empty({0}, torch::kUInt8), md);
+  const auto& s = back.get_non_tensor_stack("tasks");
+  EXPECT_EQ(s.batch_size().vec(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(s, d.get_non_tensor_stack("tasks"));
+}
+
+TEST(Consolidate, NonTensorStackInNestedTensorDictsAndLazyStackMembers) {
+  td::TensorDict inner({{"x", torch::ones({2})}}, {2});
+  inner.set("v", td::NonTensorStack(std::vector<json>{"p", "q"}));
+  td::TensorDict m0({{"x", torch::zeros({2})}}, {2});
+  m0.set("v", td::NonTensorStack(std::vector<json>{"r", "s"}));
+  td::TensorDict m1({{"x", torch::ones({2})}}, {2});
+  m1.set("v", td::NonTensorStack(std::vector<json>{"t", "u"}));
+  td::TensorDict root({{"n", inner}, {"l", td::lazy_stack({m0, m1}, 0)}}, {2});
+  td_test::TempDir dir("td_consolidate");
+  fs::create_directories(dir.path);
+  const fs::path path = dir.path / "nested.td";
+  root.consolidate(path.string());
+  auto back = td::TensorDict::from_consolidated(path.string());
+  EXPECT_EQ(back.get_non_tensor_stack({"n", "v"}).tolist(), json::array({"p", "q"}));
+  const auto lazy = back.get_tensordict("l");
+  ASSERT_TRUE(lazy.is<td::LazyStackedTensorDict>());
+  const auto members = lazy.as<td::LazyStackedTensorDict>().tensordicts();
+  ASSERT_EQ(members.size(), 2u);
+  EXPECT_EQ(members[0].get_non_tensor_stack("v").tolist(), json::array({"r", "s"}));
+  EXPECT_EQ(members[1].get_non_tensor_stack("v").tolist(), json::array({"t", "u"}));
+  // Reserved names collide for a NonTensorStack as for a nested tensordict.
+  td::TensorDict bad({}, {2});
+  bad.set("cls", td::NonTensorStack(std::vector<json>{"a", "b"}));
+  TD_EXPECT_THROW_MSG(bad.consolidate(), td::KeyError, "NonTensorStack 'cls'", "reserved");
+}
+
+TEST(ConsolidatedFile, ReadsPythonNonTensorStackLayouts) {
+  // 1-D, as in the task's example; NonTensorData members with a device.
+  auto one = read_metadata(root_with_stack(kPythonTasks, {4}));
+  EXPECT_EQ(one.get_non_tensor_stack("tasks").tolist(),
+            json::array({"lift", "push", "pull", "lift"}));
+  auto dev =
+      read_metadata(root_with_stack(stack_node(R"("0":["a",[],"cpu"],"1":["b",[],"cpu"])"), {2}));
+  EXPECT_EQ(dev.get_non_tensor_stack("tasks").device(), std::optional<c10::Device>(c10::kCPU));
+  // Python's stack of tensordicts holding NonTensorData of batch [3], along
+  // dim 1: members of batch size [3], stack_dim 1.
+  auto along1 = read_metadata(
+      root_with_stack(stack_node(R"("0":["A",[3],null],"1":["B",[3],null])", "", 1), {3, 2}));
+  EXPECT_EQ(along1.get_non_tensor_stack("tasks").tolist(),
+            json::parse(R"([["A","B"],["A","B"],["A","B"]])"));
+  // Members as NonTensorData entries and as row nodes, mixed; keys in any order.
+  auto mixed = read_metadata(
+      root_with_stack(stack_node(R"("1":["b",[2],null])",
+                                 R"("0":)" + stack_node(R"("1":["y",[],null],"0":["x",[],null])")),
+                      {2, 2}));
+  EXPECT_EQ(kind_of(mixed, "tasks"), td::EntryKind::NonTensorStack);
+  EXPECT_EQ(mixed.get_non_tensor_stack("tasks").tolist(), json::parse(R"([["x","y"],["b","b"]])"));
+  // An empty stack (Python writes no members) takes its parent's batch size.
+  auto empty = read_metadata(root_with_stack(stack_node(""), {0, 3}));
+  EXPECT_EQ(empty.get_non_tensor_stack("tasks").batch_size().vec(), (std::vector<int64_t>{0, 3}));
+  auto empty1 = read_metadata(root_with_stack(stack_node(""), {0}));
+  EXPECT_EQ(empty1.get_non_tensor_stack("tasks").batch_size().vec(), (std::vector<int64_t>{0}));
+}
+
+TEST(ConsolidatedFile, BadNonTensorStackMetadataIsAFormatErrorNamingTheKey) {
+  const auto expect_error = [](const std::string& stack, const json& batch,
+                               std::initializer_list<const char*> what) {
+    try {
+      read_metadata(root_with_stack(stack, batch));
+      ADD_FAILURE() << "expected a FormatError for " << stack;
+    } catch (const td::FormatError& e) {
+      td_test::expect_message_contains(e.what(), what);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "expected a FormatError, got " << e.what();
+    }
+  };
+  // Members missing, not numbered 0..n-1, given twice.
+  expect_error(stack_node(R"("0":["a",[],null],"2":["c",[],null])"), {2},
+               {"'tasks'", "member \"1\" is missing"});
+  expect_error(stack_node(R"("0":["a",[],null],"x":["c",[],null])"), {2},
+               {"'tasks'", "numbered", "\"x\""});
+  expect_error(stack_node(R"("0":["a",[],null],"01":["c",[],null])"), {2},
+               {"'tasks'", "numbered", "\"01\""});
+  expect_error(stack_node(R"("0":["a",[],null])", R"("0":)" + stack_node(R"("0":["b",[],null])")),
+               {1}, {"'tasks'", "given twice"});
+  // Inconsistent shapes: between members, and against the parent.
+  expect_error(stack_node(R"("0":["a",[2],null],"1":["b",[3],null])"), {2},
+               {"'tasks'", "differ in batch size", "[2]", "[3]"});
+  expect_error(stack_node("", R"("0":)" + stack_node(R"("0":["a",[],null])") + R"(,"1":)" +
+                                  stack_node(R"("0":["b",[],null],"1":["c",[],null])")),
+               {2}, {"'tasks'", "differ in batch size"});
+  expect_error(kPythonTasks, {3}, {"'tasks'"});
+  // Malformed members and fields.
+  expect_error(stack_node(R"("0":"a")"), {1}, {"('tasks', '0')", "[data, batch_size, device]"});
+  expect_error(stack_node(R"("0":["a",[-1],null])"), {1}, {"('tasks', '0')", "negative"});
+  expect_error(stack_node("", R"("0":{"cls":"TensorDict","non_tensors":{},"leaves":{},)"
+                              R"("cls_metadata":{"batch_size":[]}})"),
+               {1}, {"('tasks', '0')", "\"TensorDict\" node"});
+  expect_error(stack_node("", R"("0":5)"), {1}, {"('tasks', '0')", "without \"cls\""});
+  expect_error(
+      R"({"cls":"NonTensorStack","non_tensors":{},"leaves":{"x":["torch.uint8",[0],0,0,0]},)"
+      R"("cls_metadata":{"stack_dim":0}})",
+      {0}, {"'tasks'", "tensor leaves"});
+  expect_error(R"({"cls":"NonTensorStack","leaves":{},"cls_metadata":{}})", {0},
+               {"'tasks'", "missing \"non_tensors\""});
+  expect_error(stack_node(R"("0":["a",[],null])", "", 2), {1}, {"'tasks'", "stack_dim 2"});
+  // Nested too deep: 65 levels of one member each.
+  std::string deep = stack_node(R"("0":["a",[],null])");
+  for (int i = 0; i < 64; ++i) deep = stack_node("", R"("0":)" + deep);
+  expect_error(deep, json::array(), {"'tasks'", "nested deeper than 64"});
+  // Too many values: a NonTensorData member repeated over a huge batch.
+  expect_error(stack_node(R"("0":["a",[4096,4096,4096],null])"), {1},
+               {"'tasks'", "more than 16777216 values"});
+  // The root and lazy-stack members cannot be NonTensorStack nodes.
+  try {
+    read_metadata(ojson::parse(kPythonTasks));
+    ADD_FAILURE() << "expected a FormatError";
+  } catch (const td::FormatError& e) {
+    td_test::expect_message_contains(e.what(), {"NonTensorStack", "not supported"});
+  }
 }
