@@ -730,10 +730,14 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
   return out;
 }
 
+// The loaders of non-tensor directories stay out of line: inlined, their locals
+// would grow the frame of the recursive directory walk (bounded at 512 levels,
+// which a sanitizer build must also fit in its stack).
+
 // A value Python pickled: refused unless LoadOptions::pickled_values_as_markers
 // (docs/storage.md), never unpickled either way.
-NonTensorData pickled_value(const Loader& L, const fs::path& file, const NestedKey& key,
-                            at::IntArrayRef batch) {
+[[gnu::noinline]] NonTensorData pickled_value(const Loader& L, const fs::path& file,
+                                              const NestedKey& key, at::IntArrayRef batch) {
   if (!L.opt.pickled_values_as_markers)
     throw FormatError("key " + key.repr() + ": the value was pickled by Python (" + file.string() +
                       "), and C++ never unpickles. Save it as a JSON value in Python, or pass "
@@ -747,8 +751,9 @@ NonTensorData pickled_value(const Loader& L, const fs::path& file, const NestedK
                        batch.vec(), at::Device(at::kCPU));
 }
 
-NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta, const Loader& L,
-                                  at::IntArrayRef parent_batch, const NestedKey& key) {
+[[gnu::noinline]] NonTensorData load_non_tensor_dir(const fs::path& dir, const ojson& meta,
+                                                    const Loader& L, at::IntArrayRef parent_batch,
+                                                    const NestedKey& key) {
   std::vector<int64_t> batch = parent_batch.vec();
   // 0.3.2 keeps the batch size in _tensordict/meta.json.
   fs::path inner = dir / "_tensordict" / "meta.json";
@@ -770,8 +775,9 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
 // stack_dim ignored); "pickle.pkl" (never unpickled) gives an opaque
 // NonTensorData; without "data", the members 0/, 1/, ... are stacked along
 // stack_dim.
-Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta, const Loader& L,
-                                const NestedKey& key, at::IntArrayRef parent_batch) {
+[[gnu::noinline]] Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta,
+                                                  const Loader& L, const NestedKey& key,
+                                                  at::IntArrayRef parent_batch) {
   const std::string where = (dir / "meta.json").string() + " (key " + key.repr() + ")";
   if (meta.contains("data") && !meta["data"].is_null()) {
     const auto& data = meta["data"];
