@@ -17,11 +17,6 @@ namespace td_python {
 
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
 std::string tensor_bytes(const at::Tensor& t) {
   const at::Tensor c = t.detach().cpu().contiguous();
   return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
@@ -34,6 +29,11 @@ nlohmann::json key_json(const td::NestedKey& key) {
 }
 
 }  // namespace
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
 
 fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("td-python-" + name + "-" + std::to_string(::getpid()));

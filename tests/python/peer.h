@@ -41,6 +41,14 @@ nlohmann::json run_suite(const std::string& suite, const std::string& action, co
 /// here): signs, fractions, NaN, -0.0, infinities, and values above 2^63.
 at::Tensor distinctive_values(at::ScalarType dtype, std::vector<int64_t> shape);
 
+/// distinctive_values of float32.
+inline at::Tensor f32(std::vector<int64_t> shape) {
+  return distinctive_values(at::kFloat, std::move(shape));
+}
+
+/// The bytes of a file ("" when it cannot be read).
+std::string read_file(const fs::path& path);
+
 /// Writes what `td` holds into `dir` (truth.py's layout).
 void write_truth(const tensordict::TensorDictBase& td, const fs::path& dir);
 

@@ -20,10 +20,6 @@ using namespace td_python;
 
 namespace {
 
-at::Tensor f32(std::vector<int64_t> shape) {
-  return distinctive_values(torch::kFloat, std::move(shape));
-}
-
 std::map<std::string, std::function<td::TensorDict()>> structures() {
   std::map<std::string, std::function<td::TensorDict()>> cases;
   cases["dtypes"] = [] {
@@ -63,11 +59,6 @@ std::map<std::string, std::function<td::TensorDict()>> structures() {
     return td::TensorDict({{"a", f32({})}, {"b", distinctive_values(torch::kInt, {5})}}, {});
   };
   return cases;
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
 struct Exchange {
@@ -136,11 +127,11 @@ TEST_P(ConsolidatedFromPython, FromConsolidatedReadsWhatPythonWrote) {
   if (name.ends_with("_file")) {
     back = td::TensorDict::from_consolidated((dir / "data.bin").string());
   } else {
-    const std::string bytes = read_bytes(dir / "storage.bin");
+    const std::string bytes = read_file(dir / "storage.bin");
     const at::Tensor storage = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
     std::memcpy(storage.data_ptr(), bytes.data(), bytes.size());
     back = td::TensorDict::from_consolidated(
-        storage, nlohmann::ordered_json::parse(read_bytes(dir / "metadata.json")));
+        storage, nlohmann::ordered_json::parse(read_file(dir / "metadata.json")));
   }
   EXPECT_TRUE(back.is_consolidated());
   EXPECT_TRUE(matches_truth(back, dir / "truth"));

@@ -27,10 +27,6 @@ const std::vector<std::string> kDtypes = {
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "bool",  "uint8",
     "int8",    "int16",    "int32",   "int64",   "uint16",    "uint32",     "uint64"};
 
-at::Tensor f32(std::vector<int64_t> shape) {
-  return distinctive_values(torch::kFloat, std::move(shape));
-}
-
 td::TensorDict non_tensor_values() {
   td::TensorDict data({{"a", f32({2})}}, {2});
   data.set_non_tensor("text", "cartpole");

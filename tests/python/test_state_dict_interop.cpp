@@ -20,10 +20,6 @@ using namespace td_python;
 
 namespace {
 
-at::Tensor f32(std::vector<int64_t> shape) {
-  return distinctive_values(torch::kFloat, std::move(shape));
-}
-
 std::map<std::string, std::function<td::TensorDict()>> structures() {
   std::map<std::string, std::function<td::TensorDict()>> cases;
   cases["nested"] = [] {
