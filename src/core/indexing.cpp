@@ -673,6 +673,8 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
             throw ShapeError("index_put_: cannot write a value of shape " +
                              format_shape(src.sizes()) + " into " + key.repr() +
                              " at an index of shape " + format_shape(target));
+          if (dry_run && dest->holds_values())
+            detail::check_writable_leaf(dv->tensor(), key, "index_put_");
           if (dry_run) break;
           // Tensor::to() is a dispatcher call even when it has nothing to do.
           at::Tensor cast = src.scalar_type() == meta->dtype && src.device() == meta->device

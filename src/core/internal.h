@@ -54,6 +54,12 @@ void check_leaf_batch(const at::Tensor& value, at::IntArrayRef batch, const Nest
 /// The same check of a shape (a storage's metadata).
 void check_leaf_batch(at::IntArrayRef sizes, at::IntArrayRef batch, const NestedKey& key);
 
+/// ValueError naming `key` and `op` when `leaf` cannot be written in place
+/// because several of its elements share memory (an expand()ed tensor, a
+/// stride of 0), where LibTorch's copy_ would throw its own error, perhaps
+/// after other leaves were written. Metadata only.
+void check_writable_leaf(const at::Tensor& leaf, const NestedKey& key, const char* op);
+
 /// Makes `value` fit into a node with batch size `batch` and device `device`
 /// (moves tensors, resizes nested tensordicts, broadcasts non-tensors).
 Value validate_value(Value value, at::IntArrayRef batch, std::optional<at::Device> device,

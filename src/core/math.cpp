@@ -97,6 +97,13 @@ TensorDictBase unary(const TensorDictBase& a,
 }
 
 void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const NestedKey&)>& op) {
+  // Every leaf checked before any is written: an expanded leaf would make
+  // LibTorch refuse the operation halfway through the tensordict. (Only where
+  // reading a leaf is free: a storage outside the process would be read twice.)
+  if (a.node().holds_values() || a.node().is_lazy_stack())
+    detail::for_each_leaf(a, [](const at::Tensor& t, const NestedKey& k) {
+      detail::check_writable_leaf(t, k, "in-place operation");
+    });
   detail::for_each_leaf(a, [&](const at::Tensor& t, const NestedKey& k) {
     at::Tensor leaf = t;
     try {

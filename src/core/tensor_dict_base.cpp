@@ -1,8 +1,10 @@
 // The generic core: everything written once against the Node interface.
 #include "core/internal.h"
+#include "core/json_limits.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <algorithm>
 #include <map>
@@ -44,6 +46,14 @@ void check_leaf_batch(at::IntArrayRef sizes, at::IntArrayRef batch, const Nested
     throw ShapeError("batch dimension mismatch for key " + key.repr() + ": got batch_size=" +
                      format_shape(batch) + " and value.shape=" + format_shape(sizes) +
                      " (every entry must start with the batch size)");
+}
+
+void check_writable_leaf(const at::Tensor& leaf, const NestedKey& key, const char* op) {
+  if (at::has_internal_overlap(leaf) == at::MemOverlap::Yes)
+    throw ValueError(std::string(op) + ": cannot write into " + key.repr() +
+                     " in place: its tensor of shape " + format_shape(leaf.sizes()) +
+                     " is expanded (a stride of 0), so several of its elements share one "
+                     "memory location; clone() it first, or set() a new tensor");
 }
 
 namespace {
@@ -96,7 +106,9 @@ Value validate_value(Value value, at::IntArrayRef batch, std::optional<at::Devic
       return td;
     }
     case EntryKind::NonTensor: {
-      NonTensorData d = value.non_tensor();
+      // Checked before anything copies it: nlohmann's copy recurses per level.
+      check_non_tensor_value(value.non_tensor().data(), key);
+      NonTensorData d = std::move(value.non_tensor());
       if (!starts_with(d.batch_size(), batch))
         d.set_batch_size(std::vector<int64_t>(batch.begin(), batch.end()));
       if (device) d.set_device(device);
@@ -105,6 +117,7 @@ Value validate_value(Value value, at::IntArrayRef batch, std::optional<at::Devic
     case EntryKind::NonTensorStack: {
       // One value per element: the elements must be this batch's.
       NonTensorStack s = std::move(value.non_tensor_stack());
+      for (const auto& v : s.values()) check_non_tensor_value(v, key);
       if (!starts_with(s.batch_size(), batch))
         throw ShapeError("batch dimension mismatch for key " + key.repr() + ": got batch_size=" +
                          format_shape(batch) + " and a NonTensorStack of batch size " +
@@ -685,11 +698,22 @@ std::vector<int64_t> TensorDictBase::get_item_shape(const NestedKey& key) const 
 
 namespace {
 
+// Keys are text in every format (and str in Python), so a key that is not
+// valid UTF-8 is refused where it enters, not when a save meets it.
+void check_new_key(const NestedKey& key) {
+  for (const auto& part : key) {
+    if (part.empty()) throw KeyError("key " + key.repr() + " has an empty part");
+    if (auto at = detail::first_invalid_utf8(part))
+      throw KeyError("key " + key.repr() + ": the part of " + std::to_string(part.size()) +
+                     " bytes is not valid UTF-8 (byte " + std::to_string(*at) +
+                     "); keys are text in every format the library reads and writes");
+  }
+}
+
 void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key, Value value,
               bool check_lock) {
   if (key.empty()) throw KeyError("empty key");
-  for (const auto& part : key)
-    if (part.empty()) throw KeyError("key " + key.repr() + " has an empty part");
+  check_new_key(key);
   // Find the deepest existing level first: missing levels will copy its batch
   // size and device, so the value is validated before anything is created and
   // a refused value leaves no empty intermediate behind.
@@ -757,6 +781,7 @@ InplaceWrite check_inplace(const std::shared_ptr<Node>& root, const NestedKey& k
   // Check the shape before touching the data so a failure writes nothing.
   std::optional<TensorMeta> meta;  // storages: metadata only, no data read
   if (!parent->holds_values()) meta = parent->tensor_meta(key.back());
+  if (!meta) detail::check_writable_leaf(parent->peek(key.back())->tensor(), key, op);
   auto dest_shape = meta ? meta->shape : parent->peek(key.back())->tensor().sizes().vec();
   if (!at::is_expandable_to(value.sizes(), dest_shape))
     throw ShapeError(std::string(op) + ": cannot copy a value of shape " +
@@ -823,6 +848,7 @@ TensorDictBase& TensorDictBase::set_non_tensor_stack(const NestedKey& key,
 }
 
 TensorDictBase TensorDictBase::create_nested(const NestedKey& key) {
+  check_new_key(key);
   auto parent = walk_parent(node_, key, true, "create_nested");
   auto existing = parent->find(key.back());
   if (existing) {

@@ -100,25 +100,7 @@ int text_depth(const std::string& text, int limit) {
   return deepest;
 }
 
-template <class Json>
-int depth_of(const Json& root, int limit) {
-  std::vector<std::pair<const Json*, int>> todo{{&root, 0}};
-  int deepest = 0;
-  while (!todo.empty()) {
-    auto [j, d] = todo.back();
-    todo.pop_back();
-    if (!j->is_structured()) continue;
-    deepest = std::max(deepest, d + 1);
-    if (deepest > limit) return deepest;
-    for (const auto& v : *j) todo.emplace_back(&v, d + 1);
-  }
-  return deepest;
-}
-
 }  // namespace
-
-int json_depth(const ojson& j, int limit) { return depth_of(j, limit); }
-int json_depth(const nlohmann::json& j, int limit) { return depth_of(j, limit); }
 
 std::string read_regular_file(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.

@@ -2,29 +2,19 @@
 // JSON as Python writes it (formats spec §0.4), shared by the memmap loader
 // and the consolidated format. Not installed.
 
+#include "core/json_limits.h"
+
 #include <nlohmann/json.hpp>
 
 #include <string>
 
 namespace tensordict::detail {
 
-/// The deepest nesting (of JSON lists/objects, of nested tensordicts in a
-/// file or a schema) any loader accepts; deeper input is a FormatError (a
-/// SchemaError for schemas) instead of a stack overflow in a recursive
-/// reader. Python's own json cannot write much deeper (recursion limit 1000).
-/// Documented in docs/errors.md.
-inline constexpr int kMaxNestingDepth = 512;
-
 /// Parses JSON text written by Python's json or orjson, including the
 /// NaN / Infinity / -Infinity tokens that nlohmann does not read. Object keys
 /// keep their order. Throws nlohmann::json::exception on malformed text and
 /// FormatError (naming `where`) on text nested deeper than kMaxNestingDepth.
 nlohmann::ordered_json parse_python_json(const std::string& text, const std::string& where = "");
-
-/// The nesting depth of a parsed value (a scalar is 0), counted without
-/// recursion; stops counting past `limit`.
-int json_depth(const nlohmann::ordered_json& j, int limit = kMaxNestingDepth);
-int json_depth(const nlohmann::json& j, int limit = kMaxNestingDepth);
 
 /// The bytes of the regular file `path`, refusing anything else (a FIFO, a
 /// device such as /dev/zero behind a symbolic link, a directory) with a

@@ -1154,12 +1154,6 @@ TEST_F(Memmap, MemmapAndMemmapLikeKeepInsertionOrder) {
   EXPECT_EQ(t.memmap_like((root / "like").string()).keys(true), order);
 }
 
-TEST_F(Memmap, InvalidUtf8KeyIsRefusedBeforeAnythingIsWritten) {
-  td::TensorDict t({{"ok", torch::ones({2})}, {"bad\xff", torch::zeros({2})}}, {2});
-  TD_EXPECT_THROW_MSG(t.memmap(P()), td::ValueError, "UTF-8");
-  EXPECT_FALSE(fs::exists(prefix));
-}
-
 TEST_F(Memmap, SymlinkedLeafInAnEarlierSaveIsNotWrittenThrough) {
   td::TensorDict({{"x", torch::zeros({4})}}, {4}).memmap(P());
   fs::path outside = root / "outside.bin";

@@ -673,6 +673,9 @@ void set_loaded(TensorDict& out, const std::string& k, Value v, const NestedKey&
   } catch (const DeviceError& e) {
     // e.g. "device": "cuda:0" in meta.json on a machine without CUDA.
     throw DeviceError(meta_file + ", key " + key.repr() + ": " + e.what());
+  } catch (const KeyError& e) {
+    // A file name that decodes to a key that is not UTF-8 ("%FF").
+    throw FormatError(meta_file + ": " + e.what());
   }
 }
 
