@@ -119,7 +119,11 @@ void exercise(td::TensorDictBase store) {
   const auto batch = store.batch_size().vec();
   int64_t elements = 1;
   for (auto d : batch) elements = d > kMaxElementsRead ? kMaxElementsRead + 1 : elements * d;
-  if (td::redis::is_lazy_stack_store(store) && td::redis::count(store) > kMaxElementsRead) return;
+  if (td::redis::is_lazy_stack_store(store)) {
+    if (td::redis::count(store) > kMaxElementsRead) return;
+    auto elements = td::redis::to_lazy_stack(store);  // heterogeneous elements too
+    if (td::redis::count(store) > 0) td::redis::set_element(store, 0, elements.tensordicts()[0]);
+  }
   (void)store.keys(true, true);
   if (elements > (int64_t{1} << 20)) return;
   td::TensorDict local = store.to_tensordict();
@@ -155,7 +159,10 @@ void td_fuzz_write_seeds(const char* dir) {
         {{"x", torch::full({2, 1 + e}, static_cast<float>(e))}, {"y", torch::arange(2)}}, {2}));
   td::redis::from_lazy_stack(td::lazy_stack(members), options());
   save();
-  td::redis::from_lazy_stack(td::lazy_stack(members, 1), options());
+  std::vector<td::TensorDictBase> same;
+  for (int64_t e = 0; e < 3; ++e)
+    same.push_back(td::TensorDict({{"x", torch::full({2, 2}, static_cast<float>(e))}}, {2}));
+  td::redis::from_lazy_stack(td::lazy_stack(same, 1), options());
   save();
 }
 
@@ -178,7 +185,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     exercise(td::redis::from_store(options()));
-  } catch (const td::Error&) {
+  } catch (const td::Error& e) {
+    if (std::getenv("TD_FUZZ_VERBOSE") != nullptr) std::fprintf(stderr, "%s\n", e.what());
   }
   return 0;
 }

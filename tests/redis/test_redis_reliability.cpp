@@ -414,6 +414,13 @@ TEST(RedisReliability, AReplaceRefusedOverMaxmemoryKeepsTheOldValue) {
     server.command({"CONFIG", "SET", "maxmemory", "0"});
     EXPECT_TRUE(torch::equal(td::redis::from_store(o).get("x"), torch::ones({4})));
   }
+  // The same for a lazy-stack store.
+  server.command({"FLUSHALL"});
+  auto stack = td::redis::from_lazy_stack(stack_of(3), opts);
+  server.command({"CONFIG", "SET", "maxmemory", "1"});
+  EXPECT_THROW(stack.set("x", torch::full({3, 4, 2}, 2.0f)), td::StorageError);
+  server.command({"CONFIG", "SET", "maxmemory", "0"});
+  EXPECT_TRUE(torch::equal(td::redis::from_lazy_stack_store(opts).get("x"), stack_of(3).get("x")));
 }
 
 }  // namespace
