@@ -376,6 +376,12 @@ TEST(RedisReliability, ShardedAndLazyStackRowWritesAreAllOrNothing) {
             {1}, td::TensorDict({{"x", torch::ones({4, 3})}, {"y", torch::ones({4})}}, {4})),
         td::StorageError);
     EXPECT_EQ(server.command({"GET", k + "d:x"}), x);
+    // The same through set_element.
+    EXPECT_THROW(
+        td::redis::set_element(
+            stack, 1, td::TensorDict({{"x", torch::ones({4, 3})}, {"y", torch::ones({4})}}, {4})),
+        td::StorageError);
+    EXPECT_EQ(server.command({"GET", k + "d:x"}), x);
   }
 }
 

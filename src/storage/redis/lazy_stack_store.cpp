@@ -1084,6 +1084,13 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
   Batch b;
   std::vector<std::pair<std::string, KeyInfo>> added;
   std::vector<at::Tensor> keep;
+  // Into existing leaves only (the usual case), with a transaction: one
+  // CheckedWrite, every leaf or none. A new leaf is allocated and written
+  // in one MULTI/EXEC instead.
+  detail::redis::CheckedWrite script;
+  bool adds = false;
+  for (const auto& [p, t] : given) adds = adds || !s.keys.count(p);
+  detail::redis::CheckedWrite* checked = s.options.transaction && !adds ? &script : nullptr;
   for (auto& [p, t] : given) {
     auto it = s.keys.find(p);
     if (it == s.keys.end()) {  // a new leaf: zero in the other elements
@@ -1097,9 +1104,11 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
       continue;
     }
     keep.push_back(t.to(it->second.dtype).unsqueeze(0).contiguous());
-    detail::redis::add_writes(s, b, p, it->second, {e}, keep.back());
+    detail::redis::add_writes(s, b, p, it->second, {e}, keep.back(), checked);
   }
-  s.conn.send(b, "writing element " + std::to_string(e) + " of " + s.name(), s.options.transaction);
+  script.add_to(b);
+  s.conn.send(b, "writing element " + std::to_string(e) + " of " + s.name(),
+              s.options.transaction && checked == nullptr);
   for (auto& [p, k] : added) s.keys[p] = std::move(k);
 }
 
