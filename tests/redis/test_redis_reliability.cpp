@@ -171,6 +171,15 @@ TEST(RedisReliability, MalformedClusterSlotsRepliesAreFormatErrors) {
     opts.timeout = 2;
     expect_error<td::FormatError>([&] { td::redis::create(opts, {3}); }, "CLUSTER SLOTS");
   }
+  // No slot served at all: a sharded store divided its rows by zero masters.
+  FakeNode empty("*0\r\n");
+  td::storage::Redis opts;
+  opts.host = "127.0.0.1";
+  opts.port = empty.port();
+  opts.cluster = true;
+  opts.sharded = true;
+  opts.connect_timeout = 2;
+  expect_error<td::StorageError>([&] { td::redis::create(opts, {10}); }, "no node serves");
 }
 
 // ---- 3-6. stored metadata ----------------------------------------------------------

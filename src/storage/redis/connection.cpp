@@ -396,6 +396,12 @@ void Connection::refresh_slots() {
       ranges.push_back({first->integer, last->integer,
                         host + ":" + std::to_string(master->element[1]->integer)});
     }
+    // A map without any slot (a cluster whose slots are not assigned yet)
+    // serves nothing: the blocks of a sharded store would have no master.
+    if (ranges.empty())
+      throw StorageError("Redis server " + address +
+                         ": CLUSTER SLOTS: no node serves any slot (are the cluster's slots "
+                         "assigned?)");
     slots_.fill(nullptr);
     for (const auto& range : ranges) {
       Link* target = &link(range.node);
