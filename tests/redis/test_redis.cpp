@@ -250,17 +250,20 @@ TEST(Redis, RowWritesOfEveryIndexFormInOneRoundTrip) {
     EXPECT_EQ(td::redis::round_trips(store) - before, 1);
     auto calls = server.command_calls();
     reference.index_put_(idx, row);
-    EXPECT_EQ(calls["multi"], 1);
-    EXPECT_EQ(calls["exec"], 1);
+    // One script (all leaves or none): the length of each leaf checked,
+    // then its ranges written.
+    EXPECT_EQ(calls["eval"], 1);
+    EXPECT_EQ(calls["strlen"], 4);
     for (const auto& [cmd, n] : calls)
-      EXPECT_TRUE(cmd == "multi" || cmd == "exec" || cmd == "setrange") << cmd;
+      EXPECT_TRUE(cmd == "eval" || cmd == "strlen" || cmd == "setrange") << cmd;
     expect_same(store.to_tensordict(), reference);
   }
   // update_at_ with a subset of the keys.
   td::TensorDict part({{"action", torch::tensor({-5})}}, {1});
   server.reset_stats();
   store.update_at_(part, {Slice(4, 5)});
-  EXPECT_EQ(server.command_calls(), (std::map<std::string, long>{{"setrange", 1}}));
+  EXPECT_EQ(server.command_calls(),
+            (std::map<std::string, long>{{"eval", 1}, {"strlen", 1}, {"setrange", 1}}));
   EXPECT_EQ(store.get("action")[4].item<int64_t>(), -5);
   // A whole 2-D index (General selection): read, patch, write back.
   auto grid =

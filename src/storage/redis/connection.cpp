@@ -2,6 +2,8 @@
 
 #include <tensordict/errors.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/time.h>
 #include <algorithm>
 #include <cctype>
@@ -78,6 +80,44 @@ bool retryable(const redisReply* r) {
          e.rfind("LOADING", 0) == 0;
 }
 
+// Blocks SIGPIPE in the calling thread while hiredis writes to a socket
+// whose peer may be gone (a server killed mid-upload, or one that closed the
+// connection on a too-large command): the write then fails with EPIPE,
+// which becomes a ConnectionError, instead of the signal killing the
+// process. A SIGPIPE the write raised is consumed before the thread's mask
+// is restored; the application's signal disposition is never changed.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;  // not ours: left pending
+  }
+  ~SigpipeBlocked() {
+    const int saved = errno;
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec now{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &now) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    errno = saved;
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_{}, old_{};
+  bool was_pending_ = false;
+};
+
 }  // namespace
 
 int key_slot(std::string_view key) noexcept {
@@ -140,10 +180,13 @@ class Link {
   /// Writes everything appended, so that the server starts working before
   /// the replies of other nodes are read.
   void flush(const std::string& what) {
+    const SigpipeBlocked blocked;
     int done = 0;
     while (!done)
       if (redisBufferWrite(ctx_, &done) != REDIS_OK) fail(what);
   }
+  /// Reads one reply. Everything appended is flushed first (flush()), so
+  /// that hiredis never writes here, outside SigpipeBlocked.
   Reply read(const std::string& what) {
     void* raw = nullptr;
     if (redisGetReply(ctx_, &raw) != REDIS_OK) fail(what);
@@ -198,6 +241,7 @@ class Link {
     if (options_.db != 0) setup.push_back({"SELECT", db});
     if (setup.empty()) return;
     for (const auto& args : setup) append(args, "connection setup");
+    flush("connection setup");
     ++round_trips;
     for (const auto& args : setup) {
       Reply r = read("connection setup");
@@ -301,6 +345,7 @@ void Connection::refresh_slots() {
     try {
       l.ensure(round_trips_);
       l.append({"CLUSTER", "SLOTS"}, "reading the cluster slot map");
+      l.flush("reading the cluster slot map");
       ++round_trips_;
       r = l.read("reading the cluster slot map");
     } catch (const ConnectionError& e) {
@@ -319,18 +364,48 @@ void Connection::refresh_slots() {
                          reply_error(r.get()));
     if (r->type != REDIS_REPLY_ARRAY)
       throw FormatError("Redis server " + address + ": CLUSTER SLOTS: not an array");
-    slots_.fill(nullptr);
+    // Validated whole before the map changes: a reply from a broken or
+    // hostile node (a negative, reversed or out-of-range slot range, fields
+    // of other types) is a FormatError, never an index out of the map.
+    struct Range {
+      long long first, last;
+      std::string node;
+    };
+    std::vector<Range> ranges;
     for (std::size_t i = 0; i < r->elements; ++i) {
       const redisReply* e = r->element[i];
-      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-          e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
-        throw FormatError("Redis server " + address + ": CLUSTER SLOTS: unexpected entry");
-      const redisReply* master = e->element[2];
+      const auto bad = [&](const std::string& why) {
+        return FormatError("Redis server " + address + ": CLUSTER SLOTS: entry " +
+                           std::to_string(i) + ": " + why);
+      };
+      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
+        throw bad("not an array [first slot, last slot, master, ...]");
+      const redisReply *first = e->element[0], *last = e->element[1], *master = e->element[2];
+      if (first->type != REDIS_REPLY_INTEGER || last->type != REDIS_REPLY_INTEGER)
+        throw bad("the slot range is not two integers");
+      if (first->integer < 0 || last->integer > 16383 || first->integer > last->integer)
+        throw bad("slot range " + std::to_string(first->integer) + ".." +
+                  std::to_string(last->integer) + " is not within 0..16383 in order");
+      if (master->type != REDIS_REPLY_ARRAY || master->elements < 2 ||
+          master->element[0]->type != REDIS_REPLY_STRING ||
+          master->element[1]->type != REDIS_REPLY_INTEGER || master->element[1]->integer < 1 ||
+          master->element[1]->integer > 65535)
+        throw bad("the master is not [host, port 1..65535, ...]");
       std::string host(master->element[0]->str, master->element[0]->len);
       if (host.empty() || host == "?") host = l.host();
-      const std::string node = host + ":" + std::to_string(master->element[1]->integer);
-      Link* target = &link(node);
-      for (long long s = e->element[0]->integer; s <= e->element[1]->integer && s < 16384; ++s)
+      ranges.push_back({first->integer, last->integer,
+                        host + ":" + std::to_string(master->element[1]->integer)});
+    }
+    // A map without any slot (a cluster whose slots are not assigned yet)
+    // serves nothing: the blocks of a sharded store would have no master.
+    if (ranges.empty())
+      throw StorageError("Redis server " + address +
+                         ": CLUSTER SLOTS: no node serves any slot (are the cluster's slots "
+                         "assigned?)");
+    slots_.fill(nullptr);
+    for (const auto& range : ranges) {
+      Link* target = &link(range.node);
+      for (long long s = range.first; s <= range.last; ++s)
         slots_[static_cast<std::size_t>(s)] = target;
     }
     slots_known_ = true;

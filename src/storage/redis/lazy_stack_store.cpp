@@ -48,6 +48,11 @@ using json = nlohmann::json;
 // Elements per SETRANGE of an upload (Python's _UPLOAD_CHUNK).
 constexpr int64_t kUploadChunk = 10'000;
 
+// The most elements a stored lazy stack may have (each is a tensordict in
+// memory once read): a larger __count__ is a FormatError, not a 2^62-entry
+// allocation.
+constexpr int64_t kMaxElements = (int64_t{1} << 31) - 1;
+
 int64_t numel_of(at::IntArrayRef shape) {
   int64_t n = 1;
   for (auto d : shape) n *= d;
@@ -159,23 +164,11 @@ struct LazyStackState {
     } catch (const Error&) {
       throw FormatError("Redis metadata " + where + ": unknown dtype '" + f["dtype"] + "'");
     }
-    auto sizes = [&](const json& j, const std::string& field) {
-      std::vector<int64_t> out;
-      if (!j.is_array()) throw FormatError("");
-      for (const auto& d : j) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) throw FormatError("");
-        out.push_back(d.get<int64_t>());
-      }
-      (void)field;
-      return out;
-    };
-    std::vector<int64_t> shape;
-    try {
-      shape = sizes(json::parse(f["shape"]), "shape");
-    } catch (const std::exception&) {
-      throw FormatError("Redis metadata " + where + ": shape '" + f["shape"] +
-                        "' is not a JSON list of sizes");
-    }
+    const std::vector<int64_t> shape =
+        parse_sizes(f["shape"], "Redis metadata " + where + ": shape");
+    // Every byte count below (element, whole leaf) fits in int64.
+    const int64_t leaf_bytes = checked_nbytes(shape, info.dtype, "Redis metadata " + where);
+    (void)leaf_bytes;
     const std::string homogeneous = f.count("homogeneous") ? f["homogeneous"] : "1";
     if (homogeneous != "1" && homogeneous != "0")
       throw FormatError("Redis metadata " + where + ": homogeneous is '" + homogeneous +
@@ -198,14 +191,18 @@ struct LazyStackState {
       throw FormatError("Redis metadata " + where + ": shape " + f["shape"] +
                         " does not start with the element count " + std::to_string(count));
     info.first.assign(shape.begin() + 1, shape.end());
+    check_inner(where, info.first);
     if (info.homogeneous) return info;
-    try {
-      const json all = json::parse(f.at("shapes"));
-      if (!all.is_array()) throw FormatError("");
-      for (const auto& s : all) info.shapes.push_back(sizes(s, "shapes"));
-    } catch (const std::exception&) {
-      throw FormatError("Redis metadata " + where +
-                        ": a heterogeneous leaf needs 'shapes', a JSON list of element shapes");
+    const auto bad_shapes = [&] {
+      return FormatError("Redis metadata " + where +
+                         ": a heterogeneous leaf needs 'shapes', a JSON list of element shapes");
+    };
+    if (!f.count("shapes")) throw bad_shapes();
+    const json all = parse_stored_json(f["shapes"], "Redis metadata " + where + ": shapes");
+    if (!all.is_array()) throw bad_shapes();
+    for (const auto& one : all) {
+      info.shapes.push_back(parse_sizes(one.dump(), "Redis metadata " + where + ": shapes"));
+      check_inner(where, info.shapes.back());
     }
     if (static_cast<int64_t>(info.shapes.size()) != count)
       throw FormatError("Redis metadata " + where + ": 'shapes' has " +
@@ -218,12 +215,28 @@ struct LazyStackState {
                         std::to_string(count + 1) + " int64 offsets");
     info.offsets.resize(static_cast<std::size_t>(count) + 1);
     std::memcpy(info.offsets.data(), idx->str, idx->len);  // little-endian hosts (§0.2)
-    for (int64_t i = 0; i < count; ++i)
-      if (info.offsets[i + 1] - info.offsets[i] != info.item() * numel_of(info.shapes[i]) ||
-          info.offsets[0] != 0)
+    // Each offset is the sum of the sizes before it, computed without
+    // overflow (the stored values may be anything).
+    int64_t expected = 0;
+    for (int64_t i = 0; i <= count; ++i) {
+      if (info.offsets[i] != expected)
         throw FormatError("Redis store: offset table " + ik + " disagrees with the shape " +
-                          show(info.shapes[i]) + " of element " + std::to_string(i));
+                          show(info.shapes[i > 0 ? i - 1 : 0]) + " of element " +
+                          std::to_string(i > 0 ? i - 1 : 0));
+      if (i == count) break;
+      const int64_t n = checked_nbytes(info.shapes[i], info.dtype, "Redis metadata " + where);
+      if (__builtin_add_overflow(expected, n, &expected))
+        throw FormatError("Redis metadata " + where + ": the elements hold more than 2^63 bytes");
+    }
     return info;
+  }
+
+  /// FormatError unless an element's leaf `shape` starts with the elements'
+  /// batch size.
+  void check_inner(const std::string& where, const std::vector<int64_t>& shape) const {
+    if (shape.size() < inner.size() || !std::equal(inner.begin(), inner.end(), shape.begin()))
+      throw FormatError("Redis metadata " + where + ": element shape " + show(shape) +
+                        " does not start with the elements' batch size " + show(inner));
   }
 
   /// Whether a homogeneous leaf of stored `shape` and `layout` field holds
@@ -391,8 +404,10 @@ std::vector<at::Tensor> split(const Fetch& f) {
 // Adds the SETRANGEs writing `value` ([E, *element shape], the leaf's dtype)
 // into `elements`. ShapeError naming the key when an element's shape differs
 // (an element's size cannot change: heterogeneous offsets are fixed).
+// With `checked`, the ranges go to that script instead (all-or-nothing).
 void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const KeyInfo& k,
-                const std::vector<int64_t>& elements, const at::Tensor& value) {
+                const std::vector<int64_t>& elements, const at::Tensor& value,
+                CheckedWrite* checked = nullptr) {
   const at::Tensor v = value.contiguous();
   const auto vshape = v.sizes().slice(1).vec();
   for (int64_t e : elements)
@@ -407,10 +422,16 @@ void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const K
   // Consecutive elements (in value order) that are adjacent on the server go
   // in one SETRANGE.
   int64_t run_off = -1, run_len = 0, run_pos = 0;
+  if (checked != nullptr) checked->key(b, dk, k.total(s.count));
   auto flush = [&] {
-    if (run_len > 0)
-      b.add({"SETRANGE", dk, b.own(std::to_string(run_off)),
-             std::string_view(data + run_pos, static_cast<std::size_t>(run_len))});
+    if (run_len > 0) {
+      const std::string_view off = b.own(std::to_string(run_off)),
+                             bytes(data + run_pos, static_cast<std::size_t>(run_len));
+      if (checked != nullptr)
+        checked->range(off, bytes);
+      else
+        b.add({"SETRANGE", dk, off, bytes});
+    }
     run_len = 0;
   };
   for (int64_t e : elements)
@@ -600,7 +621,9 @@ class LazyStackStoreNode final : public StoreNode {
       if (lp == p || lp.compare(0, p.size() + 1, p + ".") == 0) old.push_back(lp);
     for (const auto& lp : old) add_removal(b, lp);
     add_full(b, p, value, keep, added);
-    s_->conn.send(b, "writing '" + p + "'", s_->options.transaction);
+    // Always MULTI/EXEC: a write the server refuses (out of memory) leaves
+    // the old value as it was.
+    s_->conn.send(b, "writing '" + p + "'", /*transaction=*/true);
     for (const auto& lp : old) s_->keys.erase(lp);
     for (auto& [ap, info] : added) s_->keys[ap] = std::move(info);
   }
@@ -647,10 +670,13 @@ class LazyStackStoreNode final : public StoreNode {
       }
     }
     Batch b;
+    // With a transaction, one CheckedWrite: every leaf or none.
+    CheckedWrite script;
+    CheckedWrite* checked = s_->options.transaction ? &script : nullptr;
     for (std::size_t i = 0; i < mine.size(); ++i)
-      add_writes(*s_, b, paths[i], s_->info(paths[i]), plan.elements, values[i]);
-    s_->conn.send(b, "writing elements of " + std::to_string(mine.size()) + " leaves",
-                  s_->options.transaction);
+      add_writes(*s_, b, paths[i], s_->info(paths[i]), plan.elements, values[i], checked);
+    script.add_to(b);
+    s_->conn.send(b, "writing elements of " + std::to_string(mine.size()) + " leaves");
   }
 
   void create_leaves(std::span<const LeafCreate> leaves) override {
@@ -670,8 +696,16 @@ class LazyStackStoreNode final : public StoreNode {
       add_stacked_allocation(*s_, b, p, k);
       added.emplace_back(p, std::move(k));
     }
-    s_->conn.send(b, "allocating " + std::to_string(added.size()) + " leaves",
-                  s_->options.transaction);
+    try {
+      s_->conn.send(b, "allocating " + std::to_string(added.size()) + " leaves",
+                    s_->options.transaction);
+    } catch (const StorageError&) {
+      // Remove the leaves the server did allocate (it does not roll back).
+      Batch undo;
+      for (const auto& [p, k] : added) add_removal(undo, p);
+      discard_errors([&] { s_->conn.send(undo, "removing leaves not allocated"); });
+      throw;
+    }
     for (auto& [p, k] : added) s_->keys[p] = std::move(k);
   }
 
@@ -951,27 +985,20 @@ TensorDictBase from_lazy_stack_store(const storage::Redis& storage) {
     }
   };
   s->count = integer(1, "__count__");
+  if (s->count > detail::redis::kMaxElements)
+    throw FormatError(s->name() + ": '" + s->key("__count__") + "' is " + std::to_string(s->count) +
+                      " elements, more than the " + std::to_string(detail::redis::kMaxElements) +
+                      " a lazy stack may hold");
   s->stack_dim = integer(2, "__stack_dim__");
   const std::string ibs = str(3, "__inner_batch_size__");
-  try {
-    s->inner = nlohmann::json::parse(ibs).get<std::vector<int64_t>>();
-  } catch (const nlohmann::json::exception&) {
-    throw FormatError(s->name() + ": '" + s->key("__inner_batch_size__") + "' is '" + ibs +
-                      "', not a JSON list of sizes");
-  }
+  s->inner =
+      detail::redis::parse_sizes(ibs, s->name() + ": '" + s->key("__inner_batch_size__") + "'");
   if (s->stack_dim > static_cast<int64_t>(s->inner.size()))
     throw FormatError(s->name() + ": stack dim " + std::to_string(s->stack_dim) +
                       " is out of range for elements of batch size " + ibs);
   s->batch = detail::redis::with_dim(s->inner, s->stack_dim, s->count);
   const std::string dev = r[4]->type == REDIS_REPLY_NIL ? "" : str(4, "__device__");
-  if (!dev.empty()) {
-    try {
-      s->device = c10::Device(dev);
-    } catch (const std::exception&) {
-      throw FormatError(s->name() + ": '" + s->key("__device__") + "' is '" + dev +
-                        "', not a device");
-    }
-  }
+  s->device = detail::redis::stored_device(dev, "'" + s->key("__device__") + "'");
   s->load();
   return TensorDictBase(std::make_shared<LazyStackStoreNode>(s, ""));
 }
@@ -1057,6 +1084,13 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
   Batch b;
   std::vector<std::pair<std::string, KeyInfo>> added;
   std::vector<at::Tensor> keep;
+  // Into existing leaves only (the usual case), with a transaction: one
+  // CheckedWrite, every leaf or none. A new leaf is allocated and written
+  // in one MULTI/EXEC instead.
+  detail::redis::CheckedWrite script;
+  bool adds = false;
+  for (const auto& [p, t] : given) adds = adds || !s.keys.count(p);
+  detail::redis::CheckedWrite* checked = s.options.transaction && !adds ? &script : nullptr;
   for (auto& [p, t] : given) {
     auto it = s.keys.find(p);
     if (it == s.keys.end()) {  // a new leaf: zero in the other elements
@@ -1070,9 +1104,11 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
       continue;
     }
     keep.push_back(t.to(it->second.dtype).unsqueeze(0).contiguous());
-    detail::redis::add_writes(s, b, p, it->second, {e}, keep.back());
+    detail::redis::add_writes(s, b, p, it->second, {e}, keep.back(), checked);
   }
-  s.conn.send(b, "writing element " + std::to_string(e) + " of " + s.name(), s.options.transaction);
+  script.add_to(b);
+  s.conn.send(b, "writing element " + std::to_string(e) + " of " + s.name(),
+              s.options.transaction && checked == nullptr);
   for (auto& [p, k] : added) s.keys[p] = std::move(k);
 }
 

@@ -11,6 +11,7 @@
 // Metadata (leaf paths, shapes, dtypes) is cached per store object; a miss
 // re-reads it from the server.
 
+#include "formats/json_io.h"
 #include "storage/redis/lazy_stack_store.h"
 #include "storage/redis/store.h"
 
@@ -48,7 +49,112 @@ redis.call('SET', KEYS[1], cjson.encode(a))
 return #ARGV / 2
 )lua";
 
+// CheckedWrite's script. KEYS: data keys. ARGV, per key: the bytes it must
+// hold, the number n of its ranges, then n (offset, bytes) pairs. Every
+// length is checked before the first SETRANGE; a script stopped by an error
+// before its first write (STRLEN of another type raises one) writes nothing,
+// and the server refuses its first write, not a later one, when out of memory.
+constexpr const char* kCheckedWrite = R"lua(
+local a = 1
+for k = 1, #KEYS do
+  local want = tonumber(ARGV[a])
+  local have = redis.call('STRLEN', KEYS[k])
+  if have ~= want then
+    return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' holds ' .. have ..
+      ' bytes where its metadata needs ' .. want ..
+      ': changed by another process; nothing was written')
+  end
+  a = a + 2 + 2 * tonumber(ARGV[a + 1])
+end
+a = 1
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[a + 1])
+  a = a + 2
+  for j = 1, n do
+    redis.call('SETRANGE', KEYS[k], ARGV[a], ARGV[a + 1])
+    a = a + 2
+  end
+end
+return #KEYS
+)lua";
+
 }  // namespace
+
+int64_t checked_nbytes(at::IntArrayRef shape, at::ScalarType dtype, const std::string& where) {
+  std::optional<int64_t> n = static_cast<int64_t>(c10::elementSize(dtype));
+  for (auto d : shape)
+    if (!(n = checked_mul(*n, d)))
+      throw FormatError(where + ": shape " + json_list(shape) + " of " + dtype_to_string(dtype) +
+                        " holds more than 2^63 bytes");
+  return *n;
+}
+
+nlohmann::json parse_stored_json(std::string_view text, const std::string& where) {
+  try {
+    return to_plain(parse_python_json(std::string(text), where));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(where + " is not valid JSON (or not UTF-8): " + e.what());
+  }
+}
+
+std::vector<int64_t> parse_sizes(std::string_view text, const std::string& where) {
+  auto bad = [&] {
+    return FormatError(where + " '" + std::string(text.substr(0, 200)) +
+                       "' is not a JSON list of sizes (integers >= 0) such as [5, 2]");
+  };
+  nlohmann::json j;
+  try {
+    j = parse_stored_json(text, where);
+  } catch (const FormatError&) {
+    throw bad();
+  }
+  if (!j.is_array()) throw bad();
+  std::vector<int64_t> out;
+  for (const auto& d : j) {
+    if (d.is_number_unsigned()) {
+      if (d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) throw bad();
+      out.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    } else if (d.is_number_integer() && d.get<int64_t>() >= 0) {
+      out.push_back(d.get<int64_t>());
+    } else {
+      throw bad();
+    }
+  }
+  return out;
+}
+
+std::optional<at::Device> stored_device(const std::string& text, const std::string& where) {
+  if (text.empty()) return std::nullopt;
+  std::optional<at::Device> device;
+  try {
+    device = c10::Device(text);
+  } catch (const std::exception&) {
+    throw FormatError("Redis store: " + where + " is '" + text.substr(0, 200) + "', not a device");
+  }
+  if (!device->is_cpu())
+    throw DeviceError("Redis store: " + where + " records device '" + text +
+                      "'; this library keeps Redis stores on the CPU (create() refuses other "
+                      "devices): set that key to \"cpu\" or \"\" to read the store here");
+  return device;
+}
+
+void CheckedWrite::key(Batch& b, std::string_view data_key, int64_t expected) {
+  keys_.push_back(data_key);
+  expected_.push_back(b.own(std::to_string(expected)));
+  ranges_.emplace_back();
+}
+
+void CheckedWrite::add_to(Batch& b) {
+  if (keys_.empty()) return;
+  std::vector<std::string_view> args{"EVAL", kCheckedWrite, b.own(std::to_string(keys_.size()))};
+  args.insert(args.end(), keys_.begin(), keys_.end());
+  for (std::size_t k = 0; k < keys_.size(); ++k) {
+    args.push_back(expected_[k]);
+    args.push_back(b.own(std::to_string(ranges_[k].size())));
+    for (const auto& [off, bytes] : ranges_[k]) args.push_back(off), args.push_back(bytes);
+  }
+  b.add(std::move(args));
+}
 
 void add_allocation(Store& s, Batch& b, const std::string& path, const LeafInfo& info) {
   const std::string_view dk = b.own(s.data_key(path)), mk = b.own(s.meta_key(path));
@@ -296,18 +402,19 @@ class RedisNode final : public StoreNode {
       throw FormatError(
           "Redis store: '" + s_->data_key(p) +
           "' holds a pickled Python object, which C++ cannot read (store JSON values instead)");
-    json value;
-    try {
-      value = json::parse(text(data, s_->data_key(p)));
-    } catch (const json::exception& e) {
-      throw FormatError("Redis store: '" + s_->data_key(p) + "' is not valid JSON: " + e.what());
-    }
+    json value =
+        parse_stored_json(text(data, s_->data_key(p)), "Redis store: '" + s_->data_key(p) + "'");
     const std::vector<int64_t> batch = batch_size().vec();
     if (info.encoding == "json") return Value(NonTensorData(std::move(value), batch, s_->device));
-    if (value.is_array()) s_->last_array[p] = value;
     if (!value.is_array())
       throw FormatError("Redis store: '" + s_->data_key(p) +
                         "' has encoding json_array but is not a JSON list");
+    if (!batch.empty() && static_cast<int64_t>(value.size()) != batch[0])
+      throw FormatError("Redis store: '" + s_->data_key(p) + "' is a list of " +
+                        std::to_string(value.size()) +
+                        " values (json_array) in a store of batch size " + json_list(batch) +
+                        ": one value per row is needed");
+    s_->last_array[p] = value;
     try {
       return Value(NonTensorStack(value, batch, s_->device));
     } catch (const Error&) {
@@ -356,12 +463,13 @@ class RedisNode final : public StoreNode {
       const LeafInfo& info = infos[i];
       const std::vector<int64_t> shape =
           whole || selected_here[i] ? info.shape : rows.selected_shape(info.shape);
-      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
-      char* out = static_cast<char*>(t.data_ptr());
       if (runs[i].empty()) {
+        at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
         mine[i]->out = selected_here[i] ? rows.apply(t).clone() : t;
         continue;
       }
+      // The size is checked before the result is allocated: metadata
+      // changed on the server could ask for any size.
       const redisReply* size = replies[next++].get();
       if (size->type != REDIS_REPLY_INTEGER || size->integer != info.nbytes()) {
         s_->load();  // replaced or removed by another process: refresh the cache
@@ -372,6 +480,8 @@ class RedisNode final : public StoreNode {
                            std::to_string(info.nbytes()) +
                            ": changed by another process; metadata refreshed, retry");
       }
+      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
+      char* out = static_cast<char*>(t.data_ptr());
       for (const auto& [off, len] : runs[i]) {
         const redisReply* r = replies[next++].get();
         // The key's name is built only for the error (this runs per row).
@@ -415,7 +525,10 @@ class RedisNode final : public StoreNode {
     std::vector<at::Tensor> keep;
     std::vector<std::pair<std::string, LeafInfo>> added;
     add_value(*s_, b, p, value, keep, added);
-    s_->conn.send(b, "writing '" + p + "'", s_->options.transaction);
+    // Always one MULTI/EXEC, whatever options.transaction: the old value is
+    // deleted in the same transaction that writes the new one, so a write the
+    // server refuses (out of memory) leaves the old value as it was.
+    s_->conn.send(b, "writing '" + p + "'", /*transaction=*/true);
     for (const auto& lp : old) s_->forget(lp);
     for (auto& [ap, info] : added) s_->remember(ap, std::move(info));
     if (value.is_tensordict()) {
@@ -466,19 +579,32 @@ class RedisNode final : public StoreNode {
       return;
     }
     // Leaves of one row size share their offsets: each offset's text is
-    // made once, not once per leaf.
+    // made once, not once per leaf. With a transaction, one CheckedWrite:
+    // all leaves or none.
+    const bool checked = s_->options.transaction;
+    CheckedWrite script;
     int64_t last_off = -1;
     std::string_view last_text;
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      const std::string_view dk = cached[i].second->data_key;
+      const LeafInfo& info = *cached[i].second;
+      const std::string_view dk = info.data_key;
       const char* data = static_cast<const char*>(values[i].data_ptr());
       int64_t pos = 0;
-      const auto runs = *ranges_of(rows, *cached[i].second);
+      const auto runs = *ranges_of(rows, info);
+      if (checked && !runs.empty()) script.key(b, dk, info.nbytes());
       for (const auto& [off, len] : runs) {
         if (len == 0) continue;
+        // Never past the leaf's end (a SETRANGE there would grow it).
+        if (off < 0 || off + len > info.nbytes())
+          throw IndexError("Redis store: '" + *cached[i].first + "': rows at bytes " +
+                           std::to_string(off) + ".." + std::to_string(off + len) +
+                           " are past the leaf's " + std::to_string(info.nbytes()) + " bytes");
         if (off != last_off) last_off = off, last_text = b.own(std::to_string(off));
-        b.add({"SETRANGE", dk, last_text,
-               std::string_view(data + pos, static_cast<std::size_t>(len))});
+        const std::string_view bytes(data + pos, static_cast<std::size_t>(len));
+        if (checked)
+          script.range(last_text, bytes);
+        else
+          b.add({"SETRANGE", dk, last_text, bytes});
         pos += len;
       }
       if (pos != static_cast<int64_t>(values[i].nbytes()))
@@ -486,8 +612,8 @@ class RedisNode final : public StoreNode {
                          std::to_string(values[i].nbytes()) + " bytes for " + std::to_string(pos) +
                          " selected bytes");
     }
-    s_->conn.send(b, "writing rows of " + std::to_string(mine.size()) + " leaves",
-                  s_->options.transaction);
+    script.add_to(b);
+    s_->conn.send(b, "writing rows of " + std::to_string(mine.size()) + " leaves");
   }
 
   void create_leaves(std::span<const LeafCreate> leaves) override {
@@ -506,8 +632,21 @@ class RedisNode final : public StoreNode {
       add_allocation(*s_, b, p, info);
       added.emplace_back(p, std::move(info));
     }
-    s_->conn.send(b, "allocating " + std::to_string(added.size()) + " leaves",
-                  s_->options.transaction);
+    try {
+      s_->conn.send(b, "allocating " + std::to_string(added.size()) + " leaves",
+                    s_->options.transaction);
+    } catch (const StorageError&) {
+      // The server does not roll back the leaves it allocated before the one
+      // it refused (a size past proto-max-bulk-len): remove them all.
+      Batch undo;
+      for (const auto& [p, info] : added) {
+        undo.add({"DEL", undo.own(s_->data_key(p)), undo.own(s_->meta_key(p))});
+        undo.add({"SREM", undo.own(s_->key("__keys__")), undo.own(p)});
+        s_->forget(p);
+      }
+      discard_errors([&] { s_->conn.send(undo, "removing leaves not allocated"); });
+      throw;
+    }
     for (auto& [p, info] : added) s_->remember(p, std::move(info));
   }
 
@@ -666,26 +805,13 @@ TensorDictBase from_store(const storage::Redis& storage) {
     throw KeyError("no Redis store with td_id '" + storage.td_id + "' (prefix '" + storage.prefix +
                    "') at " + s->conn.where() + ": key '" + s->key("__batch_size__") +
                    "' is missing");
-  const std::string bs(detail::redis::text(r[0].get(), s->key("__batch_size__")));
-  try {
-    auto j = nlohmann::json::parse(bs);
-    s->batch = j.get<std::vector<int64_t>>();
-  } catch (const nlohmann::json::exception&) {
-    throw FormatError("Redis store: '" + s->key("__batch_size__") + "' is '" + bs +
-                      "', not a JSON list of sizes");
-  }
+  s->batch = detail::redis::parse_sizes(detail::redis::text(r[0].get(), s->key("__batch_size__")),
+                                        "Redis store: '" + s->key("__batch_size__") + "'");
   const std::string dev = r[1]->type == REDIS_REPLY_NIL
                               ? ""
                               : std::string(detail::redis::text(r[1].get(), "__device__"));
-  if (!dev.empty()) {
-    try {
-      s->device = c10::Device(dev);
-    } catch (const std::exception&) {
-      throw FormatError("Redis store: '" + s->key("__device__") + "' is '" + dev +
-                        "', not a device");
-    }
-  }
-  s->load();
+  s->device = detail::redis::stored_device(dev, "'" + s->key("__device__") + "'");
+  s->load();  // checks that every leaf starts with the batch size
   return TensorDictBase(std::make_shared<RedisNode>(s, ""));
 }
 
@@ -763,7 +889,25 @@ TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& bat
                             ? detail::redis::create_sharded(storage, batch_size, std::nullopt,
                                                             detail::redis::row_sizes(schema))
                             : redis::create(storage, batch_size);
-  allocate_schema(root, schema);
+  const std::vector<NestedKey> before = root.keys();
+  try {
+    allocate_schema(root, schema);
+  } catch (const Error&) {
+    // Remove what this call created (the server does not roll back the
+    // leaves allocated before the one it refused): the whole store when it
+    // was new, else the entries the schema added.
+    try {
+      if (before.empty()) {
+        redis::clear(root);
+      } else {
+        for (const auto& key : root.keys())
+          if (std::find(before.begin(), before.end(), key) == before.end()) root.del_(key);
+      }
+    } catch (const Error&) {
+      // The server went away: the error below says why.
+    }
+    throw;
+  }
   return root;
 }
 

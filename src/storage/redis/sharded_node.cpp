@@ -296,16 +296,13 @@ class ShardedNode final : public StoreNode {
     nlohmann::json all = nlohmann::json::array();
     for (std::size_t i = 0; i < r.size(); ++i) {
       const std::string where = s_->blocks[i]->data_key(p);
-      nlohmann::json v;
-      try {
-        v = nlohmann::json::parse(text(r[i].get(), where));
-      } catch (const nlohmann::json::exception& e) {
-        throw FormatError("sharded Redis store: '" + where + "' is not valid JSON: " + e.what());
-      }
+      nlohmann::json v =
+          parse_stored_json(text(r[i].get(), where), "sharded Redis store: '" + where + "'");
       if (!rows) return Value(NonTensorData(std::move(v), batch_size().vec(), s_->device));
-      if (!v.is_array())
+      if (!v.is_array() || static_cast<int64_t>(v.size()) != s_->count(i))
         throw FormatError("sharded Redis store: '" + where +
-                          "' has encoding json_array but is not a JSON list");
+                          "' has encoding json_array but is not a JSON list of " +
+                          std::to_string(s_->count(i)) + " values (one per row of its block)");
       for (auto& e : v) all.push_back(std::move(e));
     }
     return Value(NonTensorStack(all, batch_size().vec(), s_->device));
@@ -352,8 +349,7 @@ class ShardedNode final : public StoreNode {
       const int64_t row = row_bytes(info);
       std::vector<int64_t> shape = info.shape;
       shape[0] = selected;
-      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
-      char* out = static_cast<char*>(t.data_ptr());
+      // The sizes are checked before the result is allocated.
       if (row > 0 && !pieces.empty()) {
         std::vector<bool> seen(s_->blocks.size(), false);
         for (const auto& pc : pieces)
@@ -370,7 +366,11 @@ class ShardedNode final : public StoreNode {
                   ": changed by another process; metadata refreshed, retry");
             }
           }
-        for (const auto& pc : pieces) {
+      }
+      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
+      char* out = static_cast<char*>(t.data_ptr());
+      if (row > 0 && !pieces.empty()) {
+        for (const auto& pc : pieces) {  // the GETRANGEs follow the leaf's STRLENs
           const redisReply* r = replies[next++].get();
           const int64_t len = pc.count * row;
           if (r->type != REDIS_REPLY_STRING || static_cast<int64_t>(r->len) != len)
@@ -423,6 +423,11 @@ class ShardedNode final : public StoreNode {
     }
     const std::vector<Piece> pieces = s_->pieces(*runs);
     Batch b;
+    // With a transaction, one CheckedWrite (all leaves or none) per block on
+    // a cluster (a script reaches one slot), one for every block otherwise.
+    const bool checked = s_->options.transaction;
+    const bool per_block = s_->client->cluster();
+    std::vector<CheckedWrite> scripts(per_block ? s_->blocks.size() : 1);
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const int64_t row = row_bytes(infos[i]);
       int64_t selected = 0;
@@ -434,14 +439,28 @@ class ShardedNode final : public StoreNode {
       if (row == 0) continue;
       const char* data = static_cast<const char*>(values[i].data_ptr());
       std::vector<std::string_view> dks(s_->blocks.size());
-      for (const auto& pc : pieces)
+      std::vector<std::vector<const Piece*>> by_block(s_->blocks.size());
+      for (const auto& pc : pieces) {
         if (dks[pc.block].empty()) dks[pc.block] = b.own(s_->blocks[pc.block]->data_key(paths[i]));
-      for (const auto& pc : pieces)
-        b.add({"SETRANGE", dks[pc.block], b.own(std::to_string(pc.local * row)),
-               std::string_view(data + pc.out * row, static_cast<std::size_t>(pc.count * row))});
+        by_block[pc.block].push_back(&pc);
+      }
+      for (std::size_t k = 0; k < by_block.size(); ++k) {
+        if (by_block[k].empty()) continue;
+        CheckedWrite& script = scripts[per_block ? k : 0];
+        if (checked) script.key(b, dks[k], s_->count(k) * row);
+        for (const Piece* pc : by_block[k]) {
+          const std::string_view off = b.own(std::to_string(pc->local * row)),
+                                 bytes(data + pc->out * row,
+                                       static_cast<std::size_t>(pc->count * row));
+          if (checked)
+            script.range(off, bytes);
+          else
+            b.add({"SETRANGE", dks[k], off, bytes});
+        }
+      }
     }
-    s_->client->send(b, "writing rows of " + std::to_string(mine.size()) + " leaves",
-                     s_->options.transaction);
+    for (auto& script : scripts) script.add_to(b);
+    s_->client->send(b, "writing rows of " + std::to_string(mine.size()) + " leaves");
   }
 
   void create_leaves(std::span<const LeafCreate> leaves) override {
@@ -465,10 +484,24 @@ class ShardedNode final : public StoreNode {
         if (k == 0) added.emplace_back(p, part);
       }
     }
-    s_->client->send(b,
-                     "allocating " + std::to_string(added.size()) + " leaves in " +
-                         std::to_string(s_->blocks.size()) + " blocks",
-                     s_->options.transaction);
+    try {
+      s_->client->send(b,
+                       "allocating " + std::to_string(added.size()) + " leaves in " +
+                           std::to_string(s_->blocks.size()) + " blocks",
+                       s_->options.transaction);
+    } catch (const StorageError&) {
+      // Remove the leaves the server did allocate (it does not roll back).
+      Batch undo;
+      for (const auto& [p, info] : added) {
+        for (const auto& blk : s_->blocks) {
+          undo.add({"DEL", undo.own(blk->data_key(p)), undo.own(blk->meta_key(p))});
+          undo.add({"SREM", undo.own(blk->key("__keys__")), undo.own(p)});
+        }
+        s_->head().forget(p);
+      }
+      discard_errors([&] { s_->client->send(undo, "removing leaves not allocated"); });
+      throw;
+    }
     for (auto& [p, info] : added) s_->head().remember(p, std::move(info));
   }
 
@@ -494,7 +527,9 @@ class ShardedNode final : public StoreNode {
       for (std::size_t k = 0; k < s_->blocks.size(); ++k)
         add_value(*s_->blocks[k], b, lp, block_part(lp, v, k), keep, added[k]);
     }
-    s_->client->send(b, "writing '" + p + "'", s_->options.transaction);
+    // Always MULTI/EXEC (one per block on a cluster): a write the server
+    // refuses (out of memory) leaves the old value as it was.
+    s_->client->send(b, "writing '" + p + "'", /*transaction=*/true);
     for (const auto& lp : old) head.forget(lp);
     for (auto& [ap, info] : added[0]) head.remember(ap, std::move(info));
     if (value.is_tensordict()) head.level_batch[p + "."] = value.tensordict().batch_size().vec();
@@ -694,26 +729,38 @@ TensorDictBase attach_sharded(const storage::Redis& options, std::shared_ptr<Con
   auto s = make(options, std::move(client));
   std::lock_guard lock(s->mu);
   std::vector<std::string> ids;
+  const std::string where = "sharded Redis store: manifest '" + s->manifest_key() + "'";
+  const nlohmann::json j = parse_stored_json(manifest, where);
+  std::string dev;
   try {
-    const auto j = nlohmann::json::parse(manifest);
-    s->batch = j.at("batch_size").get<std::vector<int64_t>>();
-    s->block_rows = j.at("block_rows").get<int64_t>();
+    s->batch = parse_sizes(j.at("batch_size").dump(), where + ": batch_size");
+    const auto& rows = j.at("block_rows");
+    if (!rows.is_number_integer()) throw FormatError(where + ": block_rows is not an integer");
+    s->block_rows = rows.get<int64_t>();
     ids = j.at("blocks").get<std::vector<std::string>>();
-    const std::string dev = j.value("device", "");
-    if (!dev.empty()) s->device = c10::Device(dev);
+    dev = j.value("device", "");
+  } catch (const FormatError&) {
+    throw;
   } catch (const std::exception& e) {
-    throw FormatError("sharded Redis store: manifest '" + s->manifest_key() +
-                      "' is not valid: " + e.what());
+    throw FormatError(where + " is not valid: " + e.what());
   }
+  s->device = stored_device(dev, where + ": device");
   const int64_t n = s->batch.empty() ? -1 : s->batch[0];
+  // The block count without overflow (a hostile batch size near 2^63).
+  const int64_t blocks =
+      s->block_rows < 1 ? -1 : n / s->block_rows + (n % s->block_rows != 0 ? 1 : 0);
   if (n < 0 || s->block_rows < 1 || ids.empty() ||
-      static_cast<int64_t>(ids.size()) !=
-          std::max<int64_t>(1, (n + s->block_rows - 1) / s->block_rows))
-    throw FormatError("sharded Redis store: manifest '" + s->manifest_key() + "' lists " +
-                      std::to_string(ids.size()) + " blocks of " + std::to_string(s->block_rows) +
-                      " rows for batch size " + json_list(s->batch));
+      static_cast<int64_t>(ids.size()) != std::max<int64_t>(1, blocks))
+    throw FormatError(where + " lists " + std::to_string(ids.size()) + " blocks of " +
+                      std::to_string(s->block_rows) + " rows for batch size " +
+                      json_list(s->batch));
   add_blocks(*s, ids);
-  s->head().load();
+  s->head().load();  // each leaf starts with block 0's batch size
+  // Whole-buffer sizes (rows x bytes per row) must not wrap either.
+  for (const auto& [p, info] : s->head().leaves)
+    if (!info.non_tensor && !checked_mul(row_bytes(info), n))
+      throw FormatError(where + ": leaf '" + p + "' of " + json_list(info.shape) +
+                        " per block holds more than 2^63 bytes for " + std::to_string(n) + " rows");
   return TensorDictBase(std::make_shared<ShardedNode>(s, ""));
 }
 

@@ -27,6 +27,59 @@ namespace tensordict::detail::redis {
 
 using json = nlohmann::json;
 
+/// a * b, or nullopt when it passes INT64_MAX (both >= 0).
+inline std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+/// The bytes of a tensor of `shape` and `dtype`; FormatError naming `where`
+/// when the count passes INT64_MAX (a hostile shape whose product would wrap,
+/// e.g. to zero, and pass a size check).
+int64_t checked_nbytes(at::IntArrayRef shape, at::ScalarType dtype, const std::string& where);
+/// A stored JSON list of sizes ("[5, 2]"): integers >= 0 only (no 2.5, no
+/// -5), nesting bounded; FormatError naming `where` otherwise.
+std::vector<int64_t> parse_sizes(std::string_view text, const std::string& where);
+/// Stored JSON text (a non-tensor value, a manifest) parsed with the bounded
+/// parser (kMaxNestingDepth): FormatError naming `where` for text nested too
+/// deep, malformed or not UTF-8, never a raw nlohmann exception.
+nlohmann::json parse_stored_json(std::string_view text, const std::string& where);
+/// The device recorded in a store (`where` names the key): none or the CPU;
+/// DeviceError for any other device (this library keeps Redis stores on the
+/// CPU, as create() does), FormatError for text that is not a device.
+std::optional<at::Device> stored_device(const std::string& text, const std::string& where);
+
+/// A row write made all-or-nothing on the server: one EVAL of a Lua script
+/// that checks the length (and type) of every data key against its metadata
+/// before it writes any range, so that a key another process replaced or
+/// shortened fails the whole write with nothing written, where a MULTI/EXEC
+/// would have written the other leaves. Keys must share one cluster slot.
+class CheckedWrite {
+ public:
+  /// Starts the ranges of `data_key`, which must hold `expected` bytes.
+  void key(Batch& b, std::string_view data_key, int64_t expected);
+  void range(std::string_view offset, std::string_view bytes) {
+    ranges_.back().emplace_back(offset, bytes);
+  }
+  bool empty() const noexcept { return keys_.empty(); }
+  /// The EVAL, added to `b` (nothing when no key was started).
+  void add_to(Batch& b);
+
+ private:
+  std::vector<std::string_view> keys_, expected_;
+  std::vector<std::vector<std::pair<std::string_view, std::string_view>>> ranges_;
+};
+
+/// Runs `f`, ignoring a tensordict error: cleanup after a failure, whose
+/// own error is the one reported.
+template <class F>
+void discard_errors(F&& f) {
+  try {
+    f();
+  } catch (const Error&) {
+  }
+}
+
 struct LeafInfo {
   bool non_tensor = false;
   std::string encoding;  // json | json_array | pickle
@@ -77,23 +130,15 @@ struct Store {
     if (!fields.count("shape") || !fields.count("dtype"))
       throw FormatError("Redis metadata " + where +
                         ": neither a tensor (shape, dtype) nor a non-tensor");
-    try {
-      const json shape = json::parse(fields["shape"]);
-      if (!shape.is_array()) throw FormatError("");
-      for (const auto& d : shape) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) throw FormatError("");
-        info.shape.push_back(d.get<int64_t>());
-      }
-    } catch (const std::exception&) {
-      throw FormatError("Redis metadata " + where + ": shape '" + fields["shape"] +
-                        "' is not a JSON list of sizes such as [5, 2]");
-    }
+    info.shape = parse_sizes(fields["shape"], "Redis metadata " + where + ": shape");
     try {
       info.dtype = dtype_from_string(fields["dtype"]);
     } catch (const Error&) {
       throw FormatError("Redis metadata " + where + ": unknown dtype '" + fields["dtype"] +
                         "' (expected a name such as torch.float32)");
     }
+    // Checked once here, so that nbytes() (on the row paths) cannot wrap.
+    checked_nbytes(info.shape, info.dtype, "Redis metadata " + where);
     return info;
   }
 
@@ -108,6 +153,14 @@ struct Store {
     for (std::size_t i = 0; i < paths.size(); ++i) {
       LeafInfo& info = fresh[paths[i]] = parse_meta(paths[i], replies[i].get());
       info.data_key = data_key(paths[i]);
+      // Every tensor leaf, at any level, starts with the store's batch size
+      // (nested levels extend it): a leaf shorter than its rows would be
+      // written past its end by a row write.
+      if (!info.non_tensor && (info.shape.size() < batch.size() ||
+                               !std::equal(batch.begin(), batch.end(), info.shape.begin())))
+        throw FormatError("Redis store " + options.td_id + ": leaf '" + paths[i] + "' has shape " +
+                          json_list(info.shape) + " ('" + meta_key(paths[i]) +
+                          "'), which does not start with the batch size " + json_list(batch));
     }
     // Keep this process's insertion order for the paths it already knew.
     std::vector<std::string> kept;
