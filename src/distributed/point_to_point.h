@@ -3,6 +3,7 @@
 // receiver speaks first, both sides check) and eager.cpp
 // (StructureCheck::Receiver).
 
+#include "distributed/buffers.h"
 #include "distributed/channel.h"
 #include "distributed/layout.h"
 
@@ -41,21 +42,24 @@ std::vector<NonTensorValue> recv_non_tensors(Channel& ch, const TensorDictBase& 
                                              bool per_leaf, int src);
 
 // The receives of a per-leaf transfer, one per non-empty leaf, posted at
-// construction: in place where the leaf is an in-memory contiguous tensor,
-// otherwise into a temporary that write() sets (memmap, lazy stacks, other
-// storages).
+// construction into a staging buffer (the flat buffer's layout, from the pool
+// when `reuse`): the leaves are written into the tensordict only once every
+// one has arrived, so a transfer that fails (a peer that dies, a timeout)
+// writes nothing.
 class LeafReceives {
  public:
-  LeafReceives(Channel& ch, const Layout& layout, const TensorDictBase& td, int src);
+  LeafReceives(Channel& ch, const Layout& layout, int src, bool reuse);
   int64_t count() const { return static_cast<int64_t>(works_.size()); }
-  // Blocks until every receive has completed (with a leaf, or filled empty).
-  void wait(Channel& ch) { ch.wait_all(works_); }
-  // Writes the leaves received into temporaries.
+  // Blocks until every receive has completed (with a leaf, or filled empty);
+  // FormatError when `src` sent a message longer than the leaves.
+  void wait(Channel& ch, int src);
+  // Writes the leaves received into `td` (of `layout`'s structure).
   void write(const TensorDictBase& td);
 
  private:
+  const Layout& layout_;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
-  std::vector<std::pair<const Leaf*, at::Tensor>> staged_;
+  MessageBuffer staging_;
 };
 
 // Receives one leaf per message (LeafReceives posted, waited for, written).
@@ -64,8 +68,27 @@ void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, 
 // Completes the `count` leaf receives the peer posted ahead (its expectation's
 // kEPosted) with empty messages, which write nothing: what a rank does that
 // answers such a recv() with no leaves (a mismatch, a refusal, a recv facing
-// a recv). FormatError for a count no recv() posts.
-void fill_posted(Channel& ch, int64_t count, int peer);
+// a recv). FormatError naming the peer for a count no recv() posts: more
+// than the `leaves` its expectation announces, or than kMaxLeaves.
+void fill_posted(Channel& ch, int64_t count, int64_t leaves, int peer);
+
+// The most leaves a peer's expectation may announce receives for: a hostile
+// count must not queue millions of messages.
+constexpr int64_t kMaxLeaves = int64_t{1} << 20;
+
+// The tensordict of a from_remote_init(): `structure` (JSON, the header's
+// `format`: kInitConsolidated or kInitLayout) over `storage`. FormatError
+// naming `what` for anything a sender does not send. Callable without a
+// process group (fuzz/fuzz_wire_message.cpp).
+TensorDictBase build_received(const std::string& what, int64_t format, const std::string& structure,
+                              const at::Tensor& storage);
+
+// The entries of `layout` as an eager transfer's first message carries them.
+std::string encode_entries(const Layout& layout);
+// The entries of an eager transfer's first message (`n` bytes at `p`), as the
+// sender encoded them; FormatError naming `what` when they are cut short or
+// not valid.
+EntryList decode_entries(const std::string& what, const uint8_t* p, int64_t n);
 
 // StructureCheck::Receiver (eager.cpp), on a Channel in its tag slot.
 void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst);

@@ -171,6 +171,13 @@ TD_DIST_TEST(listening_receive_goes_with_its_group, 2)
 TD_DIST_TEST(own_messages_on_the_tag_stay_apart, 2)
 TD_DIST_TEST(leaf_receives_posted_ahead_on_the_wire, 2)
 TD_DIST_TEST(leaf_receives_posted_ahead, 2)
+TD_DIST_TEST(hostile_received_json, 2)
+TD_DIST_TEST(expanded_leaf_refuses_to_receive, 2)
+TD_DIST_TEST(expanded_leaf_in_collectives, 2)
+TD_DIST_TEST(absurd_leaf_receive_count, 2)
+TD_DIST_TEST(slow_peer_filling_leaf_receives, 2)
+TD_DIST_TEST(peer_dies_during_per_leaf_recv, 2)
+TD_DIST_TEST(oversized_raw_messages, 2)
 
 int main(int argc, char** argv) {
   if (argc == 6 && std::string(argv[1]) == "--worker")
