@@ -31,6 +31,10 @@ std::vector<std::string> gather_strings(Channel& ch, const std::string& mine) {
   max_opts.reduceOp = c10d::ReduceOp::MAX;
   ch.collective([&] { return pg.allreduce(len, max_opts); });
   const int64_t max_len = len[0].item<int64_t>();
+  if (max_len > kMaxJsonBytes)  // a rank that announces more than any sends
+    throw FormatError(ch.what() + ": a rank announces " + std::to_string(max_len) +
+                      " bytes of JSON, more than the " + std::to_string(kMaxJsonBytes) +
+                      " a transfer carries");
   std::vector<std::string> result(pg.getSize());
   if (max_len == 0) return result;
   std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};

@@ -304,20 +304,27 @@ at::Tensor pack(const Layout& layout) {
   return buffer;
 }
 
-void unpack(const Layout& layout, uint8_t* base, const TensorDictBase& td) {
-  TensorDictBase target = td;
-  for (const Leaf& leaf : layout.leaves) {
-    if (leaf.nbytes == 0) continue;
-    const at::Tensor* own =
-        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
-    if (own && own->is_contiguous() && own->device().is_cpu() && own->scalar_type() == leaf.dtype) {
-      std::memcpy(own->data_ptr(), base + leaf.offset, leaf.nbytes);
-      continue;
-    }
-    at::Tensor view =
-        at::from_blob(base + leaf.offset, leaf.shape, at::TensorOptions().dtype(leaf.dtype));
-    target.set_(leaf.key, view);
+const at::Tensor* own_memory(const Leaf& leaf, const TensorDictBase& td) {
+  const at::Tensor* own =
+      detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+  if (own && own->is_contiguous() && own->device().is_cpu() && own->scalar_type() == leaf.dtype)
+    return own;
+  return nullptr;
+}
+
+void unpack_leaf(const Leaf& leaf, uint8_t* base, const TensorDictBase& td) {
+  if (leaf.nbytes == 0) return;
+  if (const at::Tensor* own = own_memory(leaf, td)) {
+    std::memcpy(own->data_ptr(), base + leaf.offset, leaf.nbytes);
+    return;
   }
+  TensorDictBase target = td;
+  target.set_(leaf.key,
+              at::from_blob(base + leaf.offset, leaf.shape, at::TensorOptions().dtype(leaf.dtype)));
+}
+
+void unpack(const Layout& layout, uint8_t* base, const TensorDictBase& td) {
+  for (const Leaf& leaf : layout.leaves) unpack_leaf(leaf, base, td);
 }
 
 at::Tensor bytes_tensor(const std::string& s) {

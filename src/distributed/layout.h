@@ -175,6 +175,11 @@ at::Tensor pack(const Layout& layout);
 // contiguous leaf, set_ otherwise (so every storage keeps its own: a memmap
 // receives into its files, a lazy stack into its members).
 void unpack(const Layout& layout, uint8_t* base, const TensorDictBase& td);
+// The same for one leaf.
+void unpack_leaf(const Leaf& leaf, uint8_t* base, const TensorDictBase& td);
+// Whether a receive can write `leaf` straight into `td`'s own memory (an
+// in-memory contiguous CPU tensor), and that memory.
+const at::Tensor* own_memory(const Leaf& leaf, const TensorDictBase& td);
 
 at::Tensor bytes_tensor(const std::string& s);
 // The bytes of a uint8 tensor, up to the first NUL (all_gather pads with them).

@@ -222,14 +222,13 @@ at::Tensor peer_sized_buffer(const Channel& ch, int64_t nbytes) {
 }
 
 void take_leaves(Channel& ch, const std::vector<int64_t>& nbytes, int src) {
-  std::vector<at::Tensor> scratch;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (int64_t n : nbytes) {
-    if (n == 0) continue;
-    scratch.push_back(peer_sized_buffer(ch, n));
-    works.push_back(ch.recv(scratch.back(), src));
-  }
-  ch.wait_all(works);
+  // One at a time, into one buffer of the largest: no hot path, and one
+  // mapping however many leaves the peer lists.
+  const int64_t largest = nbytes.empty() ? 0 : *std::max_element(nbytes.begin(), nbytes.end());
+  if (largest <= 0) return;
+  const at::Tensor scratch = peer_sized_buffer(ch, largest);
+  for (int64_t n : nbytes)
+    if (n > 0) ch.recv_now(scratch.narrow(0, 0, n), src);
 }
 
 namespace {
@@ -253,26 +252,68 @@ std::vector<NonTensorValue> recv_non_tensors(Channel& ch, const TensorDictBase& 
   }
 }
 
-LeafReceives::LeafReceives(Channel& ch, const Layout& layout, int src, bool reuse)
-    : layout_(layout), staging_(layout.flat_bytes, reuse) {
+LeafReceives::LeafReceives(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
+  const bool stage = ch.options().stage_leaves;
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.nbytes == 0) continue;
-    works_.push_back(ch.recv(staging_.tensor().narrow(0, leaf.offset, leaf.nbytes), src));
+    const at::Tensor* own = stage ? nullptr : own_memory(leaf, td);
+    received_.emplace_back(&leaf, own != nullptr);
+    if (own) {
+      works_.push_back(ch.recv(bytes_of(*own), src));
+      continue;
+    }
+    if (!staging_) staging_.emplace(layout.flat_bytes, ch.options().reuse_buffers);
+    works_.push_back(ch.recv(staging_->tensor().narrow(0, leaf.offset, leaf.nbytes), src));
   }
 }
 
 void LeafReceives::wait(Channel& ch, int src) {
-  ch.wait_all_last_first(works_);  // a peer that dies is noticed at once
-  ch.check_fit(staging_.tensor(), src, "the leaves' receives");
+  const bool staged_only =
+      std::none_of(received_.begin(), received_.end(), [](const auto& r) { return r.second; });
+  if (staged_only) {
+    ch.wait_all_last_first(works_);  // a peer that dies is noticed at once
+  } else {
+    // In order, so that a failure tells which leaves were written in place.
+    for (std::size_t i = 0; i < works_.size(); ++i) {
+      try {
+        ch.wait(works_[i]);
+      } catch (const Error& e) {
+        rethrow_naming_written(e, i);
+      }
+    }
+    works_.clear();
+  }
+  if (staging_) ch.check_fit(staging_->tensor(), src, "the leaves' receives");
+}
+
+void LeafReceives::rethrow_naming_written(const Error& e, std::size_t failed) const {
+  std::string written;
+  for (std::size_t i = 0; i < failed; ++i)
+    if (received_[i].second)
+      written += (written.empty() ? "" : ", ") + received_[i].first->key.repr();
+  std::string msg = std::string(e.what()) + " (received in place: " +
+                    (written.empty() ? std::string("nothing was written before the failure")
+                                     : "written before the failure: " + written);
+  if (received_[failed].second)
+    msg += "; " + received_[failed].first->key.repr() + " may be partly written";
+  msg +=
+      "; the other leaves are as they were; TransferOptions::stage_leaves writes nothing "
+      "on a failure)";
+  if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(msg);
+  if (dynamic_cast<const ConnectionError*>(&e)) throw ConnectionError(msg);
+  if (dynamic_cast<const StorageError*>(&e)) throw StorageError(msg);
+  if (dynamic_cast<const FormatError*>(&e)) throw FormatError(msg);
+  throw Error(msg);
 }
 
 void LeafReceives::write(const TensorDictBase& td) {
-  unpack(layout_, staging_.data(), td);
-  staging_.done();
+  for (const auto& [leaf, in_place] : received_)
+    if (!in_place) unpack_leaf(*leaf, staging_->data(), td);
+  if (staging_) staging_->done();
 }
 
 void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
-  LeafReceives leaves(ch, layout, src, ch.options().reuse_buffers);
+  LeafReceives leaves(ch, layout, td, src);
   leaves.wait(ch, src);
   leaves.write(td);
 }
@@ -327,7 +368,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   // tensor by hand does), not a round trip after the header. Not with
   // non-tensor values: those are checked before any leaf is written.
   std::optional<LeafReceives> posted;
-  if (!flat && layout.non_tensors.empty()) posted.emplace(ch, layout, src, options.reuse_buffers);
+  if (!flat && layout.non_tensors.empty()) posted.emplace(ch, layout, td, src);
   at::Tensor expectation = at::zeros({kECount}, at::kLong);
   int64_t* e = expectation.data_ptr<int64_t>();
   e[kEMagic] = kExpectMagic;

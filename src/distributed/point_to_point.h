@@ -13,7 +13,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tensordict::detail::distributed {
@@ -29,7 +31,7 @@ void send_rest_and_wait(Channel& ch, const Layout& layout, const std::string& ex
 // StorageError naming the transfer, not LibTorch's.
 at::Tensor peer_sized_buffer(const Channel& ch, int64_t nbytes);
 
-// Receives the leaves of a per-leaf transfer into scratch buffers and drops
+// Receives the leaves of a per-leaf transfer into a scratch buffer and drops
 // them: a receiver that throws first takes the sender's messages, so the
 // group stays in step.
 void take_leaves(Channel& ch, const std::vector<int64_t>& nbytes, int src);
@@ -42,24 +44,27 @@ std::vector<NonTensorValue> recv_non_tensors(Channel& ch, const TensorDictBase& 
                                              bool per_leaf, int src);
 
 // The receives of a per-leaf transfer, one per non-empty leaf, posted at
-// construction into a staging buffer (the flat buffer's layout, from the pool
-// when `reuse`): the leaves are written into the tensordict only once every
-// one has arrived, so a transfer that fails (a peer that dies, a timeout)
-// writes nothing.
+// construction: in place where the leaf is an in-memory contiguous tensor of
+// `td`, unless TransferOptions::stage_leaves; every other leaf into a staging
+// buffer (the flat buffer's layout, pooled), written into the tensordict only
+// once every leaf has arrived.
 class LeafReceives {
  public:
-  LeafReceives(Channel& ch, const Layout& layout, int src, bool reuse);
+  LeafReceives(Channel& ch, const Layout& layout, const TensorDictBase& td, int src);
   int64_t count() const { return static_cast<int64_t>(works_.size()); }
   // Blocks until every receive has completed (with a leaf, or filled empty);
-  // FormatError when `src` sent a message longer than the leaves.
+  // FormatError when `src` sent a message longer than the leaves. A failure
+  // of the group names the leaves written in place before it.
   void wait(Channel& ch, int src);
   // Writes the leaves received into `td` (of `layout`'s structure).
   void write(const TensorDictBase& td);
 
  private:
-  const Layout& layout_;
+  [[noreturn]] void rethrow_naming_written(const Error& e, std::size_t failed) const;
+
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
-  MessageBuffer staging_;
+  std::vector<std::pair<const Leaf*, bool>> received_;  // per work: its leaf, in place
+  std::optional<MessageBuffer> staging_;                // for the leaves not in place
 };
 
 // Receives one leaf per message (LeafReceives posted, waited for, written).

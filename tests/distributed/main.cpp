@@ -176,7 +176,8 @@ TD_DIST_TEST(expanded_leaf_refuses_to_receive, 2)
 TD_DIST_TEST(expanded_leaf_in_collectives, 2)
 TD_DIST_TEST(absurd_leaf_receive_count, 2)
 TD_DIST_TEST(slow_peer_filling_leaf_receives, 2)
-TD_DIST_TEST(peer_dies_during_per_leaf_recv, 2)
+TD_DIST_TEST(peer_dies_during_staged_recv, 2)
+TD_DIST_TEST(peer_dies_during_in_place_recv, 2)
 TD_DIST_TEST(oversized_raw_messages, 2)
 
 int main(int argc, char** argv) {

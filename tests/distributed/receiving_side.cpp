@@ -194,39 +194,70 @@ TD_SCENARIO(slow_peer_filling_leaf_receives) {
     throw std::runtime_error("the TimeoutError came after " + std::to_string(took) + " s");
 }
 
-TD_SCENARIO(peer_dies_during_per_leaf_recv) {
-  // Rank 0 answers a per-leaf recv by hand: the header, the first leaf, then
-  // it starts the second (128 MB) and dies a few milliseconds later, in the
-  // middle of it. The receiver notices the closed connection at once (long
-  // before its 60 s timeout: it waits for the last leaf's receive first,
-  // which Gloo fails as soon as the connection closes), and its tensordict is
-  // as it was: the leaves are received into a staging buffer and copied in
-  // only once all have arrived.
-  ctx.skip_final_barrier = true;
-  const int64_t big = int64_t{32} << 20;  // floats
-  if (ctx.rank == 1) {
-    td::TransferOptions opts;
-    opts.mode = td::TransferMode::PerLeaf;
-    opts.timeout = seconds(60);
-    td::TensorDict t({{"a", at::zeros({4})}, {"b", at::zeros({4, big / 4})}, {"c", at::zeros({4})}},
-                     {4});
-    const auto start = Clock::now();
-    const std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, opts), td::Error);
-    const double took = seconds_since(start);
-    if (what.find("recv from rank 0") == std::string::npos || took > 20)
-      throw std::runtime_error("after " + std::to_string(took) + " s: " + what);
-    TD_CHECK(t.get("a").count_nonzero().item<int64_t>() == 0);
-    TD_CHECK(t.get("b").count_nonzero().item<int64_t>() == 0);
-    return;
-  }
+namespace {
+
+// Rank 0 answers a per-leaf recv of {"a": 4 floats, "b": 32M floats, "c": 4
+// floats} by hand: the header, "a", then it starts "b" (128 MB) and dies a
+// few milliseconds later, in the middle of it.
+constexpr int64_t kBigLeaf = int64_t{32} << 20;
+
+td::TensorDict three_leaves() {
+  return td::TensorDict(
+      {{"a", at::zeros({4})}, {"b", at::zeros({4, kBigLeaf / 4})}, {"c", at::zeros({4})}}, {4});
+}
+
+[[noreturn]] void die_in_the_middle(tdtest::Ctx& ctx) {
   const at::Tensor e = raw_recv(ctx, 64, kCheckedTag);
   TD_CHECK(words(e)[kEMode] == kModePerLeaf && words(e)[kEPosted] == 3);
   raw_send(ctx, ok_header(e, kModePerLeaf), kCheckedTag);
   raw_send(ctx, at::full({4}, 9.0f), kCheckedTag);  // "a"
-  std::vector<at::Tensor> b{at::full({big}, 9.0f)};
+  std::vector<at::Tensor> b{at::full({kBigLeaf}, 9.0f)};
   auto sending = ctx.pg->send(b, 1, kCheckedTag);
   std::this_thread::sleep_for(milliseconds(5));
   std::_Exit(0);
+}
+
+}  // namespace
+
+TD_SCENARIO(peer_dies_during_staged_recv) {
+  // TransferOptions::stage_leaves: the receiver notices the closed connection
+  // at once (long before its 60 s timeout: it waits for the last leaf's
+  // receive first, which Gloo fails as soon as the connection closes), and
+  // its tensordict is as it was: the leaves were received into a staging
+  // buffer, to be copied in only once all had arrived.
+  ctx.skip_final_barrier = true;
+  if (ctx.rank == 0) die_in_the_middle(ctx);
+  td::TransferOptions opts;
+  opts.mode = td::TransferMode::PerLeaf;
+  opts.timeout = seconds(60);
+  opts.stage_leaves = true;
+  td::TensorDict t = three_leaves();
+  const auto start = Clock::now();
+  const std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, opts), td::ConnectionError);
+  const double took = seconds_since(start);
+  if (what.find("recv from rank 0") == std::string::npos || took > 20)
+    throw std::runtime_error("after " + std::to_string(took) + " s: " + what);
+  TD_CHECK(t.get("a").count_nonzero().item<int64_t>() == 0);
+  TD_CHECK(t.get("b").count_nonzero().item<int64_t>() == 0);
+}
+
+TD_SCENARIO(peer_dies_during_in_place_recv) {
+  // The default receives in-memory leaves in place: the error says which
+  // leaves were written before the failure ("a"), which may be partly
+  // written, and that the others are as they were ("c").
+  ctx.skip_final_barrier = true;
+  if (ctx.rank == 0) die_in_the_middle(ctx);
+  td::TransferOptions opts;
+  opts.mode = td::TransferMode::PerLeaf;
+  opts.timeout = seconds(5);  // "b" is read into when the connection closes: its timeout
+  td::TensorDict t = three_leaves();
+  const std::string what = TD_EXPECT_THROW(td::recv(t, *ctx.pg, 0, opts), td::StorageError);
+  if (what.find("recv from rank 0") == std::string::npos ||
+      what.find("written before the failure: 'a'") == std::string::npos ||
+      what.find("the other leaves are as they were") == std::string::npos)
+    throw std::runtime_error("unexpected error: " + what);
+  TD_CHECK(t.get("a").equal(at::full({4}, 9.0f)));
+  TD_CHECK(t.get("c").count_nonzero().item<int64_t>() == 0);
 }
 
 TD_SCENARIO(oversized_raw_messages) {
