@@ -129,6 +129,14 @@ struct TransferOptions {
   /// message per leaf, Python's default). The other calls refuse it
   /// (ValueError).
   Wire wire = Wire::Native;
+  /// recv / irecv per leaf (native wire): receive every leaf into a staging
+  /// buffer and write the tensordict only once all have arrived, so that a
+  /// failed transfer (a peer that dies, a timeout) writes nothing, and a peer
+  /// that dies is noticed at once. Costs one copy of the data on the receiver
+  /// (docs/distributed.md, "A peer that misbehaves, a peer that dies"). Off:
+  /// in-memory contiguous leaves receive in place, and a failure names the
+  /// leaves it had written.
+  bool stage_leaves = false;
   /// Wire::Python only: Python's pseudo_rand=True (the leaves' tags follow
   /// tensordict.utils._int_generator seeded by `tag`, values in [0, 10000)).
   bool pseudo_rand = false;

@@ -19,6 +19,27 @@
 
 namespace tensordict::detail::distributed {
 
+// Receive buffers with room behind them (docs/distributed.md, "Messages
+// longer than their receive"). Gloo aborts the process when a message is
+// longer than the receive it lands in, and a peer may send anything on a
+// transfer's tag. So message buffers are guarded: `nbytes` at the start of a
+// private mapping, followed by kReceiveReserve bytes of address space that
+// nothing touches. A receive posted over both (receivable()) takes a message
+// up to kReceiveReserve bytes longer than expected without harm, and
+// overran() tells afterwards whether one came (the pages behind the buffer
+// were written).
+constexpr int64_t kReceiveReserve = int64_t{1} << 30;
+
+// `nbytes` of a guarded mapping (page aligned), as a 1-D uint8 tensor.
+at::Tensor guarded_bytes(int64_t nbytes);
+// `t` (a guarded buffer or a slice of one) to the end of its storage: what a
+// receive into `t` is posted with.
+at::Tensor receivable(const at::Tensor& t);
+// Whether a message longer than `t` (a guarded buffer, or a slice ending where
+// it ends) was received into receivable(t). False for a tensor that is not
+// guarded.
+bool overran(const at::Tensor& t);
+
 constexpr int64_t kPoolMaxBytes = int64_t{256} << 20;
 constexpr std::size_t kPoolMaxBuffers = 16;
 
@@ -36,7 +57,7 @@ class BufferPool {
         return t;
       }
     }
-    return at::empty({nbytes}, at::kByte);
+    return guarded_bytes(nbytes);
   }
   // Keeps `buffer` for a later take(); the least recently given back go
   // first when the pool is full.
@@ -75,11 +96,11 @@ BufferPool& pool();
 class MessageBuffer {
  public:
   MessageBuffer(int64_t nbytes, bool reuse)
-      : reuse_(reuse), tensor_(reuse ? pool().take(nbytes) : at::empty({nbytes}, at::kByte)) {}
+      : reuse_(reuse), tensor_(reuse ? pool().take(nbytes) : guarded_bytes(nbytes)) {}
   const at::Tensor& tensor() const { return tensor_; }
   uint8_t* data() const { return static_cast<uint8_t*>(tensor_.data_ptr()); }
   void done() {
-    if (reuse_) pool().give(std::move(tensor_));
+    if (reuse_ && !overran(tensor_)) pool().give(std::move(tensor_));  // an overrun one is dirty
     tensor_ = at::Tensor();
   }
 

@@ -3,13 +3,17 @@
 // turned into tensordict errors (TimeoutError, ConnectionError, StorageError)
 // naming the operation.
 
+#include "distributed/buffers.h"
+
 #include <tensordict/distributed.h>
 #include <tensordict/errors.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,10 +46,15 @@ class Channel {
     std::vector<at::Tensor> v{t};
     return guarded([&] { return pg_.send(v, dst, options_.tag); });
   }
+  // Into a guarded buffer (or a slice of one, buffers.h), posted with the
+  // room behind it: a longer message lands there, and check_fit() tells.
   c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& t, int src) {
-    std::vector<at::Tensor> v{t};
+    std::vector<at::Tensor> v{receivable(t)};
     return guarded([&] { return pg_.recv(v, src, options_.tag); });
   }
+  // FormatError naming `src` when the message received into `t` (guarded,
+  // waited for) was longer than `t`: not a message of this transfer.
+  void check_fit(const at::Tensor& t, int src, const char* which) const;
   // On a tag of their own (Python's wire: one tag per leaf).
   c10::intrusive_ptr<c10d::Work> send_on(int tag, const at::Tensor& t, int dst) {
     std::vector<at::Tensor> v{t};
@@ -68,6 +77,29 @@ class Channel {
     for (auto& w : works) wait(w);
     works.clear();
   }
+  // The same, the last first: when the connection closes, Gloo fails at once
+  // the receives still waiting for their message, but not the one it is
+  // reading into (that one waits for its timeout), so a peer that dies before
+  // the last message is noticed now. (A Work is waited for once: Gloo's
+  // receive counts completions, and a second wait waits for another.)
+  void wait_all_last_first(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+    if (works.empty()) return;
+    wait(works.back());
+    works.pop_back();
+    wait_all(works);
+  }
+  using Deadline = std::chrono::steady_clock::time_point;
+  // The deadline of messages waited for within one timeout in all
+  // (TransferOptions::timeout; none when it is zero, the group's then
+  // applying to each message).
+  std::optional<Deadline> deadline() const {
+    if (options_.timeout.count() <= 0) return std::nullopt;
+    return std::chrono::steady_clock::now() + options_.timeout;
+  }
+  // Waits for all by `deadline`: a peer that takes one message per timeout
+  // does not stretch a batch of many.
+  void wait_all(std::vector<c10::intrusive_ptr<c10d::Work>>& works,
+                const std::optional<Deadline>& deadline);
   void send_now(const at::Tensor& t, int dst) { wait(send(t, dst)); }
   void recv_now(const at::Tensor& t, int src) { wait(recv(t, src)); }
 

@@ -31,6 +31,10 @@ std::vector<std::string> gather_strings(Channel& ch, const std::string& mine) {
   max_opts.reduceOp = c10d::ReduceOp::MAX;
   ch.collective([&] { return pg.allreduce(len, max_opts); });
   const int64_t max_len = len[0].item<int64_t>();
+  if (max_len > kMaxJsonBytes)  // a rank that announces more than any sends
+    throw FormatError(ch.what() + ": a rank announces " + std::to_string(max_len) +
+                      " bytes of JSON, more than the " + std::to_string(kMaxJsonBytes) +
+                      " a transfer carries");
   std::vector<std::string> result(pg.getSize());
   if (max_len == 0) return result;
   std::vector<at::Tensor> in{at::zeros({max_len}, at::kByte)};
@@ -44,19 +48,28 @@ std::vector<std::string> gather_strings(Channel& ch, const std::string& mine) {
 
 // Every rank checks that all structures (and transfer modes) equal rank
 // `root`'s with one allreduce; on a mismatch, the descriptions are gathered so
-// that every rank names the first rank and entry that differ.
-void agree(Channel& ch, const Layout& layout, TransferMode mode, int root) {
+// that every rank names the first rank and entry that differ. The same
+// allreduce tells whether a rank that `receives` in place cannot (an expanded
+// leaf): then every rank throws ValueError before any data moves.
+void agree(Channel& ch, const Layout& layout, TransferMode mode, int root, bool receives) {
   c10d::ProcessGroup& pg = ch.pg();
-  at::Tensor check = at::empty({4}, at::kLong);
+  const std::string refused = receives ? unreceivable(ch.what(), layout) : std::string();
+  at::Tensor check = at::empty({5}, at::kLong);
   int64_t* c = check.data_ptr<int64_t>();
   c[0] = layout.hash;
   c[1] = -layout.hash;
   c[2] = static_cast<int64_t>(mode);
   c[3] = -static_cast<int64_t>(mode);
+  c[4] = refused.empty() ? 0 : pg.getRank() + 1;  // the last rank that refuses, plus one
   std::vector<at::Tensor> v{check};
   c10d::AllreduceOptions max_opts;
   max_opts.reduceOp = c10d::ReduceOp::MAX;
   ch.collective([&] { return pg.allreduce(v, max_opts); });
+  if (!refused.empty()) throw ValueError(refused);
+  if (c[4] > 0)
+    throw ValueError(ch.what() + ": rank " + std::to_string(c[4] - 1) +
+                     " cannot receive in place (a leaf of its tensordict is expanded); nothing "
+                     "was written");
   const bool same_structure = c[0] == -c[1];
   if (same_structure && c[2] != -c[3])
     throw ValueError(ch.what() + ": the ranks use different TransferOptions::mode values");
@@ -94,8 +107,8 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
   Channel ch(pg, options, "broadcast from rank " + std::to_string(root));
   const Layout layout = describe(td);
   const TransferMode mode = choose_mode(layout, options);
-  agree(ch, layout, mode, root);
   const bool is_root = pg.getRank() == root;
+  agree(ch, layout, mode, root, !is_root);
 
   // Non-tensor values: the root's, length first.
   const std::string extra = is_root ? non_tensor_payload(ch.what(), td, layout) : std::string();
@@ -152,7 +165,8 @@ void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::Reduc
                      " is not in the group of " + std::to_string(pg.getSize()));
   Channel ch(pg, options, root < 0 ? name : name + " to rank " + std::to_string(root));
   const Layout layout = describe(td);
-  agree(ch, layout, TransferMode::Auto, std::max(root, 0));
+  const bool receives = root < 0 || pg.getRank() == root;
+  agree(ch, layout, TransferMode::Auto, std::max(root, 0), receives);
   std::map<at::ScalarType, std::vector<const Leaf*>> groups;
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.dtype == at::kBool)
@@ -160,7 +174,6 @@ void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::Reduc
                       " is a bool tensor, which process groups do not reduce; cast it first");
     if (leaf.nbytes > 0) groups[leaf.dtype].push_back(&leaf);
   }
-  const bool receives = root < 0 || pg.getRank() == root;
   TensorDictBase out = td;
   for (auto& [dtype, leaves] : groups) {
     std::vector<at::Tensor> flat_parts;
@@ -218,6 +231,8 @@ void gather_and_stack(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
                      " rows along its first batch dim (one per other "
                      "rank), not batch size " +
                      shape_string(td.batch_size()));
+  // Before any message (the senders then fail at their timeout).
+  check_receivable("gather_and_stack to rank " + std::to_string(dst), describe(td));
   // Each rank's data is received into a tensordict of one row's structure,
   // then written at its row (index_put_: any storage, in place).
   TensorDict row = td[0].to_tensordict();
@@ -234,7 +249,7 @@ TensorDict all_gather(const TensorDictBase& td, c10d::ProcessGroup& pg,
   native_wire_only(options, "all_gather");
   Channel ch(pg, options, "all_gather");
   const Layout layout = describe(td);
-  agree(ch, layout, TransferMode::Auto, 0);
+  agree(ch, layout, TransferMode::Auto, 0, false);
   const int world = pg.getSize();
   std::vector<std::string> extras;
   if (!layout.non_tensors.empty())

@@ -33,6 +33,8 @@ namespace {
 
 int64_t padded(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+}  // namespace
+
 // The entries as the receiver compares them, in binary: per entry the number
 // of key parts (uint32), each part (its uint32 length, then its bytes), the
 // kind (uint8), the dtype (int8), the number of dims (uint32) and the dims
@@ -54,11 +56,11 @@ std::string encode_entries(const Layout& layout) {
   return out;
 }
 
-EntryList decode_entries(const Channel& ch, const uint8_t* p, int64_t n) {
+EntryList decode_entries(const std::string& what, const uint8_t* p, int64_t n) {
   EntryList out;
   int64_t at = 0;
   auto bad = [&](const std::string& why) {
-    return FormatError(ch.what() + ": the sender's structure is " + why + " at byte " +
+    return FormatError(what + ": the sender's structure is " + why + " at byte " +
                        std::to_string(at) + " of " + std::to_string(n));
   };
   auto get = [&](auto& v) {
@@ -91,21 +93,19 @@ EntryList decode_entries(const Channel& ch, const uint8_t* p, int64_t n) {
     if (static_cast<int64_t>(ndims) > (n - at) / 8) throw bad("truncated");
     e.dims.resize(ndims);
     for (int64_t& d : e.dims) get(d);
-    std::string what;
+    std::string described;
     try {
       if (e.kind == EntryKind::Tensor &&
           (dtype < 0 || dtype >= static_cast<int8_t>(at::ScalarType::NumOptions)))
         throw ValueError("dtype out of range");
-      what = e.what();
+      described = e.what();
     } catch (const std::exception&) {  // a dtype without a name
       throw bad("not valid (dtype " + std::to_string(dtype) + ")");
     }
-    out.emplace_back(std::move(e.key), std::move(what));
+    out.emplace_back(std::move(e.key), std::move(described));
   }
   return out;
 }
-
-}  // namespace
 
 void send_eager(Channel& ch, const TensorDictBase& td, const Layout& layout, int dst) {
   const TransferOptions& options = ch.options();
@@ -155,6 +155,7 @@ void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
   }
   const Layout& layout = *described;
   ch.wait(received);
+  ch.check_fit(message.tensor(), src, "the first message's receive");
   int64_t h[kHCount];
   std::memcpy(h, message.data(), kHeaderBytes);
   if (h[kHMagic] != kMagic) throw_bad_magic(ch);
@@ -171,7 +172,11 @@ void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
                       std::to_string(leaves) + " leaves, " + std::to_string(flat_bytes) +
                       " bytes of data)");
   uint8_t* data = message.data() + kHeaderBytes + padded(desc_bytes);  // after the structure
-  if (!same_structure(layout, h[kHHash], flat_bytes, leaves)) {
+  // A leaf that cannot receive in place (checked once the first message is
+  // here, so that the structure was described meanwhile) refuses the
+  // transfer as a mismatch does.
+  const std::string refused = unreceivable(ch.what(), layout);
+  if (!refused.empty() || !same_structure(layout, h[kHHash], flat_bytes, leaves)) {
     // Take the sender's JSON and leaves (it does not wait to be told), then throw.
     ch.recv_string(h[kHExtraBytes], src);
     if (!flat) {
@@ -184,7 +189,8 @@ void recv_eager(Channel& ch, const TensorDictBase& td, int src) {
       }
       take_leaves(ch, sizes, src);
     }
-    const EntryList theirs = decode_entries(ch, message.data() + kHeaderBytes, desc_bytes);
+    if (!refused.empty()) throw ValueError(refused);
+    const EntryList theirs = decode_entries(ch.what(), message.data() + kHeaderBytes, desc_bytes);
     message.done();
     throw_mismatch(ch.what(), entries_of(layout), "rank " + std::to_string(src), theirs);
   }

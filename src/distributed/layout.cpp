@@ -3,7 +3,11 @@
 
 #include "distributed/layout.h"
 
+#include "formats/json_io.h"
+
 #include <tensordict/errors.h>
+
+#include <ATen/MemoryOverlap.h>
 
 #include <algorithm>
 #include <cstring>
@@ -134,11 +138,38 @@ EntryList entries_of(const Layout& layout) {
   return out;
 }
 
-EntryList entries_of(const std::string& description) {
+json parse_received(const std::string& text, const std::string& invalid_prefix) {
+  auto invalid = [&](const std::string& why) { return FormatError(invalid_prefix + why); };
+  // The parser itself keeps its levels on the heap; the callback stops it at
+  // the first level past the limit, before the rest is read.
+  const json::parser_callback_t bounded = [&](int depth, json::parse_event_t event, json&) {
+    if (depth >= kMaxNestingDepth &&
+        (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start))
+      throw invalid("nested deeper than " + std::to_string(kMaxNestingDepth) +
+                    " levels (the limit of this library, docs/errors.md)");
+    return true;
+  };
+  try {
+    return json::parse(text, bounded);
+  } catch (const json::exception& e) {  // not JSON, or not UTF-8
+    throw invalid(e.what());
+  }
+}
+
+EntryList entries_of(const std::string& what, const std::string& from,
+                     const std::string& description) {
+  const std::string invalid = what + ": the structure received from " + from + " is not valid: ";
+  const json entries = parse_received(description, invalid);
   EntryList out;
-  for (const json& entry : json::parse(description))
-    out.emplace_back(NestedKey(entry[0].get<std::vector<std::string>>()),
-                     entry[1].get<std::string>());
+  try {
+    for (const json& entry : entries.get_ref<const json::array_t&>())
+      out.emplace_back(NestedKey(entry.at(0).get<std::vector<std::string>>()),
+                       entry.at(1).get<std::string>());
+  } catch (const json::exception& e) {
+    throw FormatError(invalid + e.what());
+  } catch (const Error& e) {  // a key that is not valid
+    throw FormatError(invalid + e.what());
+  }
   return out;
 }
 
@@ -165,7 +196,8 @@ EntryList entries_of(const std::string& description) {
 
 [[noreturn]] void throw_mismatch(const std::string& what, const std::string& here,
                                  const std::string& there_name, const std::string& there) {
-  throw_mismatch(what, entries_of(here), there_name, entries_of(there));
+  throw_mismatch(what, entries_of(what, "this rank", here), there_name,
+                 entries_of(what, there_name, there));
 }
 
 std::string non_tensor_payload(const std::string& what, const TensorDictBase& td,
@@ -189,12 +221,8 @@ std::vector<NonTensorValue> read_non_tensors(const std::string& what, const Tens
   auto invalid = [&](const std::string& why) {
     return FormatError(what + ": the non-tensor values received are not valid: " + why);
   };
-  json items;
-  try {
-    items = json::parse(payload);
-  } catch (const json::exception& e) {
-    throw invalid(e.what());
-  }
+  const json items =
+      parse_received(payload, what + ": the non-tensor values received are not valid: ");
   if (!items.is_array() || items.size() != layout.non_tensors.size())
     throw invalid("expected a list of " + std::to_string(layout.non_tensors.size()) + " entries");
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -238,6 +266,16 @@ void apply_non_tensors(const TensorDictBase& td, const std::vector<NonTensorValu
   }
 }
 
+std::string unreceivable(const std::string& what, const Layout& layout) {
+  for (const Leaf& leaf : layout.leaves)
+    if (at::has_internal_overlap(leaf.tensor) == at::MemOverlap::Yes)
+      return what + ": the leaf " + leaf.key.repr() + " (shape " + shape_string(leaf.shape) +
+             ", strides " + shape_string(leaf.tensor.strides()) +
+             ") is expanded: its elements share memory, so it cannot receive in place; "
+             "make it contiguous first (nothing was written)";
+  return {};
+}
+
 TransferMode choose_mode(const Layout& layout, const TransferOptions& options) {
   if (options.mode != TransferMode::Auto) return options.mode;
   return layout.flat_bytes <= options.flat_max_bytes ? TransferMode::Consolidated
@@ -266,20 +304,27 @@ at::Tensor pack(const Layout& layout) {
   return buffer;
 }
 
-void unpack(const Layout& layout, uint8_t* base, const TensorDictBase& td) {
-  TensorDictBase target = td;
-  for (const Leaf& leaf : layout.leaves) {
-    if (leaf.nbytes == 0) continue;
-    const at::Tensor* own =
-        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
-    if (own && own->is_contiguous() && own->device().is_cpu() && own->scalar_type() == leaf.dtype) {
-      std::memcpy(own->data_ptr(), base + leaf.offset, leaf.nbytes);
-      continue;
-    }
-    at::Tensor view =
-        at::from_blob(base + leaf.offset, leaf.shape, at::TensorOptions().dtype(leaf.dtype));
-    target.set_(leaf.key, view);
+const at::Tensor* own_memory(const Leaf& leaf, const TensorDictBase& td) {
+  const at::Tensor* own =
+      detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
+  if (own && own->is_contiguous() && own->device().is_cpu() && own->scalar_type() == leaf.dtype)
+    return own;
+  return nullptr;
+}
+
+void unpack_leaf(const Leaf& leaf, uint8_t* base, const TensorDictBase& td) {
+  if (leaf.nbytes == 0) return;
+  if (const at::Tensor* own = own_memory(leaf, td)) {
+    std::memcpy(own->data_ptr(), base + leaf.offset, leaf.nbytes);
+    return;
   }
+  TensorDictBase target = td;
+  target.set_(leaf.key,
+              at::from_blob(base + leaf.offset, leaf.shape, at::TensorOptions().dtype(leaf.dtype)));
+}
+
+void unpack(const Layout& layout, uint8_t* base, const TensorDictBase& td) {
+  for (const Leaf& leaf : layout.leaves) unpack_leaf(leaf, base, td);
 }
 
 at::Tensor bytes_tensor(const std::string& s) {

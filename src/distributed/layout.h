@@ -6,6 +6,7 @@
 
 #include <tensordict/distributed.h>
 #include <tensordict/dtype.h>
+#include <tensordict/errors.h>
 #include <tensordict/nested_key.h>
 #include <tensordict/tensor_dict_base.h>
 
@@ -110,13 +111,22 @@ Layout describe(const TensorDictBase& td);
 using EntryList = std::vector<std::pair<NestedKey, std::string>>;
 
 EntryList entries_of(const Layout& layout);
-// From Layout::text() (a description received from a peer).
-EntryList entries_of(const std::string& description);
+// From Layout::text() received from `from` ("rank 1"): FormatError naming
+// the transfer and the peer when it is not such a description.
+EntryList entries_of(const std::string& what, const std::string& from,
+                     const std::string& description);
 // The StructureError naming the first entry where `a` (here) and `b` differ.
 [[noreturn]] void throw_mismatch(const std::string& what, const EntryList& a,
                                  const std::string& there_name, const EntryList& b);
+// `there` is the description received from `there_name`.
 [[noreturn]] void throw_mismatch(const std::string& what, const std::string& here,
                                  const std::string& there_name, const std::string& there);
+
+// JSON received from a peer (a structure, non-tensor values), parsed with its
+// nesting bounded by kMaxNestingDepth: the copies, comparisons and dumps that
+// follow recurse once per level. Text that is not JSON, not UTF-8 or nested
+// deeper is a FormatError whose message is `invalid` followed by why.
+json parse_received(const std::string& text, const std::string& invalid);
 
 // The most JSON (non-tensor values, structures) one message carries: a
 // receiver allocates what the peer announces, so a corrupt or hostile size
@@ -145,6 +155,14 @@ std::vector<NonTensorValue> read_non_tensors(const std::string& what, const Tens
 // been received already.
 void apply_non_tensors(const TensorDictBase& td, const std::vector<NonTensorValue>& values);
 
+// The receiving side's check, before any message: a leaf whose elements share
+// memory (an expanded, stride-0 tensor) cannot be written in place. The
+// ValueError naming its key, or "" when every leaf can receive.
+std::string unreceivable(const std::string& what, const Layout& layout);
+inline void check_receivable(const std::string& what, const Layout& layout) {
+  if (std::string error = unreceivable(what, layout); !error.empty()) throw ValueError(error);
+}
+
 TransferMode choose_mode(const Layout& layout, const TransferOptions& options);
 at::Tensor contiguous_cpu(const at::Tensor& t);
 // A 1-D uint8 alias of a contiguous CPU tensor: Gloo moves bytes of any
@@ -157,6 +175,11 @@ at::Tensor pack(const Layout& layout);
 // contiguous leaf, set_ otherwise (so every storage keeps its own: a memmap
 // receives into its files, a lazy stack into its members).
 void unpack(const Layout& layout, uint8_t* base, const TensorDictBase& td);
+// The same for one leaf.
+void unpack_leaf(const Leaf& leaf, uint8_t* base, const TensorDictBase& td);
+// Whether a receive can write `leaf` straight into `td`'s own memory (an
+// in-memory contiguous CPU tensor), and that memory.
+const at::Tensor* own_memory(const Leaf& leaf, const TensorDictBase& td);
 
 at::Tensor bytes_tensor(const std::string& s);
 // The bytes of a uint8 tensor, up to the first NUL (all_gather pads with them).

@@ -90,8 +90,7 @@ std::optional<c10::weak_intrusive_ptr<c10d::ProcessGroup>> weak_ref(c10d::Proces
 void listen(Channel& ch, int peer, at::Tensor buffer) {
   auto group = weak_ref(ch.pg());
   if (!group) return;
-  if (!buffer.defined() || buffer.numel() != kListenBytes)
-    buffer = at::empty({kListenBytes}, at::kByte);
+  if (!buffer.defined() || buffer.numel() != kListenBytes) buffer = guarded_bytes(kListenBytes);
 #if TORCH_VERSION_MAJOR >= 2
   c10::intrusive_ptr<c10d::Backend> backend;
   try {

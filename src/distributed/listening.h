@@ -40,6 +40,10 @@ class FirstReceive {
  public:
   FirstReceive(Channel& ch, int peer, int64_t nbytes, bool pooled);
   bool listened() const { return listened_.defined(); }
+  // FormatError when the message received (waited for) overran the buffer.
+  void check_fit(const Channel& ch, int peer) const {
+    ch.check_fit(listened() ? listened_ : posted_->tensor(), peer, "the first message's receive");
+  }
   const c10::intrusive_ptr<c10d::Work>& work() const { return work_; }
   uint8_t* data() const {
     return listened() ? static_cast<uint8_t*>(listened_.data_ptr()) : posted_->data();

@@ -51,9 +51,12 @@ std::string exchange_descriptions(Channel& ch, const std::string& mine, int peer
   auto sent_len = ch.send(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong), peer);
   at::Tensor mine_t = bytes_tensor(mine);
   auto sent = ch.send(mine_t, peer);
-  at::Tensor len = at::empty({1}, at::kLong);
+  at::Tensor len = guarded_bytes(sizeof(int64_t));
   ch.recv_now(len, peer);
-  std::string theirs = ch.recv_string(len.item<int64_t>(), peer);
+  ch.check_fit(len, peer, "the length of a structure");
+  int64_t n = 0;
+  std::memcpy(&n, len.data_ptr(), sizeof n);
+  std::string theirs = ch.recv_string(n, peer);
   ch.wait(sent_len);
   ch.wait(sent);
   return theirs;
@@ -90,8 +93,8 @@ void read_first(Channel& ch, const uint8_t* first, int peer,
   std::memcpy(h, first, kHeaderBytes);
   if (h[kHMagic] == kMagic) return;
   if (h[kEMagic] == kExpectMagic) {
-    fill_posted(ch, h[kEPosted], peer);
-    if (posted) posted->wait(ch);
+    fill_posted(ch, h[kEPosted], h[kELeaves], peer);
+    if (posted) posted->wait(ch, peer);
     ch.wait(announced);
     throw_called(ch, peer, peer_call(h));
   }
@@ -160,6 +163,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     }
   }
   ch.wait(expected.work());
+  expected.check_fit(ch, dst);
   int64_t e[kECount];
   std::memcpy(e, expected.data(), sizeof e);
   if (e[kEMagic] != kExpectMagic) throw_bad_magic(ch);
@@ -170,7 +174,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   }
   if (!same_structure(layout, e[kEHash], e[kEFlatBytes], e[kELeaves])) {
     ch.send_now(Header(kSendMismatch).message(), dst);
-    fill_posted(ch, e[kEPosted], dst);
+    fill_posted(ch, e[kEPosted], e[kELeaves], dst);
     const std::string mine = layout.text();
     const std::string theirs = exchange_descriptions(ch, mine, dst);
     listen(ch, dst, expected.release());
@@ -210,7 +214,7 @@ void send_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
 
 at::Tensor peer_sized_buffer(const Channel& ch, int64_t nbytes) {
   try {
-    return at::empty({nbytes}, at::kByte);
+    return guarded_bytes(nbytes);
   } catch (const std::exception&) {
     throw StorageError(ch.what() + ": cannot allocate the " + std::to_string(nbytes) +
                        " bytes the peer announces");
@@ -218,14 +222,13 @@ at::Tensor peer_sized_buffer(const Channel& ch, int64_t nbytes) {
 }
 
 void take_leaves(Channel& ch, const std::vector<int64_t>& nbytes, int src) {
-  std::vector<at::Tensor> scratch;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (int64_t n : nbytes) {
-    if (n == 0) continue;
-    scratch.push_back(peer_sized_buffer(ch, n));
-    works.push_back(ch.recv(scratch.back(), src));
-  }
-  ch.wait_all(works);
+  // One at a time, into one buffer of the largest: no hot path, and one
+  // mapping however many leaves the peer lists.
+  const int64_t largest = nbytes.empty() ? 0 : *std::max_element(nbytes.begin(), nbytes.end());
+  if (largest <= 0) return;
+  const at::Tensor scratch = peer_sized_buffer(ch, largest);
+  for (int64_t n : nbytes)
+    if (n > 0) ch.recv_now(scratch.narrow(0, 0, n), src);
 }
 
 namespace {
@@ -250,42 +253,92 @@ std::vector<NonTensorValue> recv_non_tensors(Channel& ch, const TensorDictBase& 
 }
 
 LeafReceives::LeafReceives(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
+  const bool stage = ch.options().stage_leaves;
   for (const Leaf& leaf : layout.leaves) {
     if (leaf.nbytes == 0) continue;
-    const at::Tensor* own =
-        detail::find_memory_tensor(td.node_ptr().get(), leaf.key.parts().data(), leaf.key.size());
-    at::Tensor target;
-    if (own && own->is_contiguous() && own->device().is_cpu()) {
-      target = *own;
-    } else {
-      target = at::empty(leaf.shape, at::TensorOptions().dtype(leaf.dtype));
-      staged_.emplace_back(&leaf, target);
+    const at::Tensor* own = stage ? nullptr : own_memory(leaf, td);
+    received_.emplace_back(&leaf, own != nullptr);
+    if (own) {
+      works_.push_back(ch.recv(bytes_of(*own), src));
+      continue;
     }
-    works_.push_back(ch.recv(bytes_of(target), src));
+    if (!staging_) staging_.emplace(layout.flat_bytes, ch.options().reuse_buffers);
+    works_.push_back(ch.recv(staging_->tensor().narrow(0, leaf.offset, leaf.nbytes), src));
   }
 }
 
+void LeafReceives::wait(Channel& ch, int src) {
+  const bool staged_only =
+      std::none_of(received_.begin(), received_.end(), [](const auto& r) { return r.second; });
+  if (staged_only) {
+    ch.wait_all_last_first(works_);  // a peer that dies is noticed at once
+  } else {
+    // In order, so that a failure tells which leaves were written in place.
+    for (std::size_t i = 0; i < works_.size(); ++i) {
+      try {
+        ch.wait(works_[i]);
+      } catch (const Error& e) {
+        rethrow_naming_written(e, i);
+      }
+    }
+    works_.clear();
+  }
+  if (staging_) ch.check_fit(staging_->tensor(), src, "the leaves' receives");
+}
+
+void LeafReceives::rethrow_naming_written(const Error& e, std::size_t failed) const {
+  std::string written;
+  for (std::size_t i = 0; i < failed; ++i)
+    if (received_[i].second)
+      written += (written.empty() ? "" : ", ") + received_[i].first->key.repr();
+  std::string msg = std::string(e.what()) + " (received in place: " +
+                    (written.empty() ? std::string("nothing was written before the failure")
+                                     : "written before the failure: " + written);
+  if (received_[failed].second)
+    msg += "; " + received_[failed].first->key.repr() + " may be partly written";
+  msg +=
+      "; the other leaves are as they were; TransferOptions::stage_leaves writes nothing "
+      "on a failure)";
+  if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(msg);
+  if (dynamic_cast<const ConnectionError*>(&e)) throw ConnectionError(msg);
+  if (dynamic_cast<const StorageError*>(&e)) throw StorageError(msg);
+  if (dynamic_cast<const FormatError*>(&e)) throw FormatError(msg);
+  throw Error(msg);
+}
+
 void LeafReceives::write(const TensorDictBase& td) {
-  TensorDictBase out = td;
-  for (auto& [leaf, tensor] : staged_) out.set_(leaf->key, tensor);
+  for (const auto& [leaf, in_place] : received_)
+    if (!in_place) unpack_leaf(*leaf, staging_->data(), td);
+  if (staging_) staging_->done();
 }
 
 void recv_per_leaf(Channel& ch, const Layout& layout, const TensorDictBase& td, int src) {
   LeafReceives leaves(ch, layout, td, src);
-  leaves.wait(ch);
+  leaves.wait(ch, src);
   leaves.write(td);
 }
 
-void fill_posted(Channel& ch, int64_t count, int peer) {
-  constexpr int64_t kMaxPosted = int64_t{1} << 24;
-  if (count < 0 || count > kMaxPosted)
-    throw FormatError(ch.what() + ": the peer announces " + std::to_string(count) +
-                      " leaf receives, outside [0, " + std::to_string(kMaxPosted) + "]");
+void fill_posted(Channel& ch, int64_t count, int64_t leaves, int peer) {
+  // A recv() posts at most one receive per leaf of its structure (`leaves`,
+  // from the same expectation), and no tensordict has kMaxLeaves leaves.
+  const int64_t limit = std::clamp<int64_t>(leaves, 0, kMaxLeaves);
+  if (count < 0 || count > limit)
+    throw FormatError(ch.what() + ": rank " + std::to_string(peer) + " announces " +
+                      std::to_string(count) + " leaf receives, outside [0, " +
+                      std::to_string(limit) + "] (its structure has " + std::to_string(leaves) +
+                      " leaves)");
   if (count == 0) return;
+  // In batches, each waited for, all within one timeout: a peer that takes
+  // none or few costs one timeout, not `count` messages queued in memory.
+  constexpr int64_t kBatch = 1024;
+  const auto deadline = ch.deadline();
   const at::Tensor empty = at::empty({0}, at::kByte);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (int64_t i = 0; i < count; ++i) works.push_back(ch.send(empty, peer));
-  ch.wait_all(works);
+  for (int64_t done = 0; done < count; done += kBatch) {
+    for (int64_t i = done; i < std::min(count, done + kBatch); ++i)
+      works.push_back(ch.send(empty, peer));
+    ch.wait_all(works, deadline);
+  }
 }
 
 namespace {
@@ -303,6 +356,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     return;
   }
   const Layout layout = describe(td);
+  check_receivable(ch.what(), layout);  // before any message
   const TransferMode mode = choose_mode(layout, options);
   const bool flat = mode == TransferMode::Consolidated;
   // The sender's first message: the header, with room behind it for this
@@ -327,6 +381,12 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
   e[kEPosted] = posted ? posted->count() : 0;
   auto announced = ch.send(expectation, src);
   ch.wait(first.work());
+  try {
+    first.check_fit(ch, src);
+  } catch (const FormatError&) {
+    ch.wait(announced);
+    throw;
+  }
   int64_t h[kHCount];
   read_first(ch, first.data(), src, announced, h, posted ? &*posted : nullptr);
   if (h[kHKind] != kSendOk) {
@@ -334,7 +394,7 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     const bool refused = h[kHKind] == kInitRefused, differs = h[kHKind] == kSendMismatch;
     if (!refused && !differs)  // a corrupt peer: leaf receives posted ahead stay posted
       throw FormatError(ch.what() + ": unknown message kind " + std::to_string(h[kHKind]));
-    if (posted) posted->wait(ch);  // the sender filled them, empty
+    if (posted) posted->wait(ch, src);  // the sender filled them, empty
     if (refused) throw_called(ch, src, peer_call(h));
     mismatch(ch, layout, src);
   }
@@ -361,12 +421,15 @@ void recv_impl(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     if (separate_work) ch.wait(separate_work);  // a receive left posted would take a later message
     throw;
   }
-  if (separate_work) ch.wait(separate_work);
+  if (separate_work) {
+    ch.wait(separate_work);
+    ch.check_fit(separate->tensor(), src, "the data's receive");
+  }
   if (flat) unpack(layout, data, td);
   first.done();  // unpack copied everything out
   if (separate) separate->done();
   if (posted) {
-    posted->wait(ch);
+    posted->wait(ch, src);
     posted->write(td);
   } else if (!flat) {
     recv_per_leaf(ch, layout, td, src);
@@ -443,12 +506,13 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
   const Layout layout = describe(td);
   FirstReceive expected(ch, dst, kHeaderBytes, false);
   ch.wait(expected.work());
+  expected.check_fit(ch, dst);
   int64_t e[kECount];
   std::memcpy(e, expected.data(), sizeof e);
   if (e[kEMagic] != kExpectMagic) throw_bad_magic(ch);
   if (e[kEKind] != kExpectInit) {
     ch.send_now(Header(kInitRefused).message(), dst);
-    fill_posted(ch, e[kEPosted], dst);
+    fill_posted(ch, e[kEPosted], e[kELeaves], dst);
     listen(ch, dst, expected.release());
     throw_called(ch, dst, peer_call(e));
   }
@@ -498,7 +562,7 @@ TensorDictBase build_from_layout(const json& structure, const at::Tensor& storag
   const json& entries = structure.at("layout");
   TensorDict out(entries.at(0).at(2).at("batch").get<std::vector<int64_t>>());
   for (std::size_t i = 1; i < entries.size(); ++i) {
-    const json& e = entries[i];
+    const json& e = entries.at(i);
     NestedKey key(e.at(0).get<std::vector<std::string>>());
     const json& info = e.at(2);
     if (info.contains("batch")) {
@@ -507,8 +571,11 @@ TensorDictBase build_from_layout(const json& structure, const at::Tensor& storag
     } else if (info.contains("dtype")) {
       const auto dtype = dtype_from_string(info.at("dtype").get<std::string>());
       const auto shape = info.at("shape").get<std::vector<int64_t>>();
-      const int64_t numel = c10::multiply_integers(shape);
-      const int64_t nbytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+      // The byte count, refused where it overflows (the storage bounds it anyway).
+      int64_t nbytes = static_cast<int64_t>(c10::elementSize(dtype));
+      for (int64_t d : shape)
+        if (d < 0 || __builtin_mul_overflow(nbytes, d, &nbytes))
+          throw FormatError("the leaf " + key.repr() + " has the shape " + shape_string(shape));
       at::Tensor leaf =
           nbytes == 0
               ? at::empty(shape, at::TensorOptions().dtype(dtype))
@@ -518,17 +585,39 @@ TensorDictBase build_from_layout(const json& structure, const at::Tensor& storag
   }
   if (!structure.at("non_tensors").is_null()) {
     for (const json& item : structure.at("non_tensors")) {
-      NestedKey key(item[0].get<std::vector<std::string>>());
-      if (item[1].get<bool>())
-        out.set_non_tensor_stack(key, item[2]);
+      NestedKey key(item.at(0).get<std::vector<std::string>>());
+      if (item.at(1).get<bool>())
+        out.set_non_tensor_stack(key, item.at(2));
       else
-        out.set_non_tensor(key, item[2]);
+        out.set_non_tensor(key, item.at(2));
     }
   }
   return out;
 }
 
 }  // namespace
+
+namespace detail::distributed {
+
+TensorDictBase build_received(const std::string& what, int64_t format, const std::string& structure,
+                              const at::Tensor& storage) {
+  const std::string invalid = what + ": the structure message is not valid: ";
+  const json parsed = parse_received(structure, invalid);
+  try {
+    if (format == kInitLayout) return build_from_layout(parsed, storage);
+    if (format != kInitConsolidated) throw FormatError("unknown format " + std::to_string(format));
+    return TensorDict::from_consolidated(storage, nlohmann::ordered_json(parsed));
+  } catch (const json::exception& e) {
+    throw FormatError(invalid + e.what());
+  } catch (const c10::Error& e) {  // offsets or shapes outside the buffer
+    throw FormatError(
+        what + ": the structure message does not fit its buffer: " + e.what_without_backtrace());
+  } catch (const Error& e) {  // keys, shapes or values a sender does not send
+    throw FormatError(invalid + e.what());
+  }
+}
+
+}  // namespace detail::distributed
 
 TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferOptions& options) {
   check_peer(pg, src, "from_remote_init", "source");
@@ -540,6 +629,12 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
   FirstReceive first(ch, src, kHeaderBytes, false);
   auto announced = ch.send(expectation, src);
   ch.wait(first.work());
+  try {
+    first.check_fit(ch, src);
+  } catch (const FormatError&) {
+    ch.wait(announced);
+    throw;
+  }
   int64_t h[kHCount];
   read_first(ch, first.data(), src, announced, h, nullptr);
   ch.wait(announced);
@@ -552,17 +647,11 @@ TensorDictBase from_remote_init(c10d::ProcessGroup& pg, int src, const TransferO
     throw FormatError(ch.what() + ": the header gives negative sizes");
   const std::string structure = ch.recv_string(h[kHExtraBytes], src);
   at::Tensor storage = peer_sized_buffer(ch, h[kHFlatBytes]);
-  if (h[kHFlatBytes] > 0) ch.recv_now(storage, src);
-  try {
-    json parsed = json::parse(structure);
-    if (h[kHMode] == kInitLayout) return build_from_layout(parsed, storage);
-    return TensorDict::from_consolidated(storage, nlohmann::ordered_json(parsed));
-  } catch (const json::exception& e) {
-    throw FormatError(ch.what() + ": the structure message is not valid: " + e.what());
-  } catch (const c10::Error& e) {  // offsets or shapes outside the buffer
-    throw FormatError(ch.what() + ": the structure message does not fit its buffer: " +
-                      e.what_without_backtrace());
+  if (h[kHFlatBytes] > 0) {
+    ch.recv_now(storage, src);
+    ch.check_fit(storage, src, "the buffer's receive");
   }
+  return build_received(ch.what(), h[kHMode], structure, storage);
 }
 
 }  // namespace tensordict

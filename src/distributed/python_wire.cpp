@@ -28,6 +28,7 @@
 #include <tensordict/lazy_stack.h>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -170,6 +171,18 @@ std::vector<PyLeaf> python_leaves(const TensorDictBase& td) {
   return out;
 }
 
+// Before any receive: a leaf whose elements share memory (expanded) cannot
+// receive in place.
+void check_receivable(const std::string& what, const std::vector<PyLeaf>& leaves) {
+  for (const PyLeaf& leaf : leaves)
+    if (at::has_internal_overlap(leaf.tensor) == at::MemOverlap::Yes)
+      throw ValueError(what + ": the leaf '" + leaf.name + "' (shape " +
+                       shape_string(leaf.tensor.sizes()) + ", strides " +
+                       shape_string(leaf.tensor.strides()) +
+                       ") is expanded: its elements share memory, so it cannot receive in "
+                       "place; make it contiguous first (nothing was written)");
+}
+
 std::string describe_leaf(const PyLeaf& leaf) {
   return "'" + leaf.name + "' (Tensor(dtype=" + dtype_to_string(leaf.tensor.scalar_type()) +
          ", shape=" + shape_string(leaf.tensor.sizes()) + "), " + std::to_string(leaf.nbytes) +
@@ -293,6 +306,7 @@ void write_leaf(const PyLeaf& leaf, const uint8_t* bytes) {
 
 // Python's consolidated=True: `td`'s consolidated storage as one message on tag 0.
 void recv_consolidated(Channel& ch, const TensorDictBase& td, int src) {
+  check_receivable(ch.what(), python_leaves(td));
   const TensorDictBase c = td.is_consolidated() ? td : td.consolidate();
   at::Tensor storage = c.consolidated_storage();
   const int64_t n = storage.defined() ? storage.numel() : 0;
@@ -354,6 +368,7 @@ void recv_python(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     return;
   }
   const std::vector<PyLeaf> leaves = python_leaves(td);
+  check_receivable(ch.what(), leaves);
   const std::vector<int> tags = leaf_tags(options, leaves.size(), ch.what());
   const int64_t reserve = reserve_for(leaves.size());
   std::vector<GuardedReceive> guards;
@@ -364,8 +379,9 @@ void recv_python(const TensorDictBase& td, c10d::ProcessGroup& pg, int src,
     works.push_back(ch.recv_on(tags[i], guards.back().target(), src));
   }
   // Every receive completes (or the wait times out) before anything is
-  // judged: a receive left posted would take a later transfer's message.
-  ch.wait_all(works);
+  // judged: a receive left posted would take a later transfer's message. The
+  // last first, so that a peer that dies is noticed at once.
+  ch.wait_all_last_first(works);
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     const Fit fit = guards[i].fit();
     if (fit != Fit::Exact)

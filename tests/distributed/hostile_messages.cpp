@@ -278,3 +278,82 @@ TD_SCENARIO(hostile_checked_messages) {
   init(8, layout.dump(), 1);
   td::send(make(311), *ctx.pg, 1);
 }
+
+TD_SCENARIO(hostile_received_json) {
+  // JSON a peer sends, nested 200,000 deep or not UTF-8, in every message
+  // that carries JSON: the non-tensor values of a transfer, the structure
+  // sent after a mismatch, init_remote's structure. Each is a FormatError
+  // naming the transfer (never a stack overflow or a raw nlohmann error), and
+  // the receiving tensordict stays as it was.
+  td::TransferOptions eager;
+  eager.check = td::StructureCheck::Receiver;
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  if (ctx.rank == 1) {
+    td::send(make(320), *ctx.pg, 0, eager);
+    td::TensorDict t = make(0);
+    expect_refused<td::FormatError>(t, ctx, eager, "nested deeper than 512 levels");
+    expect_refused<td::FormatError>(t, ctx, eager, "non-tensor values received are not valid");
+    expect_refused<td::FormatError>(t, ctx, {}, "nested deeper than 512 levels");
+    expect_refused<td::FormatError>(t, ctx, {}, "the structure received from rank 0 is not valid");
+    for (const char* needle : {"nested deeper than 512 levels", "structure message is not valid"}) {
+      std::string what = TD_EXPECT_THROW(td::from_remote_init(*ctx.pg, 0), td::FormatError);
+      if (what.find("from_remote_init from rank 0") == std::string::npos ||
+          what.find(needle) == std::string::npos)
+        throw std::runtime_error("unexpected error: " + what + " (expected: " + needle + ")");
+    }
+    td::recv(t, *ctx.pg, 0);
+    expect_equal(t, make(321));
+    return;
+  }
+  const Captured flat = capture_eager(ctx);
+  auto with_json = [&](const std::string& text) {
+    at::Tensor first = flat.first_copy();
+    words(first)[kHExtraBytes] = static_cast<int64_t>(text.size());
+    raw_send(ctx, first, kEagerTag);
+    raw_send(ctx, bytes_of(text), kEagerTag);
+  };
+  const std::string stack = R"([["nested","tags"],true,["x","y","z"]])";
+  with_json(R"([[["name"],false,)" + deep + "]," + stack + "]");
+  with_json(std::string(R"([[["name"],false,"caf)") + "\xff\xfe" + "\"]," + stack + "]");
+  // recv() checked on both sides: the same structure with deep JSON, then a
+  // mismatch whose structure (sent after it) is deep, then not UTF-8.
+  const int64_t magic = words(flat.first)[kHMagic];
+  auto header = [&](int64_t kind, int64_t extra_bytes, int64_t flat_bytes) {
+    at::Tensor h = at::zeros({64 + flat_bytes}, at::kByte);
+    words(h)[kHMagic] = magic;
+    words(h)[kHKind] = kind;
+    words(h)[kHExtraBytes] = extra_bytes;
+    words(h)[kHFlatBytes] = flat_bytes;
+    words(h)[kHMode] = kModeConsolidated;
+    return h;
+  };
+  {
+    at::Tensor e = raw_recv(ctx, 64, kCheckedTag);
+    const std::string text = R"([[["name"],false,)" + deep + "]," + stack + "]";
+    raw_send(ctx, header(kSendOk, static_cast<int64_t>(text.size()), words(e)[kEFlatBytes]),
+             kCheckedTag);
+    raw_send(ctx, bytes_of(text), kCheckedTag);
+  }
+  {
+    raw_recv(ctx, 64, kCheckedTag);
+    raw_send(ctx, header(kSendMismatch, 0, 0), kCheckedTag);
+    // The receiver's description (length first), then ours.
+    const int64_t n = words(raw_recv(ctx, 8, kCheckedTag))[0];
+    raw_recv(ctx, n, kCheckedTag);
+    raw_send(ctx, at::full({1}, static_cast<int64_t>(deep.size()), at::kLong), kCheckedTag);
+    raw_send(ctx, bytes_of(deep), kCheckedTag);
+  }
+  // from_remote_init: a layout structure whose non-tensor values are deep,
+  // then a structure that is not UTF-8.
+  for (const std::string& structure :
+       {std::string(R"({"layout":[[[],"root batch [2]",{"batch":[2]}]],"non_tensors":)") + deep +
+            "}",
+        std::string("{\"layout\":[[[\"\xc3\x28\"]]]}")}) {
+    TD_CHECK(words(raw_recv(ctx, 64, kCheckedTag))[kEKind] == 2);
+    at::Tensor h = header(kInitHeader, static_cast<int64_t>(structure.size()), 0);
+    words(h)[kHMode] = 1;  // the layout format
+    raw_send(ctx, h, kCheckedTag);
+    raw_send(ctx, bytes_of(structure), kCheckedTag);
+  }
+  td::send(make(321), *ctx.pg, 1);
+}

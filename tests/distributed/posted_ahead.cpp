@@ -99,15 +99,7 @@ TD_SCENARIO(leaf_receives_posted_ahead_on_the_wire) {
   at::Tensor e = raw_recv(ctx, 64, kCheckedTag);
   TD_CHECK(words(e)[kEMagic] == kExpectMagic && words(e)[kEMode] == kModePerLeaf);
   TD_CHECK(words(e)[kELeaves] == 2 && words(e)[kEPosted] == 2);
-  at::Tensor header = at::zeros({64}, at::kByte);
-  int64_t* h = words(header);
-  h[kHMagic] = kMagic;
-  h[kHKind] = kSendOk;
-  h[kHHash] = words(e)[kEHash];
-  h[kHFlatBytes] = words(e)[kEFlatBytes];
-  h[kHLeaves] = 2;
-  h[kHMode] = kModePerLeaf;
-  raw_send(ctx, header, kCheckedTag);
+  raw_send(ctx, ok_header(e, kModePerLeaf), kCheckedTag);
   const td::TensorDict x = small(5);
   for (const char* key : {"a", "b"}) {
     const at::Tensor leaf = x.get(key);

@@ -53,6 +53,23 @@ inline at::Tensor raw_recv(Ctx& ctx, int64_t nbytes, int tag,
 inline int64_t* words(const at::Tensor& t) { return reinterpret_cast<int64_t*>(t.data_ptr()); }
 inline int64_t padded16(int64_t n) { return (n + 15) / 16 * 16; }
 
+// A kSendOk header answering the expectation `e` with its own structure
+// (hash, sizes, leaf count), at the front of a message of 64 + `data_bytes`.
+inline at::Tensor ok_header(const at::Tensor& e, int64_t mode, int64_t extra_bytes = 0,
+                            int64_t data_bytes = 0) {
+  at::Tensor msg = at::zeros({64 + data_bytes}, at::kByte);
+  int64_t* h = words(msg);
+  const int64_t* x = words(e);
+  h[kHMagic] = kMagic;
+  h[kHKind] = kSendOk;
+  h[kHExtraBytes] = extra_bytes;
+  h[kHHash] = x[kEHash];
+  h[kHFlatBytes] = x[kEFlatBytes];
+  h[kHLeaves] = x[kELeaves];
+  h[kHMode] = mode;
+  return msg;
+}
+
 inline at::Tensor bytes_of(const std::string& s) {
   at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
   std::memcpy(t.data_ptr(), s.data(), s.size());
