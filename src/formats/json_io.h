@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/types.h>
+
 #include <string>
 
 namespace tensordict::detail {
@@ -25,6 +27,10 @@ nlohmann::ordered_json parse_python_json(const std::string& text, const std::str
 /// recursion; stops counting past `limit`.
 int json_depth(const nlohmann::ordered_json& j, int limit = kMaxNestingDepth);
 int json_depth(const nlohmann::json& j, int limit = kMaxNestingDepth);
+
+/// What a file of `mode` (stat's st_mode) is, for messages: "a FIFO",
+/// "a directory", "a character device"...
+const char* file_kind(mode_t mode);
 
 /// The bytes of the regular file `path`, refusing anything else (a FIFO, a
 /// device such as /dev/zero behind a symbolic link, a directory) with a
