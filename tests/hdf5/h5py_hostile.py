@@ -70,6 +70,8 @@ def write(d):
         f["ok"] = r
         f.create_dataset("raw", (10,), dtype="f4", external=[("/dev/zero", 0, 40)])
         f["elink"] = h5py.ExternalLink("fifo", "/")
+        f["through"] = h5py.SoftLink("/elink/x")  # a soft link through the external link
+        f["dangling"] = h5py.SoftLink("/nowhere")
     # Strings that are not UTF-8.
     with h5py.File(f"{d}/utf8.h5", "w") as f:
         f["ok"] = r

@@ -134,6 +134,8 @@ TEST_F(H5Hostile, UnreadableDatasetsAreTypedErrorsNamingTheKey) {
       {"null.h5", "null_str", "NULL dataspace"},
       {"external.h5", "raw", "external files"},
       {"external.h5", "elink", "external link"},
+      {"external.h5", "through", "soft link that leads nowhere"},
+      {"external.h5", "dangling", "soft link that leads nowhere"},
       {"utf8.h5", "latin1", "UTF-8"},
       {"utf8.h5", "fixed", "UTF-8"},
       {"utf8.h5", "code_point", "U+10FFFF"},

@@ -260,19 +260,19 @@ hid_t File::group(const std::string& path, bool create) {
   if (it != groups_.end()) return it->second.get();
   hid_t id = -1;
   if (path == "/") {
-    id = H5Gopen2(file_.get(), "/", H5P_DEFAULT);
+    id = H5Gopen2(file_.get(), "/", group_access());
   } else {
-    htri_t present = H5Lexists(file_.get(), path.c_str(), H5P_DEFAULT);
+    htri_t present = H5Lexists(file_.get(), path.c_str(), link_access());
     if (present <= 0) {
       H5Eclear2(H5E_DEFAULT);
       if (!create) throw KeyError(where(path) + ": no such group");
       check_writable("creating group", path);
       Hid lcpl = owned(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "H5Pcreate", where(path));
       H5Pset_create_intermediate_group(lcpl.get(), 1);
-      id = H5Gcreate2(file_.get(), path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT);
+      id = H5Gcreate2(file_.get(), path.c_str(), lcpl.get(), H5P_DEFAULT, group_access());
       listings_.clear();
     } else {
-      id = H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT);
+      id = H5Gopen2(file_.get(), path.c_str(), group_access());
     }
   }
   Hid g = owned(id, H5Gclose, "opening the group", where(path));
@@ -402,7 +402,7 @@ Entry* File::entry(const std::string& path, std::string_view key) {
   if (it != entries_.end()) return it->second.get();
   hid_t g = group(path);
   const std::string name(key);
-  htri_t present = H5Lexists(g, name.c_str(), H5P_DEFAULT);
+  htri_t present = H5Lexists(g, name.c_str(), link_access());
   if (present <= 0) {
     H5Eclear2(H5E_DEFAULT);
     return nullptr;
@@ -411,16 +411,25 @@ Entry* File::entry(const std::string& path, std::string_view key) {
   // Hard and soft links are followed (cycles are refused by the walks);
   // external and user-defined links name other files, which are not opened.
   H5L_info_t link;
-  check<FormatError>(H5Lget_info(g, name.c_str(), &link, H5P_DEFAULT), "H5Lget_info", where(full));
-  if (link.type != H5L_TYPE_HARD && link.type != H5L_TYPE_SOFT) {
+  check<FormatError>(H5Lget_info(g, name.c_str(), &link, link_access()), "H5Lget_info",
+                     where(full));
+  auto unreadable = [&](std::string why) {
     e->dataset = std::make_unique<Dataset>();
-    e->dataset->info.description = link.type == H5L_TYPE_EXTERNAL
-                                       ? "an external link to another file, which is not followed"
-                                       : "a user-defined link, which is not followed";
+    e->dataset->info.description = why;
     e->dataset->where = where(full);
     return entries_.emplace(std::move(full), std::move(e)).first->second.get();
-  }
-  Hid obj = owned(H5Oopen(g, name.c_str(), H5P_DEFAULT), H5Oclose, "H5Oopen", where(full));
+  };
+  if (link.type != H5L_TYPE_HARD && link.type != H5L_TYPE_SOFT)
+    return unreadable(link.type == H5L_TYPE_EXTERNAL
+                          ? "an external link to another file, which is not followed"
+                          : "a user-defined link, which is not followed");
+  const hid_t opened = H5Oopen(g, name.c_str(), link_access());
+  if (opened < 0 && link.type == H5L_TYPE_SOFT)
+    return unreadable(
+        "a soft link that leads nowhere (dangling, or through an external link, "
+        "which is not followed): " +
+        error_text());
+  Hid obj = owned(opened, H5Oclose, "H5Oopen", where(full));
   const H5I_type_t type = H5Iget_type(obj.get());
   if (type == H5I_GROUP) {
     e->is_group = true;
@@ -477,7 +486,7 @@ void File::remove(const std::string& path, std::string_view key) {
   check_writable("removing", join(path, key));
   forget(path, key);
   const std::string name(key);
-  check(H5Ldelete(group(path), name.c_str(), H5P_DEFAULT), "H5Ldelete", where(join(path, key)));
+  check(H5Ldelete(group(path), name.c_str(), link_access()), "H5Ldelete", where(join(path, key)));
 }
 
 // ---- dataset creation ----------------------------------------------------------
@@ -561,9 +570,9 @@ Dataset& File::create_tensor(const std::string& path, std::string_view key, at::
   Hid dcpl = creation_plist(shape, H5Tget_size(ftype));
   forget(path, key);
   const std::string name(key);
-  Hid ds =
-      owned(H5Dcreate2(g, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-            H5Dclose, "H5Dcreate2", where(full));
+  Hid ds = owned(
+      H5Dcreate2(g, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), dataset_access()),
+      H5Dclose, "H5Dcreate2", where(full));
   auto e = std::make_unique<Entry>();
   e->dataset = std::make_unique<Dataset>();
   Dataset& d = *e->dataset;
@@ -728,7 +737,7 @@ Hid create_strings(hid_t group, const std::string& name, const std::vector<hsize
                           : H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr),
             H5Sclose, "H5Screate", where);
   Hid ds = owned(H5Dcreate2(group, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                            H5P_DEFAULT),
+                            dataset_access()),
                  H5Dclose, "H5Dcreate2", where);
   std::vector<const char*> data;
   data.reserve(strings.size());
@@ -770,7 +779,7 @@ Hid create_opaque(hid_t group, const std::string& name, const NumpyArray& a,
                       : H5Screate_simple(static_cast<int>(a.shape.size()), a.shape.data(), nullptr),
       H5Sclose, "H5Screate", where);
   Hid ds = owned(H5Dcreate2(group, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                            H5P_DEFAULT),
+                            dataset_access()),
                  H5Dclose, "H5Dcreate2", where);
   if (!bytes.empty())
     check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), "H5Dwrite",

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tensordict::detail::h5 {
@@ -82,6 +83,13 @@ class Program {
  private:
   hid_t group() { return groups_[in_.pick(groups_.size())]; }
   const char* name() { return kNames[in_.pick(kNames.size())]; }
+  // A group and a name not linked in it yet: HDF5 creating over an existing
+  // external link would follow it (and open the file it names).
+  std::pair<hid_t, const char*> new_link() {
+    const hid_t g = group();
+    const char* n = name();
+    return {g, H5Lexists(g, n, H5P_DEFAULT) == 0 ? n : nullptr};
+  }
   hid_t object() {
     const std::size_t n = groups_.size() + datasets_.size();
     const std::size_t i = in_.pick(n);
@@ -89,19 +97,27 @@ class Program {
   }
 
   void create_group() {
-    const hid_t g = H5Gcreate2(group(), name(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const auto [parent, n] = new_link();
+    if (!n) return;
+    const hid_t g = H5Gcreate2(parent, n, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g >= 0) groups_.push_back(g);
   }
   // Hard links to any object: a group linked into itself or a descendant
   // makes a cycle.
-  void hard_link() { H5Lcreate_hard(object(), ".", group(), name(), H5P_DEFAULT, H5P_DEFAULT); }
+  void hard_link() {
+    const hid_t target = object();
+    const auto [parent, n] = new_link();
+    if (n) H5Lcreate_hard(target, ".", parent, n, H5P_DEFAULT, H5P_DEFAULT);
+  }
   void soft_link() {
-    H5Lcreate_soft(kLinkTargets[in_.pick(kLinkTargets.size())], group(), name(), H5P_DEFAULT,
-                   H5P_DEFAULT);
+    const char* target = kLinkTargets[in_.pick(kLinkTargets.size())];
+    const auto [parent, n] = new_link();
+    if (n) H5Lcreate_soft(target, parent, n, H5P_DEFAULT, H5P_DEFAULT);
   }
   void external_link() {
-    H5Lcreate_external(kExternalFiles[in_.pick(kExternalFiles.size())], "/", group(), name(),
-                       H5P_DEFAULT, H5P_DEFAULT);
+    const char* target = kExternalFiles[in_.pick(kExternalFiles.size())];
+    const auto [parent, n] = new_link();
+    if (n) H5Lcreate_external(target, "/", parent, n, H5P_DEFAULT, H5P_DEFAULT);
   }
 
   // The element type: numbers in both byte orders, h5py's bool and complex,
@@ -189,7 +205,7 @@ class Program {
       // they are refused before any allocation.
       long double bytes = static_cast<long double>(element);
       for (hsize_t d : dims) bytes *= static_cast<long double>(d);
-      if (numeric && bytes > (1 << 22) && bytes < 9.3e18L)
+      if (numeric && bytes > (1 << 16) && bytes < 9.3e18L)
         for (auto& d : dims) d = std::min<hsize_t>(d, 4);
       space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
     }
@@ -209,8 +225,13 @@ class Program {
     } else if (layout & 8) {
       H5Pset_external(dcpl, (layout & 16) ? "/dev/zero" : "fifo", 0, H5F_UNLIMITED);
     }
-    if (layout & 32) H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
-    const hid_t ds = H5Dcreate2(group(), name(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    // Early allocation writes every chunk's index entry at creation: only
+    // for small datasets (HDF5 would take hours on 2^60 chunks).
+    long double elements = 1;
+    for (hsize_t d : dims) elements *= static_cast<long double>(d);
+    if ((layout & 32) && elements <= 4096) H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    const auto [parent, n] = new_link();
+    const hid_t ds = n ? H5Dcreate2(parent, n, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
     if (ds >= 0) {
       if (layout & 64) write_data(ds, type, space, vlen_string);
       datasets_.push_back(ds);
