@@ -139,12 +139,17 @@ void transfer(bool write, const Dataset& d, hid_t mem, hid_t file_space, const a
   ++(write ? counters.writes : counters.reads);
   if (file_space != H5S_ALL) ++counters.selections;
   const hid_t type = memory_type(t.scalar_type());
-  if (write)
-    check(H5Dwrite(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()), "H5Dwrite",
-          context);
-  else
+  if (write) {
+    // HDF5 buffers small writes (sieve buffer, chunk cache): what failed may
+    // be an earlier write's bytes, flushed now (a full disk).
+    if (H5Dwrite(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()) < 0)
+      throw StorageError(context + ": H5Dwrite failed (" + error_text() +
+                         "); HDF5 buffers small writes, so rows written since the last "
+                         "successful flush() may be lost too");
+  } else {
     check(H5Dread(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()), "H5Dread",
           context);
+  }
 }
 void read_into(const Dataset& d, hid_t mem, hid_t file_space, const at::Tensor& out,
                const std::string& context) {
