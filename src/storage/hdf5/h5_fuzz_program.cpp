@@ -41,7 +41,7 @@ constexpr std::array kExternalFiles = {"fifo", "/dev/zero", "missing.h5", "/"};
 
 class Program {
  public:
-  Program(Reader& in, hid_t file) : in_(in), file_(file) {
+  Program(Reader& in, hid_t file, std::string fifo) : in_(in), file_(file), fifo_(std::move(fifo)) {
     groups_.push_back(H5Gopen2(file, "/", H5P_DEFAULT));
   }
   ~Program() {
@@ -210,6 +210,7 @@ class Program {
       space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
     }
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    bool external = false;
     const std::uint8_t layout = in_.byte();
     if (!dims.empty() && (layout & 3) >= 2) {
       std::vector<hsize_t> chunks(dims.size());
@@ -223,17 +224,21 @@ class Program {
     } else if ((layout & 3) == 1) {
       H5Pset_layout(dcpl, H5D_COMPACT);
     } else if (layout & 8) {
-      H5Pset_external(dcpl, (layout & 16) ? "/dev/zero" : "fifo", 0, H5F_UNLIMITED);
+      // Raw data in another file (never written or read here: the FIFO
+      // would block): the library must not read it either.
+      external = true;
+      H5Pset_external(dcpl, (layout & 16) ? "/dev/zero" : fifo_.c_str(), 0, H5F_UNLIMITED);
     }
     // Early allocation writes every chunk's index entry at creation: only
     // for small datasets (HDF5 would take hours on 2^60 chunks).
     long double elements = 1;
     for (hsize_t d : dims) elements *= static_cast<long double>(d);
-    if ((layout & 32) && elements <= 4096) H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    if ((layout & 32) && elements <= 4096 && !external)
+      H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
     const auto [parent, n] = new_link();
     const hid_t ds = n ? H5Dcreate2(parent, n, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
     if (ds >= 0) {
-      if (layout & 64) write_data(ds, type, space, vlen_string);
+      if ((layout & 64) && !external) write_data(ds, type, space, vlen_string);
       datasets_.push_back(ds);
     }
     H5Pclose(dcpl);
@@ -298,6 +303,7 @@ class Program {
 
   Reader& in_;
   hid_t file_;
+  std::string fifo_;  // beside the file
   std::vector<hid_t> groups_;
   std::vector<hid_t> datasets_;
 };
@@ -314,7 +320,8 @@ bool write_fuzz_program(const std::uint8_t* data, std::size_t size, const std::s
   H5Pclose(fapl);
   if (file < 0) return false;
   {
-    Program program(in, file);
+    const std::size_t slash = path.rfind('/');
+    Program program(in, file, (slash == std::string::npos ? "." : path.substr(0, slash)) + "/fifo");
     program.run();
   }
   H5Fclose(file);
