@@ -368,8 +368,8 @@ ObjectId File::group_id(const std::string& path) { return object_id(group(path),
 namespace {
 
 // Why a dataset with a readable element type still cannot be read, or "".
-std::string refusal(hid_t dataset, hid_t space, const ElementInfo& info, hid_t type,
-                    const std::vector<hsize_t>& dims, const std::string& where) {
+std::string refusal(hid_t dataset, hid_t space, hid_t type, const std::vector<hsize_t>& dims,
+                    const std::string& where) {
   if (H5Sget_simple_extent_type(space) == H5S_NULL)
     return "a NULL dataspace (an empty value: h5py.Empty), which holds no tensor or value";
   // Sizes as int64 (LibTorch's), elements times bytes included.
@@ -379,7 +379,6 @@ std::string refusal(hid_t dataset, hid_t space, const ElementInfo& info, hid_t t
     if (d > static_cast<hsize_t>(INT64_MAX) ||
         __builtin_mul_overflow(bytes, static_cast<int64_t>(d), &bytes))
       return "a shape whose byte count overflows int64";
-  (void)info;
   Hid dcpl = owned(H5Dget_create_plist(dataset), H5Pclose, "H5Dget_create_plist", where);
   // Raw data in other files (any path: a FIFO, a device) or virtual datasets
   // mapping other files: not followed.
@@ -445,7 +444,7 @@ Entry* File::entry(const std::string& path, std::string_view key) {
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     if (rank > 0) H5Sget_simple_extent_dims(d->space.get(), dims.data(), nullptr);
     d->where = where(full);
-    d->refused = refusal(d->id.get(), d->space.get(), d->info, t.get(), dims, d->where);
+    d->refused = refusal(d->id.get(), d->space.get(), t.get(), dims, d->where);
     if (d->refused.empty()) {
       d->shape.assign(dims.begin(), dims.end());
       if (d->info.element == Element::String || d->info.element == Element::Opaque)
