@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${SAN_BUILD_DIR:-build-sanitize}
 JOBS=${JOBS:-$(nproc)}
 SECONDS_EACH=${FUZZ_SECONDS:-30}
-TARGETS=${FUZZ_TARGETS:-"load_memmap from_consolidated state_dict schema redis_store wire_message"}
+TARGETS=${FUZZ_TARGETS:-"load_memmap from_consolidated state_dict schema h5 redis_store wire_message"}
 source scripts/sanitizers/configure.sh
 cmake --build "$BUILD_DIR" -j "$JOBS" --target $(for t in $TARGETS; do printf 'fuzz_%s ' "$t"; done)
 export TD_FUZZ_FIXTURES="$PWD/tests/data/python-0.3.2/memmap:$PWD/tests/data/hand-built:$PWD/tests/data/upstream-artifact"

@@ -102,6 +102,16 @@ int text_depth(const std::string& text, int limit) {
 
 }  // namespace
 
+const char* file_kind(mode_t mode) {
+  return S_ISREG(mode)    ? "a regular file"
+         : S_ISDIR(mode)  ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "a special file";
+}
+
 std::string read_regular_file(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -115,13 +125,7 @@ std::string read_regular_file(const std::string& path, const std::string& what) 
     throw FormatError("cannot read " + what + " " + path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
     throw FormatError("cannot read " + what + " " + path + ": not a regular file (" +
-                      (S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "a special file") +
-                      ")");
+                      file_kind(st.st_mode) + ")");
   std::string out(static_cast<std::size_t>(st.st_size), '\0');
   std::size_t done = 0;
   while (done < out.size()) {

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/types.h>
+
 #include <string>
 
 namespace tensordict::detail {
@@ -15,6 +17,10 @@ namespace tensordict::detail {
 /// keep their order. Throws nlohmann::json::exception on malformed text and
 /// FormatError (naming `where`) on text nested deeper than kMaxNestingDepth.
 nlohmann::ordered_json parse_python_json(const std::string& text, const std::string& where = "");
+
+/// What a file of `mode` (stat's st_mode) is, for messages: "a FIFO",
+/// "a directory", "a character device"...
+const char* file_kind(mode_t mode);
 
 /// The bytes of the regular file `path`, refusing anything else (a FIFO, a
 /// device such as /dev/zero behind a symbolic link, a directory) with a

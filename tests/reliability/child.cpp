@@ -21,13 +21,13 @@
 //                       flush (the save at <path> loaded, a row written, then
 //                       Node::flush when 1). Exit 0; 5: a StorageError; 4:
 //                       another exception.
+#include "support/private_mounts.h"
+
 #include <tensordict/tensordict.h>
 
 #include <torch/torch.h>
 
 #include <fcntl.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <unistd.h>
 #include <cstdio>
 #include <cstring>
@@ -39,28 +39,8 @@ namespace td = tensordict;
 
 namespace {
 
-bool write_file(const char* path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  return static_cast<bool>(out.flush());
-}
-
-// A private mount namespace, as root or through a user namespace.
-bool private_mounts() {
-  const uid_t uid = ::getuid();
-  const gid_t gid = ::getgid();
-  if (::unshare(CLONE_NEWNS) != 0) {
-    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
-    write_file("/proc/self/setgroups", "deny");
-    if (!write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1\n") ||
-        !write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1\n"))
-      return false;
-  }
-  return ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
-}
-
 int fulldisk(const std::string& dir) {
-  if (!private_mounts() || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=2m") != 0) {
+  if (!td_test::mount_small_tmpfs(dir, "2m")) {
     std::perror("fulldisk: cannot mount a small tmpfs");
     return 77;
   }
@@ -83,7 +63,7 @@ int fulldisk(const std::string& dir) {
 // fit, the first must stay whole. Exit 0 when both survive; 5: the memmap
 // directory does not, 6: the state dict file does not; 77: no tmpfs.
 int fullsave(const std::string& dir) {
-  if (!private_mounts() || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=2m") != 0) {
+  if (!td_test::mount_small_tmpfs(dir, "2m")) {
     std::perror("fullsave: cannot mount a small tmpfs");
     return 77;
   }

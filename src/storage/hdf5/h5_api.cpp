@@ -49,6 +49,32 @@ std::string error_text() {
   return messages.front() + "; " + messages.back();
 }
 
+namespace {
+herr_t refuse_external_link(const char*, const char*, const char*, const char*, unsigned*, hid_t,
+                            void*) {
+  return -1;
+}
+
+hid_t refusing(hid_t list_class) {
+  const hid_t list = H5Pcreate(list_class);
+  H5Pset_elink_cb(list, refuse_external_link, nullptr);
+  return list;
+}
+}  // namespace
+
+hid_t link_access() {
+  static const hid_t list = refusing(H5P_LINK_ACCESS);
+  return list;
+}
+hid_t group_access() {
+  static const hid_t list = refusing(H5P_GROUP_ACCESS);
+  return list;
+}
+hid_t dataset_access() {
+  static const hid_t list = refusing(H5P_DATASET_ACCESS);
+  return list;
+}
+
 void Hid::reset() noexcept {
   if (id_ >= 0 && closer_) {
     Lock l = lock();

@@ -25,6 +25,14 @@ std::string error_text();
 /// Turns off HDF5's automatic error printing (idempotent).
 void silence_errors();
 
+/// Access property lists (link, group, dataset: each works as a link access
+/// list) whose external-link callback refuses every traversal: a soft link
+/// or a path may lead through an external link to any file, a FIFO
+/// included, which HDF5 would open. Valid for the life of the process.
+hid_t link_access();
+hid_t group_access();
+hid_t dataset_access();
+
 /// An owned identifier, closed with its close function.
 class Hid {
  public:

@@ -1,11 +1,18 @@
 // One open HDF5 file: modes, caches, dataset creation, non-tensor values.
 #include "storage/hdf5/h5_file.h"
 
+#include "formats/json_io.h"
+
 #include <tensordict/detail/format.h>
 
 #include <ATen/ATen.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cmath>
@@ -23,20 +30,52 @@ std::string join(const std::string& path, std::string_view key) {
 
 namespace {
 
-bool exists(const std::string& filename) {
+// Whether `filename` exists (through symbolic links); FormatError when it is
+// not a regular file: HDF5 would open a FIFO and wait for a writer, read a
+// device forever, or fail obscurely on a directory.
+bool exists_as_regular_file(const std::string& filename, const std::string& context) {
   struct stat st {};
-  return ::stat(filename.c_str(), &st) == 0;
+  if (::stat(filename.c_str(), &st) != 0) return false;
+  if (!S_ISREG(st.st_mode))
+    throw FormatError(context + " is not a regular file (" + file_kind(st.st_mode) +
+                      "); HDF5 storage opens only regular files");
+  return true;
 }
 
 }  // namespace
 
+void check_not_locked(const std::string& filename, const std::string& context, const char* what) {
+  // HDF5 takes this flock (exclusive to write, shared to read) on every file
+  // it opens with locking on, after opening: H5Fcreate truncates first and
+  // finds the lock second. Asking first keeps the file whole.
+  const int fd = ::open(filename.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;  // gone: nothing to lose
+  const int r = ::flock(fd, LOCK_EX | LOCK_NB);
+  const int err = errno;
+  ::close(fd);  // releases the probe's lock
+  if (r != 0 && err == EWOULDBLOCK)
+    throw StorageError(context +
+                       " is open in another process, or in another handle of this "
+                       "one (it holds HDF5's file lock): " +
+                       what + " refused; the file is left as it was");
+}
+
 std::string canonical_group(const std::string& group) {
   std::string out = "/";
-  std::size_t i = 0;
-  while (i < group.size()) {
+  // One leading '/' names the root; every component after it is a key.
+  const std::size_t first = !group.empty() && group.front() == '/' ? 1 : 0;
+  if (group.size() <= first) return out;
+  std::size_t i = first;
+  while (i <= group.size()) {
     std::size_t j = group.find('/', i);
     if (j == std::string::npos) j = group.size();
-    if (j > i) out = join(out, std::string_view(group).substr(i, j - i));
+    const std::string_view part = std::string_view(group).substr(i, j - i);
+    if (part.empty() || part == "." || part == "..")
+      throw ValueError("PersistentTensorDict: the group '" + group + "' has the component '" +
+                       std::string(part) +
+                       "', which is not a valid key (empty, '.' and '..' are refused, as set() "
+                       "refuses them)");
+    out = join(out, part);
     i = j + 1;
   }
   return out;
@@ -70,7 +109,7 @@ File::File(const std::string& filename, const H5OpenOptions& options)
   }
   const unsigned swmr_read = options.swmr ? H5F_ACC_SWMR_READ : 0u;
   const unsigned swmr_write = options.swmr ? H5F_ACC_SWMR_WRITE : 0u;
-  const bool present = exists(filename);
+  const bool present = exists_as_regular_file(filename, context);
   auto open_existing = [&](unsigned flags) {
     if (!present)
       throw StorageError(context + " does not exist (mode '" + m + "' opens an existing file)");
@@ -96,6 +135,8 @@ File::File(const std::string& filename, const H5OpenOptions& options)
   auto create = [&](unsigned flags) {
     if ((flags & H5F_ACC_EXCL) && present)
       throw StorageError(context + " already exists (mode '" + m + "' creates a new file)");
+    if ((flags & H5F_ACC_TRUNC) && present && options.locking.value_or(true))
+      check_not_locked(filename, context, ("mode '" + m + "' (truncating)").c_str());
     file_ = owned(H5Fcreate(filename.c_str(), flags, H5P_DEFAULT, fapl.get()), H5Fclose,
                   "H5Fcreate", context);
   };
@@ -183,21 +224,34 @@ std::string File::where(const std::string& path) const {
 void File::close() {
   Lock l = lock();
   if (!file_) return;
+  // The file is closed for every handle whatever happens; what HDF5 could
+  // not write (rows and metadata it buffered, on a full disk) is reported.
+  // Flushed while the datasets are open: H5Dclose writes a dataset's
+  // buffered rows too, and its failure would go unseen.
+  const hid_t id = file_.release();
+  std::string failure;
+  if (writable_ && H5Fflush(id, H5F_SCOPE_GLOBAL) < 0) failure = "H5Fflush: " + error_text();
   ++generation_;
   entries_.clear();
   listings_.clear();
   groups_.clear();
-  if (writable_) H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
-  hid_t id = file_.get();
-  file_ = Hid();  // closes
-  (void)id;
+  if (H5Fclose(id) < 0 && failure.empty()) failure = "H5Fclose: " + error_text();
+  H5Eclear2(H5E_DEFAULT);
+  if (!failure.empty())
+    throw StorageError("HDF5 file '" + filename_ +
+                       "': closing failed, data written since the last successful flush() may "
+                       "be lost (" +
+                       failure + ")");
 }
 
 void File::flush() {
   Lock l = lock();
   check_open();
-  if (writable_)
-    check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush", "HDF5 file '" + filename_ + "'");
+  if (writable_ && H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0)
+    throw StorageError("HDF5 file '" + filename_ +
+                       "': flush failed, data written since the last successful flush() may "
+                       "not be in the file (" +
+                       error_text() + ")");
 }
 
 hid_t File::group(const std::string& path, bool create) {
@@ -206,19 +260,19 @@ hid_t File::group(const std::string& path, bool create) {
   if (it != groups_.end()) return it->second.get();
   hid_t id = -1;
   if (path == "/") {
-    id = H5Gopen2(file_.get(), "/", H5P_DEFAULT);
+    id = H5Gopen2(file_.get(), "/", group_access());
   } else {
-    htri_t present = H5Lexists(file_.get(), path.c_str(), H5P_DEFAULT);
+    htri_t present = H5Lexists(file_.get(), path.c_str(), link_access());
     if (present <= 0) {
       H5Eclear2(H5E_DEFAULT);
       if (!create) throw KeyError(where(path) + ": no such group");
       check_writable("creating group", path);
       Hid lcpl = owned(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "H5Pcreate", where(path));
       H5Pset_create_intermediate_group(lcpl.get(), 1);
-      id = H5Gcreate2(file_.get(), path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT);
+      id = H5Gcreate2(file_.get(), path.c_str(), lcpl.get(), H5P_DEFAULT, group_access());
       listings_.clear();
     } else {
-      id = H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT);
+      id = H5Gopen2(file_.get(), path.c_str(), group_access());
     }
   }
   Hid g = owned(id, H5Gclose, "opening the group", where(path));
@@ -238,8 +292,10 @@ constexpr const char* kStringAttribute = "__tensordict_str__";
 constexpr const char* kStackAttribute = "__tensordict_stack__";
 
 // The shape of the NonTensorStack a dataset holds (its "__tensordict_stack__"
-// attribute, integers of one dim), nullopt when it has none.
-std::optional<std::vector<int64_t>> read_stack_attribute(hid_t dataset, const std::string& where) {
+// attribute, integers of one dim), nullopt when it has none. Sets `problem`
+// when the attribute is not a shape.
+std::optional<std::vector<int64_t>> read_stack_attribute(hid_t dataset, const std::string& where,
+                                                         std::string& problem) {
   const htri_t present = H5Aexists(dataset, kStackAttribute);
   if (present <= 0) {
     H5Eclear2(H5E_DEFAULT);
@@ -250,9 +306,13 @@ std::optional<std::vector<int64_t>> read_stack_attribute(hid_t dataset, const st
   Hid space = owned(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", where);
   const int rank = H5Sget_simple_extent_ndims(space.get());
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  if (H5Tget_class(type.get()) != H5T_INTEGER || rank > 1 || n < 1)
-    throw FormatError(where + ": the attribute " + kStackAttribute +
-                      " (a NonTensorStack's shape) is not a list of integers");
+  // A dataset has at most H5S_MAX_RANK (32) dims, so a longer shape cannot
+  // be its shape (and is not read: its size is the file's word).
+  if (H5Tget_class(type.get()) != H5T_INTEGER || rank > 1 || n < 1 || n > H5S_MAX_RANK) {
+    problem = std::string("the attribute ") + kStackAttribute +
+              " (a NonTensorStack's shape) is not a list of at most 32 integers";
+    return std::nullopt;
+  }
   std::vector<int64_t> shape(static_cast<std::size_t>(n));
   check(H5Aread(attr.get(), H5T_NATIVE_INT64, shape.data()), "H5Aread", where);
   return shape;
@@ -289,6 +349,49 @@ const std::vector<std::string>& File::keys(const std::string& path) {
   return listings_.emplace(path, std::move(names)).first->second;
 }
 
+ObjectId object_id(hid_t object, const std::string& where) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  check<FormatError>(H5Oget_info3(object, &info, H5O_INFO_BASIC), "H5Oget_info3", where);
+  std::string id(reinterpret_cast<const char*>(&info.token), sizeof(info.token));
+#else
+  H5O_info_t info;
+  check<FormatError>(H5Oget_info2(object, &info, H5O_INFO_BASIC), "H5Oget_info2", where);
+  std::string id(reinterpret_cast<const char*>(&info.addr), sizeof(info.addr));
+#endif
+  id.append(reinterpret_cast<const char*>(&info.fileno), sizeof(info.fileno));
+  return id;
+}
+
+ObjectId File::group_id(const std::string& path) { return object_id(group(path), where(path)); }
+
+namespace {
+
+// Why a dataset with a readable element type still cannot be read, or "".
+std::string refusal(hid_t dataset, hid_t space, hid_t type, const std::vector<hsize_t>& dims,
+                    const std::string& where) {
+  if (H5Sget_simple_extent_type(space) == H5S_NULL)
+    return "a NULL dataspace (an empty value: h5py.Empty), which holds no tensor or value";
+  // Sizes as int64 (LibTorch's), elements times bytes included.
+  const std::size_t element = std::max<std::size_t>(H5Tget_size(type), 1);
+  int64_t bytes = static_cast<int64_t>(element);
+  for (hsize_t d : dims)
+    if (d > static_cast<hsize_t>(INT64_MAX) ||
+        __builtin_mul_overflow(bytes, static_cast<int64_t>(d), &bytes))
+      return "a shape whose byte count overflows int64";
+  Hid dcpl = owned(H5Dget_create_plist(dataset), H5Pclose, "H5Dget_create_plist", where);
+  // Raw data in other files (any path: a FIFO, a device) or virtual datasets
+  // mapping other files: not followed.
+  if (H5Pget_external_count(dcpl.get()) > 0)
+    return "its data is in external files (H5Pset_external), which are not read";
+  if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL)
+    return "a virtual dataset (data mapped from other datasets or files), which is not read";
+  H5Eclear2(H5E_DEFAULT);
+  return "";
+}
+
+}  // namespace
+
 Entry* File::entry(const std::string& path, std::string_view key) {
   check_open();
   if (key.empty() || key.find('/') != std::string_view::npos || key == "." || key == "..")
@@ -298,16 +401,38 @@ Entry* File::entry(const std::string& path, std::string_view key) {
   if (it != entries_.end()) return it->second.get();
   hid_t g = group(path);
   const std::string name(key);
-  htri_t present = H5Lexists(g, name.c_str(), H5P_DEFAULT);
+  htri_t present = H5Lexists(g, name.c_str(), link_access());
   if (present <= 0) {
     H5Eclear2(H5E_DEFAULT);
     return nullptr;
   }
-  Hid obj = owned(H5Oopen(g, name.c_str(), H5P_DEFAULT), H5Oclose, "H5Oopen", where(full));
   auto e = std::make_unique<Entry>();
+  // Hard and soft links are followed (cycles are refused by the walks);
+  // external and user-defined links name other files, which are not opened.
+  H5L_info_t link;
+  check<FormatError>(H5Lget_info(g, name.c_str(), &link, link_access()), "H5Lget_info",
+                     where(full));
+  auto unreadable = [&](std::string why) {
+    e->dataset = std::make_unique<Dataset>();
+    e->dataset->info.description = why;
+    e->dataset->where = where(full);
+    return entries_.emplace(std::move(full), std::move(e)).first->second.get();
+  };
+  if (link.type != H5L_TYPE_HARD && link.type != H5L_TYPE_SOFT)
+    return unreadable(link.type == H5L_TYPE_EXTERNAL
+                          ? "an external link to another file, which is not followed"
+                          : "a user-defined link, which is not followed");
+  const hid_t opened = H5Oopen(g, name.c_str(), link_access());
+  if (opened < 0 && link.type == H5L_TYPE_SOFT)
+    return unreadable(
+        "a soft link that leads nowhere (dangling, or through an external link, "
+        "which is not followed): " +
+        error_text());
+  Hid obj = owned(opened, H5Oclose, "H5Oopen", where(full));
   const H5I_type_t type = H5Iget_type(obj.get());
   if (type == H5I_GROUP) {
     e->is_group = true;
+    e->group_id = object_id(obj.get(), where(full));
   } else if (type == H5I_DATASET) {
     auto d = std::make_unique<Dataset>();
     d->id = Hid(obj.release(), H5Dclose);
@@ -318,10 +443,21 @@ Entry* File::entry(const std::string& path, std::string_view key) {
                            where(full));
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     if (rank > 0) H5Sget_simple_extent_dims(d->space.get(), dims.data(), nullptr);
-    d->shape.assign(dims.begin(), dims.end());
     d->where = where(full);
-    if (d->info.element == Element::String || d->info.element == Element::Opaque)
-      d->stack_shape = read_stack_attribute(d->id.get(), d->where);
+    d->refused = refusal(d->id.get(), d->space.get(), t.get(), dims, d->where);
+    if (d->refused.empty()) {
+      d->shape.assign(dims.begin(), dims.end());
+      if (d->info.element == Element::String || d->info.element == Element::Opaque)
+        d->stack_shape = read_stack_attribute(d->id.get(), d->where, d->refused);
+      if (d->refused.empty() && d->stack_shape && *d->stack_shape != d->shape)
+        d->refused = "a NonTensorStack of shape " + format_shape(*d->stack_shape) +
+                     " (its __tensordict_stack__ attribute) in a dataset of shape " +
+                     format_shape(d->shape);
+    }
+    if (!d->refused.empty()) {
+      d->info.element = Element::Unsupported;
+      d->stack_shape.reset();
+    }
     e->dataset = std::move(d);
   } else {
     // A named datatype or another object: listed, read as unsupported.
@@ -349,7 +485,7 @@ void File::remove(const std::string& path, std::string_view key) {
   check_writable("removing", join(path, key));
   forget(path, key);
   const std::string name(key);
-  check(H5Ldelete(group(path), name.c_str(), H5P_DEFAULT), "H5Ldelete", where(join(path, key)));
+  check(H5Ldelete(group(path), name.c_str(), link_access()), "H5Ldelete", where(join(path, key)));
 }
 
 // ---- dataset creation ----------------------------------------------------------
@@ -433,9 +569,9 @@ Dataset& File::create_tensor(const std::string& path, std::string_view key, at::
   Hid dcpl = creation_plist(shape, H5Tget_size(ftype));
   forget(path, key);
   const std::string name(key);
-  Hid ds =
-      owned(H5Dcreate2(g, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-            H5Dclose, "H5Dcreate2", where(full));
+  Hid ds = owned(
+      H5Dcreate2(g, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), dataset_access()),
+      H5Dclose, "H5Dcreate2", where(full));
   auto e = std::make_unique<Entry>();
   e->dataset = std::make_unique<Dataset>();
   Dataset& d = *e->dataset;
@@ -600,7 +736,7 @@ Hid create_strings(hid_t group, const std::string& name, const std::vector<hsize
                           : H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr),
             H5Sclose, "H5Screate", where);
   Hid ds = owned(H5Dcreate2(group, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                            H5P_DEFAULT),
+                            dataset_access()),
                  H5Dclose, "H5Dcreate2", where);
   std::vector<const char*> data;
   data.reserve(strings.size());
@@ -642,7 +778,7 @@ Hid create_opaque(hid_t group, const std::string& name, const NumpyArray& a,
                       : H5Screate_simple(static_cast<int>(a.shape.size()), a.shape.data(), nullptr),
       H5Sclose, "H5Screate", where);
   Hid ds = owned(H5Dcreate2(group, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                            H5P_DEFAULT),
+                            dataset_access()),
                  H5Dclose, "H5Dcreate2", where);
   if (!bytes.empty())
     check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), "H5Dwrite",
@@ -748,12 +884,90 @@ T load(const unsigned char* p, bool swap) {
 
 }  // namespace
 
+// Whether `s` is UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): a value read must be, or every later dump of it throws.
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t n = 0;
+    char32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // cut short
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    static constexpr char32_t kLeast[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// Reading a non-tensor builds it whole in memory (a JSON value per element,
+// a list per row): refused when that is out of proportion with what the
+// file holds (a crafted shape of 2^40 strings in a few bytes). The bound
+// allows deflate's best ratio (about 1032:1) over the dataset's storage,
+// capped by the file's size, plus 1 MiB for unwritten (fill value) data.
+void check_non_tensor_size(const Dataset& d, hid_t file, std::size_t element_size,
+                           const std::string& context) {
+  constexpr int64_t kSlack = int64_t{1} << 20;
+  constexpr int64_t kRatio = 1100;
+  // JSON nodes: one per element, one per list of every level.
+  int64_t elements = 1, nodes = 0;
+  for (int64_t s : d.shape) {
+    if (__builtin_mul_overflow(elements, s, &elements)) elements = INT64_MAX;
+    nodes = nodes > INT64_MAX - elements ? INT64_MAX : nodes + elements;
+  }
+  int64_t need = 0;
+  if (__builtin_mul_overflow(elements, static_cast<int64_t>(element_size) + 16, &need) ||
+      __builtin_mul_overflow(nodes, int64_t{16}, &nodes) || need > INT64_MAX - nodes)
+    need = INT64_MAX;
+  else
+    need += nodes;
+  hsize_t stored = H5Dget_storage_size(d.id.get());
+  hsize_t file_size = 0;
+  if (H5Fget_filesize(file, &file_size) >= 0) stored = std::min(stored, file_size);
+  H5Eclear2(H5E_DEFAULT);
+  const int64_t allowed =
+      static_cast<int64_t>(std::min<hsize_t>(stored, INT64_MAX / (2 * kRatio))) * kRatio + kSlack;
+  if (need > allowed)
+    throw FormatError(context + ": a non-tensor dataset of shape " + format_shape(d.shape) + " (" +
+                      std::to_string(element_size) +
+                      "-byte elements) is out of proportion with the " + std::to_string(stored) +
+                      " bytes the file stores for it; refused rather than read");
+}
+
 json File::read_non_tensor(const Dataset& d, const std::string& context) {
   int64_t n = 1;
-  for (int64_t s : d.shape) n *= s;
+  for (int64_t s : d.shape) n *= s;  // no overflow: checked when the entry was opened
   Hid ftype = owned(H5Dget_type(d.id.get()), H5Tclose, "H5Dget_type", context);
+  const htri_t is_vlen = d.info.element == Element::String ? H5Tis_variable_str(ftype.get()) : 0;
+  check_non_tensor_size(d, file_.get(), is_vlen > 0 ? sizeof(char*) : H5Tget_size(ftype.get()),
+                        context);
+  auto text = [&](std::string s) {
+    if (!valid_utf8(s)) throw FormatError(context + ": a string that is not valid UTF-8");
+    return json(std::move(s));
+  };
   if (d.info.element == Element::String) {
-    const htri_t vlen = H5Tis_variable_str(ftype.get());
+    const htri_t vlen = is_vlen;
     Hid mtype = owned(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", context);
     H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
     std::vector<std::string> strings;
@@ -779,7 +993,7 @@ json File::read_non_tensor(const Dataset& d, const std::string& context) {
         strings.emplace_back(p, strnlen(p, size));
       }
     }
-    return nest(d.shape, [&](std::size_t i) { return json(strings[i]); });
+    return nest(d.shape, [&](std::size_t i) { return text(std::move(strings[i])); });
   }
   // Opaque NUMPY:<dtype>: raw numpy bytes.
   const std::string& dt = d.info.opaque_dtype;
@@ -818,12 +1032,16 @@ json File::read_non_tensor(const Dataset& d, const std::string& context) {
         for (std::size_t k = 0; k + 4 <= size; k += 4) {
           char32_t c = load<char32_t>(p + k, swap);
           if (c == 0) break;
+          if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+            throw FormatError(context +
+                              ": a numpy str holding a code point past U+10FFFF or "
+                              "a surrogate, which is not Unicode text");
           s.push_back(c);
         }
         return json(utf8(s));
       }
       case 'S':
-        return json(std::string(reinterpret_cast<const char*>(p),
+        return text(std::string(reinterpret_cast<const char*>(p),
                                 strnlen(reinterpret_cast<const char*>(p), size)));
       default:
         break;

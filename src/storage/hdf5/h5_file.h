@@ -33,6 +33,11 @@ struct Dataset {
   std::optional<std::vector<int64_t>> stack_shape;
   /// "HDF5 file '<file>', /a/b", for messages.
   std::string where;
+  /// Why the dataset cannot be read although its element type is known (a
+  /// NULL dataspace, a shape whose bytes overflow int64, data in external
+  /// files...); empty when it can. Set with info.element = Unsupported, so
+  /// that batch-size inference skips it; reading it is a FormatError.
+  std::string refused;
   /// A memory dataspace of `dims` (the last one made is kept: a row loop
   /// reuses it).
   hid_t memory_space(const std::vector<hsize_t>& dims);
@@ -42,9 +47,16 @@ struct Dataset {
   std::vector<hsize_t> mem_dims_;
 };
 
+/// Identifies an HDF5 object within its file (its header address, or token
+/// in HDF5 1.12+): two links to one group give the same ObjectId.
+using ObjectId = std::string;
+/// The ObjectId of an open object.
+ObjectId object_id(hid_t object, const std::string& where);
+
 /// A link of a group: a nested group or a dataset.
 struct Entry {
   bool is_group = false;
+  ObjectId group_id;                 // when is_group
   std::unique_ptr<Dataset> dataset;  // when !is_group
 };
 
@@ -68,7 +80,11 @@ class File {
   void check_open() const;
   /// StorageError when read-only, naming the file, `what` `path` and the mode.
   void check_writable(const char* what, const std::string& path) const;
+  /// Flushes and closes the file; StorageError naming the file when HDF5
+  /// fails to write what it buffered (a full disk) or to close. The file is
+  /// closed for every handle either way.
   void close();
+  /// StorageError naming the file when H5Fflush fails.
   void flush();
 
   // ---- SWMR (H5OpenOptions::swmr) --------------------------------------------
@@ -130,8 +146,11 @@ class File {
   /// Removes the link `key` of the group at `path`.
   void remove(const std::string& path, std::string_view key);
 
-  /// Batch sizes inferred at open (from_h5), by group path.
-  std::unordered_map<std::string, std::vector<int64_t>> inferred;
+  /// Batch sizes inferred at open (from_h5), by group ObjectId (a group
+  /// linked from several places has one).
+  std::unordered_map<ObjectId, std::vector<int64_t>> inferred;
+  /// The ObjectId of the group at `path`.
+  ObjectId group_id(const std::string& path);
 
  private:
   std::string filename_;
@@ -150,9 +169,16 @@ class File {
   Hid creation_plist(at::IntArrayRef shape, std::size_t element_size) const;
 };
 
+/// StorageError naming `context` and `what` when another open file
+/// description holds HDF5's lock (flock) on `filename`: another process, or
+/// another handle of this one, has it open. Nothing when it is missing.
+void check_not_locked(const std::string& filename, const std::string& context, const char* what);
+
 /// "/a" + "b" -> "/a/b"; "/" + "b" -> "/b".
 std::string join(const std::string& path, std::string_view key);
-/// A group path in canonical form: "" -> "/", "a//b/" -> "/a/b".
+/// A group path in canonical form: "" -> "/", "a/b" -> "/a/b". ValueError
+/// for components that set() refuses as keys ("", ".", ".."): "a//b",
+/// "a/", "/../x".
 std::string canonical_group(const std::string& group);
 
 }  // namespace tensordict::detail::h5

@@ -5,6 +5,7 @@
 // operation and put back in the user's order.
 #include "storage/hdf5/h5_node.h"
 
+#include "formats/json_io.h"
 #include "storage/hdf5/h5_counters.h"
 
 #include <tensordict/detail/format.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 namespace tensordict::detail::h5 {
 
@@ -137,12 +139,17 @@ void transfer(bool write, const Dataset& d, hid_t mem, hid_t file_space, const a
   ++(write ? counters.writes : counters.reads);
   if (file_space != H5S_ALL) ++counters.selections;
   const hid_t type = memory_type(t.scalar_type());
-  if (write)
-    check(H5Dwrite(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()), "H5Dwrite",
-          context);
-  else
+  if (write) {
+    // HDF5 buffers small writes (sieve buffer, chunk cache): what failed may
+    // be an earlier write's bytes, flushed now (a full disk).
+    if (H5Dwrite(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()) < 0)
+      throw StorageError(context + ": H5Dwrite failed (" + error_text() +
+                         "); HDF5 buffers small writes, so rows written since the last "
+                         "successful flush() may be lost too");
+  } else {
     check(H5Dread(d.id.get(), type, mem, file_space, H5P_DEFAULT, t.data_ptr()), "H5Dread",
           context);
+  }
 }
 void read_into(const Dataset& d, hid_t mem, hid_t file_space, const at::Tensor& out,
                const std::string& context) {
@@ -153,8 +160,24 @@ void write_from(const Dataset& d, hid_t mem, hid_t file_space, const at::Tensor&
   transfer(true, d, mem, file_space, value, context);
 }
 
+// A new tensor to read into: a shape too large for memory (a crafted file
+// can declare a terabyte dataset in a few bytes) is a StorageError naming the
+// dataset, not an allocator error.
+at::Tensor allocate(const Dataset& d, at::IntArrayRef shape) {
+  try {
+    return at::empty(shape, at::TensorOptions().dtype(d.info.dtype));
+  } catch (const c10::Error& e) {
+    throw StorageError(d.where + ": cannot allocate a tensor of shape " + format_shape(shape) +
+                       " to read into (" + e.what_without_backtrace() +
+                       "); read fewer rows at a time");
+  } catch (const std::bad_alloc&) {
+    throw StorageError(d.where + ": cannot allocate a tensor of shape " + format_shape(shape) +
+                       " to read into (out of memory); read fewer rows at a time");
+  }
+}
+
 at::Tensor read_all(const Dataset& d, const std::string& context) {
-  at::Tensor out = at::empty(d.shape, at::TensorOptions().dtype(d.info.dtype));
+  at::Tensor out = allocate(d, d.shape);
   if (out.numel() > 0) read_into(d, H5S_ALL, H5S_ALL, out, context);
   return out;
 }
@@ -167,12 +190,11 @@ void write_all(const Dataset& d, const at::Tensor& value, const std::string& con
 // The selected rows of one dataset (everything but General).
 at::Tensor read_selected(Dataset& d, const RowSelection& rows, const RowsPlan* plan) {
   const std::string& context = d.where;
-  const auto opts = at::TensorOptions().dtype(d.info.dtype);
   switch (rows.kind()) {
     case RowSelection::Kind::All:
       return read_all(d, context);
     case RowSelection::Kind::Box: {
-      at::Tensor out = at::empty(rows.selected_shape(d.shape), opts);
+      at::Tensor out = allocate(d, rows.selected_shape(d.shape));
       if (out.numel() == 0) return out;
       auto count = select_box(d.space.get(), rows, d.shape, context);
       read_into(d, d.memory_space(count), d.space.get(), out, context);
@@ -182,7 +204,7 @@ at::Tensor read_selected(Dataset& d, const RowSelection& rows, const RowsPlan* p
       const RowsPlan& p = *plan;
       std::vector<int64_t> feat(d.shape.begin() + 1, d.shape.end());
       auto out_shape = concat(p.user_shape, feat);
-      if (p.n == 0 || product(feat) == 0) return at::empty(out_shape, opts);
+      if (p.n == 0 || product(feat) == 0) return allocate(d, out_shape);
       const bool cover = p.cover();
       const int64_t count = cover ? p.span : static_cast<int64_t>(p.unique.size());
       if (cover) {
@@ -194,7 +216,7 @@ at::Tensor read_selected(Dataset& d, const RowSelection& rows, const RowsPlan* p
                       i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, context);
       }
       auto tmp_shape = concat({count}, feat);
-      at::Tensor tmp = at::empty(tmp_shape, opts);
+      at::Tensor tmp = allocate(d, tmp_shape);
       read_into(d, d.memory_space(std::vector<hsize_t>(tmp_shape.begin(), tmp_shape.end())),
                 d.space.get(), tmp, context);
       if (cover) {
@@ -256,12 +278,19 @@ const H5Node* same_file(const Node* n, const std::shared_ptr<File>& file) {
 }  // namespace
 
 H5Node::H5Node(std::shared_ptr<File> file, std::string path, std::vector<int64_t> batch_size,
-               std::optional<at::Device> device)
+               std::optional<at::Device> device, std::vector<ObjectId> lineage)
     : file_(std::move(file)),
       path_(std::move(path)),
       batch_size_(std::move(batch_size)),
-      device_(device) {
+      device_(device),
+      lineage_(std::move(lineage)) {
   keeps_data_outside_ = true;
+}
+
+std::vector<ObjectId> H5Node::lineage_with(const std::string& path) const {
+  std::vector<ObjectId> out = lineage_;
+  out.push_back(file_->group_id(path));
+  return out;
 }
 
 void H5Node::set_batch_size(std::vector<int64_t> batch_size) {
@@ -312,9 +341,22 @@ std::shared_ptr<H5Node> H5Node::child(std::string_view key) const {
   auto it = children_.find(key);
   if (it != children_.end()) return it->second;
   const std::string path = join(path_, key);
-  auto inferred = file_->inferred.find(path);
+  // The walk at open refused cycles and depth; links added since (by
+  // another writer) are refused here, before a recursive walk follows them.
+  const ObjectId& id = entry(key)->group_id;
+  if (std::find(lineage_.begin(), lineage_.end(), id) != lineage_.end())
+    throw FormatError(file_->where(path) +
+                      ": a link back to a group that contains it (a cycle of links), which "
+                      "no tensordict can hold");
+  if (lineage_.size() >= static_cast<std::size_t>(kMaxNestingDepth))
+    throw FormatError(file_->where(path) + ": groups nested deeper than " +
+                      std::to_string(kMaxNestingDepth) + " levels");
+  std::vector<ObjectId> lineage = lineage_;
+  lineage.push_back(id);
+  auto inferred = file_->inferred.find(id);
   auto node = std::make_shared<H5Node>(
-      file_, path, inferred != file_->inferred.end() ? inferred->second : batch_size_, device_);
+      file_, path, inferred != file_->inferred.end() ? inferred->second : batch_size_, device_,
+      std::move(lineage));
   children_.emplace(std::string(key), node);
   return node;
 }
@@ -325,6 +367,8 @@ Dataset& H5Node::tensor_dataset(std::string_view key) const {
   const std::string where = file_->where(join(path_, key));
   if (!e) throw KeyError(where + ": no such dataset");
   if (e->is_group) throw TypeError(where + " is a group, not a tensor dataset");
+  if (!e->dataset->refused.empty())
+    throw FormatError(where + ": the dataset cannot be read: " + e->dataset->refused);
   if (e->dataset->info.element == Element::Unsupported)
     throw FormatError(where + ": dataset of unsupported element type (" +
                       e->dataset->info.description + ")");
@@ -361,6 +405,8 @@ std::optional<Value> H5Node::find(std::string_view key) const {
       return Value(NonTensorStack(data, *d.stack_shape, device_));
     }
     case Element::Unsupported:
+      if (!d.refused.empty())
+        throw FormatError(file_->where(full) + ": the dataset cannot be read: " + d.refused);
       break;
   }
   throw FormatError(
@@ -456,7 +502,8 @@ void H5Node::write_value(std::string_view key, const Value& value) {
       const TensorDictBase& td = value.tensordict();
       const std::string path = join(path_, key);
       file_->group(path, /*create=*/true);
-      auto node = std::make_shared<H5Node>(file_, path, td.batch_size().vec(), device_);
+      auto node =
+          std::make_shared<H5Node>(file_, path, td.batch_size().vec(), device_, lineage_with(path));
       children_[std::string(key)] = node;
       const Node& src = td.node();
       for (const auto& k : src.keys()) node->write_value(k, *src.find(k));
@@ -567,7 +614,7 @@ TensorDictBase H5Node::create_nested(std::string_view key, at::IntArrayRef batch
     file_->remove(path_, key);
   }
   file_->group(full, /*create=*/true);
-  auto node = std::make_shared<H5Node>(file_, full, batch_size.vec(), device);
+  auto node = std::make_shared<H5Node>(file_, full, batch_size.vec(), device, lineage_with(full));
   children_[std::string(key)] = node;
   return TensorDictBase(node);
 }
@@ -581,47 +628,103 @@ void H5Node::remove(std::string_view key) {
 
 void H5Node::flush() { file_->flush(); }
 
-std::optional<std::vector<int64_t>> H5Node::infer_batch_size(File& file, const std::string& path) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const auto& k : file.keys(path)) {
-    Entry* e = file.entry(path, k);
-    if (!e) continue;
-    if (e->is_group) {
-      if (auto b = infer_batch_size(file, join(path, k))) shapes.push_back(std::move(*b));
-    } else if (e->dataset->info.element == Element::Tensor) {
-      shapes.push_back(e->dataset->shape);
-    } else if (e->dataset->stack_shape) {
-      shapes.push_back(*e->dataset->stack_shape);  // a NonTensorStack has a shape, as in Python
+namespace {
+
+// The walk of the groups under the opened one, at open: infers or checks the
+// batch sizes. A group linked from several places (hard links) is walked
+// once; a link back to a group being walked (a cycle, which would make every
+// recursive walk endless), groups nested past kMaxNestingDepth, and shared
+// groups that expand the tree past kMaxSharedExpansion entries more than the
+// file holds (a few bytes can link one group 2 x 2 x ... times: a later
+// to_tensordict would never end) are FormatErrors naming the link.
+class GroupWalk {
+ public:
+  static constexpr int64_t kMaxSharedExpansion = int64_t{1} << 16;
+
+  GroupWalk(File& file, std::optional<at::IntArrayRef> check) : file_(file), check_(check) {}
+
+  struct Summary {
+    std::optional<std::vector<int64_t>> batch;
+    int64_t entries = 0;  // entries of the tree below, shared groups counted each time
+  };
+
+  Summary visit(const std::string& path, const ObjectId& id) {
+    if (auto it = seen_.find(id); it != seen_.end()) return it->second;
+    for (std::size_t i = 0; i < lineage_.size(); ++i)
+      if (lineage_[i].first == id)
+        throw FormatError(file_.where(path) + ": a link back to " + lineage_[i].second +
+                          ", a group that contains it (a cycle of links), which no tensordict "
+                          "can hold");
+    if (lineage_.size() >= static_cast<std::size_t>(kMaxNestingDepth))
+      throw FormatError(file_.where(path) + ": groups nested deeper than " +
+                        std::to_string(kMaxNestingDepth) + " levels");
+    lineage_.emplace_back(id, path);
+    Summary out;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const auto& k : file_.keys(path)) {
+      Entry* e = file_.entry(path, k);
+      if (!e) continue;
+      ++distinct_;
+      out.entries = saturated_add(out.entries, 1);
+      const std::string full = join(path, k);
+      if (e->is_group) {
+        Summary sub = visit(full, e->group_id);
+        out.entries = saturated_add(out.entries, sub.entries);
+        if (sub.batch) shapes.push_back(std::move(*sub.batch));
+        continue;
+      }
+      const Dataset& d = *e->dataset;
+      if (d.info.element != Element::Tensor && !d.stack_shape) continue;
+      // A NonTensorStack has a shape, as in Python.
+      const auto& s = d.stack_shape ? *d.stack_shape : d.shape;
+      if (check_ && (s.size() < check_->size() ||
+                     !at::IntArrayRef(s).slice(0, check_->size()).equals(*check_)))
+        throw ShapeError(file_.where(full) + ": dataset of shape " + format_shape(s) +
+                         " does not start with the batch size " + format_shape(*check_));
+      shapes.push_back(s);
     }
+    lineage_.pop_back();
+    if (out.entries - distinct_ > kMaxSharedExpansion)
+      throw FormatError(file_.where(path) +
+                        ": groups linked from several places (hard links) make this tree of " +
+                        "more than " + std::to_string(kMaxSharedExpansion) +
+                        " entries beyond the file's own; refused rather than walked");
+    // A group without tensors (empty, or non-tensors only) does not constrain
+    // its parent and takes the parent's batch size (Python raises IndexError
+    // for non-tensors only, and forces [] on the parent for an empty group).
+    if (!shapes.empty()) {
+      std::vector<int64_t> batch = shapes.front();
+      for (const auto& s : shapes) {
+        std::size_t i = 0;
+        while (i < batch.size() && i < s.size() && batch[i] == s[i]) ++i;
+        batch.resize(i);
+      }
+      if (!check_) file_.inferred[id] = batch;
+      out.batch = std::move(batch);
+    }
+    return seen_.emplace(id, std::move(out)).first->second;
   }
-  // A group without tensors (empty, or non-tensors only) does not constrain
-  // its parent and takes the parent's batch size (Python raises IndexError
-  // for non-tensors only, and forces [] on the parent for an empty group).
-  if (shapes.empty()) return std::nullopt;
-  std::vector<int64_t> batch = shapes.front();
-  for (const auto& s : shapes) {
-    std::size_t i = 0;
-    while (i < batch.size() && i < s.size() && batch[i] == s[i]) ++i;
-    batch.resize(i);
+
+ private:
+  static int64_t saturated_add(int64_t a, int64_t b) {
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
   }
-  file.inferred[path] = batch;
-  return batch;
+
+  File& file_;
+  std::optional<at::IntArrayRef> check_;
+  std::vector<std::pair<ObjectId, std::string>> lineage_;  // id, path
+  std::unordered_map<ObjectId, Summary> seen_;
+  int64_t distinct_ = 0;
+};
+
+}  // namespace
+
+std::optional<std::vector<int64_t>> H5Node::infer_batch_size(File& file, const std::string& path) {
+  return GroupWalk(file, std::nullopt).visit(path, file.group_id(path)).batch;
 }
 
 void H5Node::check_batch_size(File& file, const std::string& path, at::IntArrayRef batch_size) {
-  for (const auto& k : file.keys(path)) {
-    Entry* e = file.entry(path, k);
-    if (!e) continue;
-    if (e->is_group) {
-      check_batch_size(file, join(path, k), batch_size);
-    } else if (e->dataset->info.element == Element::Tensor || e->dataset->stack_shape) {
-      const auto& s = e->dataset->stack_shape ? *e->dataset->stack_shape : e->dataset->shape;
-      if (s.size() < batch_size.size() ||
-          !at::IntArrayRef(s).slice(0, batch_size.size()).equals(batch_size))
-        throw ShapeError(file.where(join(path, k)) + ": dataset of shape " + format_shape(s) +
-                         " does not start with the batch size " + format_shape(batch_size));
-    }
-  }
+  (void)GroupWalk(file, batch_size).visit(path, file.group_id(path));
 }
 
 }  // namespace tensordict::detail::h5

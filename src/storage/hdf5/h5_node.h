@@ -15,8 +15,10 @@ namespace tensordict::detail::h5 {
 
 class H5Node final : public Node {
  public:
+  /// `lineage`: the ObjectIds of the groups from the handle's root to this
+  /// one, this one included (child() refuses a link back into it).
   H5Node(std::shared_ptr<File> file, std::string path, std::vector<int64_t> batch_size,
-         std::optional<at::Device> device);
+         std::optional<at::Device> device, std::vector<ObjectId> lineage);
 
   const std::shared_ptr<File>& file() const noexcept { return file_; }
   const std::string& path() const noexcept { return path_; }
@@ -50,10 +52,13 @@ class H5Node final : public Node {
 
   /// The batch size inferred for every group under `path` (from_h5: the
   /// longest common leading shape of its tensors and groups), stored in
-  /// file.inferred; nullopt for a group without tensors.
+  /// file.inferred; nullopt for a group without tensors. FormatError naming
+  /// the link for a cycle of links, groups nested past kMaxNestingDepth, or
+  /// groups linked from several places that expand past 2^16 entries more
+  /// than the file holds.
   static std::optional<std::vector<int64_t>> infer_batch_size(File& file, const std::string& path);
   /// ShapeError naming the file and dataset when a tensor under `path` does
-  /// not start with `batch_size`.
+  /// not start with `batch_size`; FormatError as infer_batch_size.
   static void check_batch_size(File& file, const std::string& path, at::IntArrayRef batch_size);
 
  private:
@@ -69,6 +74,9 @@ class H5Node final : public Node {
   std::string path_;
   std::vector<int64_t> batch_size_;
   std::optional<at::Device> device_;
+  std::vector<ObjectId> lineage_;
+  /// lineage_ and the group at `path` (a new child's lineage).
+  std::vector<ObjectId> lineage_with(const std::string& path) const;
   mutable std::map<std::string, std::shared_ptr<H5Node>, std::less<>> children_;
   mutable std::map<std::string, Entry*, std::less<>> entries_;
   mutable uint64_t entries_generation_ = 0;

@@ -32,9 +32,10 @@ bool PersistentTensorDict::is_node(const Node& node) noexcept {
 
 PersistentTensorDict PersistentTensorDict::open(const std::string& filename,
                                                 const H5OpenOptions& options) {
+  // Refused before the file is opened (or truncated).
+  const std::string group = detail::h5::canonical_group(options.group);
   auto file = std::make_shared<detail::h5::File>(filename, options);
   auto l = detail::h5::lock();
-  const std::string group = detail::h5::canonical_group(options.group);
   try {
     file->group(group, file->writable());
   } catch (const KeyError&) {
@@ -48,7 +49,9 @@ PersistentTensorDict PersistentTensorDict::open(const std::string& filename,
   } else {
     batch = H5Node::infer_batch_size(*file, group).value_or(std::vector<int64_t>{});
   }
-  return PersistentTensorDict(std::make_shared<H5Node>(file, group, batch, options.device));
+  return PersistentTensorDict(
+      std::make_shared<H5Node>(file, group, batch, options.device,
+                               std::vector<detail::h5::ObjectId>{file->group_id(group)}));
 }
 
 PersistentTensorDict PersistentTensorDict::from_h5(const std::string& filename,
@@ -80,6 +83,9 @@ PersistentTensorDict PersistentTensorDict::from_tensordict(const TensorDictBase&
     const Node& src = td.node();
     for (const auto& k : src.keys()) root.write(k, *src.find(k));
     out.close();
+    // Renamed over a file another process has open, its later writes would
+    // go to the old, unlinked file: refused instead.
+    detail::h5::check_not_locked(filename, "to_h5: HDF5 file '" + filename + "'", "replacing it");
     std::filesystem::rename(staging, filename);
   } catch (const std::filesystem::filesystem_error& e) {
     std::error_code ec;
