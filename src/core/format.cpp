@@ -102,7 +102,7 @@ std::string torch_dtype_repr(c10::ScalarType dtype) {
 
 namespace tensordict {
 
-// ---- dtype strings (spec §0.1) -------------------------------------------------------
+// ---- dtype strings (docs/formats.md, "Dtype strings") --------------------------------
 
 std::string dtype_to_string(at::ScalarType dtype) { return detail::torch_dtype_repr(dtype); }
 

@@ -1,4 +1,4 @@
-// The consolidated single-buffer format (formats spec §6.1, §6.2):
+// The consolidated single-buffer format (docs/formats.md, "Consolidated buffers and files"):
 // consolidate(), the consolidated file, from_consolidated(), and the metadata
 // of a consolidated tensordict.
 #include "core/internal.h"
@@ -168,7 +168,7 @@ TensorDictBase views_over(const TensorDictBase& td, const at::Tensor& buffer,
   return out;
 }
 
-// ---- the metadata (§6.1) ----------------------------------------------------------------
+// ---- the metadata (docs/formats.md, "Consolidated metadata") ----------------------------
 
 // The node of a NonTensorStack, as Python writes one built from a nested
 // list: stacked along dim 0, one member per index of the first dim, numbered
@@ -360,7 +360,7 @@ Analysis analyze_or_throw(const TensorDictBase& td) {
   return a;
 }
 
-// ---- reading (§6.2) --------------------------------------------------------------------------
+// ---- reading (docs/formats.md, "Consolidated file") -------------------------------------------
 
 struct Reader {
   std::string context;  // "consolidated file 'x'" or "consolidated metadata"

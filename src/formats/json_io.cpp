@@ -1,4 +1,4 @@
-// JSON as Python writes it (formats spec §0.4): see json_io.h.
+// JSON as Python writes it (docs/formats.md, "JSON"): see json_io.h.
 #include "formats/json_io.h"
 #include "storage/memmap/mapped_file.h"
 

@@ -1,5 +1,5 @@
 #pragma once
-// JSON as Python writes it (formats spec §0.4), shared by the memmap loader
+// JSON as Python writes it (docs/formats.md, "JSON"), shared by the memmap loader
 // and the consolidated format. Not installed.
 
 #include "core/json_limits.h"

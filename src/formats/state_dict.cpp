@@ -452,7 +452,7 @@ void take_legacy_metadata(LoadNode& node) {
     if (e.node && !e.node->is_non_tensor()) take_legacy_metadata(*e.node);
 }
 
-// Formats spec §5.3: a state dict with metadata whose keys differ from the
+// docs/formats.md, "Metadata detection": a state dict with metadata whose keys differ from the
 // tensordict's is flat (split on "."; nodes come from data keys and metadata
 // prefixes). Two additions to Python's rule: metadata for a prefix other
 // than "" (which only the flat layout has) also marks it, so that nested

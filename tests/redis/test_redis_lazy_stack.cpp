@@ -1,5 +1,5 @@
-// LazyStackedTensorDictStore (formats.md §4.8) against a real redis-server
-// started by each test: Python's layout byte for byte, the real Python
+// LazyStackedTensorDictStore (docs/formats.md, "Redis lazy-stack stores") against a real
+// redis-server started by each test: Python's layout byte for byte, the real Python
 // LazyStackedTensorDictStore reading and writing it, element reads and writes in one round trip
 // counted on the client and on the server, the TensorDictBase API against the
 // same stack in memory, and the errors.

@@ -1,5 +1,6 @@
 // consolidate / from_consolidated: the single-buffer layout and file of
-// formats.md §6.1-6.2, views into one storage, and errors on corrupt files.
+// docs/formats.md, "Consolidated buffers and files", views into one storage, and errors on corrupt
+// files.
 #include "pch.h"
 
 #include "support/core_test_helpers.h"
@@ -17,7 +18,7 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-// The §6.2 derived example.
+// The example of docs/formats.md, "Consolidated example".
 td::TensorDict spec_example() {
   return td::TensorDict({{"a", torch::arange(3, torch::kFloat)},
                          {"b", td::TensorDict({{"c", torch::tensor({7, 8}, torch::kLong)}}, {})},
@@ -25,7 +26,7 @@ td::TensorDict spec_example() {
                         {});
 }
 
-// The metadata of the §6.2 example, verbatim from the spec.
+// The metadata of that example, as docs/formats.md gives it.
 const char* kSpecMetadata =
     R"({"cls":"TensorDict","non_tensors":{"s":["x",[],null]},"leaves":{"a":["torch.float32",[3],0,16,4]},)"
     R"("cls_metadata":{"device":null,"names":[],"batch_size":[],"is_locked":false},)"
@@ -46,7 +47,7 @@ void append_le(std::vector<std::uint8_t>& out, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
 }
 
-// A consolidated file from storage bytes and metadata text (§6.2).
+// A consolidated file from storage bytes and metadata text (docs/formats.md, "Consolidated file").
 std::vector<std::uint8_t> consolidated_file(std::vector<std::uint8_t> storage,
                                             const std::string& metadata) {
   storage.insert(storage.end(), metadata.begin(), metadata.end());
@@ -54,7 +55,7 @@ std::vector<std::uint8_t> consolidated_file(std::vector<std::uint8_t> storage,
   return storage;
 }
 
-// The storage bytes of the §6.2 example, built by hand.
+// The storage bytes of that example, built by hand.
 std::vector<std::uint8_t> spec_storage() {
   std::vector<std::uint8_t> s;
   for (float f : {0.f, 1.f, 2.f}) {
@@ -96,9 +97,9 @@ void expect_views_of(const td::TensorDictBase& t, const at::Tensor& storage) {
   }
 }
 
-// Every dtype of §0.1 that LibTorch 1.13 has, a 0-dim leaf, an empty leaf,
-// a non-contiguous source, a complex128 leaf at an offset that is 8 mod 16,
-// nesting and a non-tensor.
+// Every dtype of docs/formats.md, "Dtype strings", that LibTorch 1.13 has, a 0-dim leaf, an empty
+// leaf, a non-contiguous source, a complex128 leaf at an offset that is 8 mod 16, nesting and a
+// non-tensor.
 td::TensorDict varied_source() {
   td::TensorDict inner(
       {{"z", torch::complex(torch::randn({3}, torch::kDouble), torch::randn({3}, torch::kDouble))}},
@@ -127,7 +128,7 @@ td::TensorDict varied_source() {
 
 }  // namespace
 
-// ---- §6.1: the in-memory layout ------------------------------------------------------------
+// ---- docs/formats.md, "Consolidated buffer": the in-memory layout -------------------------
 
 TEST(Consolidate, LeavesAreViewsOfOneStorageInDepthFirstOrder) {
   auto data = spec_example();
@@ -222,7 +223,7 @@ TEST(Consolidate, ReservedNamesOfNestedTensorDictsAreRefused) {
   EXPECT_TRUE(leaves.consolidate().equal(leaves));
 }
 
-// ---- §6.2: the file ----------------------------------------------------------------------------
+// ---- docs/formats.md, "Consolidated file" ---------------------------------------------------
 
 TEST(ConsolidatedFile, SpecExampleByteForByte) {
   td_test::TempDir dir("td_consolidate");

@@ -222,7 +222,7 @@ TEST_F(Memmap, NonTensorValuesRoundTrip) {
               R"({"_type":"<class 'tensordict.tensorclass.NonTensorData'>","data":)" + v.dump() +
                   R"(,"_metadata":null,"_is_non_tensor":true})");
     // Beside meta.json only _tensordict/meta.json, which Python 0.3.2
-    // requires (spec §1.8) and 0.14 reads when present.
+    // requires (docs/formats.md, "Non-tensor directories") and 0.14 reads when present.
     EXPECT_EQ(
         snapshot_dir(prefix / k),
         (std::map<std::string, std::string>{
@@ -308,14 +308,14 @@ TEST_F(Memmap, MetaJsonBytesMatchHeadExample13) {
             R"({"a":{"device":"cpu","shape":[2,3],"dtype":"torch.int32","is_nested":false},)"
             R"("b":{"device":"cpu","shape":[2],"dtype":"torch.float32","is_nested":false},)"
             R"("shape":[2],"device":"cpu","_type":"<class 'tensordict._td.TensorDict'>"})");
-  // The 0.3.2 bytes of §1.3 for the same data.
+  // The leaf bytes of the same data (docs/formats.md, "Leaf files").
   EXPECT_EQ(read_text(prefix / "a.memmap"),
             std::string("\0\0\0\0\1\0\0\0\2\0\0\0\3\0\0\0\4\0\0\0\5\0\0\0", 24));
   EXPECT_EQ(read_text(prefix / "b.memmap"), std::string("\x00\x00\xc0\x3f\x00\x00\x00\xc0", 8));
 }
 
 TEST_F(Memmap, DirectoryMatchesHeadExample112) {
-  // §1.12, byte for byte.
+  // docs/formats.md, "Example directory", byte for byte.
   td::TensorDict t({{"obs", torch::randn({4, 3})},
                     {"a b", torch::arange(4)},
                     {"nested", td::TensorDict({{"m", torch::zeros({4, 2}, torch::kBool)}}, {4})},
@@ -362,7 +362,7 @@ TEST_F(Memmap, MemmapLikeWritesTheSameMetaJsonAsMemmap) {
   EXPECT_EQ(read_text(root / "like/s/meta.json"), read_text(prefix / "s/meta.json"));
 }
 
-// ---- key encoding (spec §0.5) ------------------------------------------------------
+// ---- key encoding (docs/formats.md, "Key encoding") --------------------------------
 
 TEST(MemmapKeys, EncodeMatchesSpecExamples) {
   using td::detail::encode_key_for_filesystem;
@@ -408,8 +408,8 @@ TEST(MemmapKeys, DecodeIsTheInverse) {
 }
 
 namespace {
-// Keys of §10.3 except "" (the core refuses empty keys; see
-// Memmap.EmptyKeyIsEncodedButCannotBeLoaded) with their file names.
+// Keys that need encoding (docs/formats.md, "Key encoding") except "" (the core refuses empty keys;
+// see Memmap.EmptyKeyIsEncodedButCannotBeLoaded) with their file names.
 const std::vector<std::pair<std::string, std::string>> kOddKeys = {
     {"a/b", "a%2Fb"}, {"a b", "a%20b"},     {"50%", "50%25"},    {".", "%2E"},   {"..", "%2E%2E"},
     {"C:x", "C%3Ax"}, {"\u00e9", "\u00e9"}, {"tab\t", "tab%09"}, {"a.b", "a.b"},
@@ -468,7 +468,7 @@ TEST_F(Memmap, OddKeysOfNestedTensorDictsAreEncodedAndStayInsideThePrefix) {
 }
 
 TEST_F(Memmap, EmptyKeyIsEncodedButCannotBeLoaded) {
-  // The writer encodes "" as "%" (spec §0.5). The core refuses empty keys, so
+  // The writer encodes "" as "%" (docs/formats.md, "Key encoding"). The core refuses empty keys, so
   // the only way to hold one is the node interface; loading such a directory
   // is refused with an error naming the file.
   td::TensorDict t;
@@ -491,7 +491,7 @@ TEST_F(Memmap, LegacyRawNameIsFoundForSafeKeysOnly) {
   EXPECT_EQ(t.get("a b").item<float>(), 1.0f);
 }
 
-// ---- the layout before 0.4: raw names (spec §0.5, §1.5, §8) ----------------------------
+// ---- the layout before 0.4: raw names (docs/formats.md, "Layouts by version") -----------
 
 // A leaf entry as Python 0.3.2 writes it (stdlib spacing, no "is_nested").
 std::string v032_leaf(const std::string& key, int64_t n) {
@@ -917,7 +917,8 @@ TEST_F(Memmap, StdlibSpacedJsonLoads) {
 TEST_F(Memmap, DeviceNoneMissingFieldsAndLeafDevicesAreAccepted) {
   fs::create_directories(prefix / "sub");
   // "None" (and a missing "device") mean no device; a missing "shape" means
-  // batch []; a leaf's "device" is the source device and is ignored (§1.3).
+  // batch []; a leaf's "device" is the source device and is ignored
+  // (docs/formats.md, "meta.json of a tensordict").
   write_text(prefix / "meta.json",
              R"({"x":{"device":"cuda:0","shape":[2],"dtype":"torch.float32","is_nested":false},)"
              R"("sub":{"type":"TensorDict"},"shape":[2],"device":"None",)"

@@ -155,7 +155,7 @@ TEST(MemmapFixtures, LoadedLeavesAreMappedFromTheFixtureFiles) {
 }
 
 TEST(MemmapFixtures, PlainBytesMatchTheSpec) {
-  // §1.3: a.memmap = 0..5 int32 LE, b.memmap = [1.5, -2.0] float32 LE.
+  // docs/formats.md, "Leaf files": a.memmap = 0..5 int32 LE, b.memmap = [1.5, -2.0] float32 LE.
   EXPECT_EQ(file_bytes(memmap_fixtures() / "plain/a.memmap"),
             (std::vector<unsigned char>{0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0,
                                         3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0}));
@@ -196,7 +196,7 @@ TEST(MemmapFixtures, DtypeBytesMatchTheSpec) {
 TEST(MemmapFixtures, NestedAndStridedBytesMatchTheSpec) {
   EXPECT_EQ(file_bytes(memmap_fixtures() / "nested/sub/deeper/z.memmap"),
             (std::vector<unsigned char>{0x01, 0x00}));
-  // §1.2: t = arange(12.).reshape(3,4).t() is written materialised.
+  // docs/formats.md, "Byte order": t = arange(12.).reshape(3,4).t() is written materialised.
   auto bytes = file_bytes(memmap_fixtures() / "strided/t.memmap");
   ASSERT_EQ(bytes.size(), 48u);
   std::vector<float> t(12);
@@ -234,7 +234,7 @@ TEST(MemmapFixtures, LegacyRawKeyNamesAreFound) {
 
 TEST(MemmapFixtures, NonTensorDataOf032IsRead) {
   // 0.3.2's own loader did not list these; HEAD drops 0.3.2 sub-directories.
-  // We read them by scanning (spec §10.7).
+  // We read them by scanning (docs/formats.md, "Layouts by version").
   auto t = td::load_memmap((memmap_fixtures() / "nontensor").string(),
                            {.pickled_values_as_markers = true});
   ASSERT_TRUE(t.is_non_tensor("s"));

@@ -1,4 +1,4 @@
-// state_dict / load_state_dict in the layouts of formats.md §5 (flat with
+// state_dict / load_state_dict in the layouts of docs/formats.md, "State dict layouts" (flat with
 // _metadata, nested, legacy), and the pickle files exchanged with Python.
 #include "pch.h"
 
@@ -20,7 +20,8 @@ namespace {
 
 using Kind = td::StateDictItem::Kind;
 
-// The §5.1 example: TensorDict({"a": zeros(2), "sub": {"b": ones(2, 1)}}, [2]).
+// The example of docs/state_dict.md, "Taking a state dict":
+// TensorDict({"a": zeros(2), "sub": {"b": ones(2, 1)}}, [2]).
 td::TensorDict spec_example() {
   return td::TensorDict(
       {{"a", torch::zeros({2})}, {"sub", td::TensorDict({{"b", torch::ones({2, 1})}}, {2})}}, {2});
@@ -68,7 +69,7 @@ td::TensorDict zeroed_like(const td::TensorDictBase& src) {
 
 }  // namespace
 
-// ---- the layouts of §5 -------------------------------------------------------------
+// ---- the layouts of docs/formats.md, "State dict layouts" ----------------------------
 
 TEST(StateDictLayout, FlatIsTheSpecExample) {
   auto data = spec_example();

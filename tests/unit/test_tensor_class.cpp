@@ -393,7 +393,7 @@ TEST(TensorClassMemmap, UnsetOptionalFieldsAreLeftOutAndReadBackUnset) {
 
 TEST(TensorClassMemmap, ReadsPythonNoneFields) {
   // Python 0.14: Transition(obs, action, mask=None, env="Pong", gamma=0.5,
-  // seed=None, batch_size=[4]).memmap(p), written after formats.md §1.7.
+  // seed=None, batch_size=[4]).memmap(p), written after docs/formats.md, "Tensorclass directories".
   const std::string dir = data_path("hand-built/tensorclass_none_fields").string();
   Transition t = Transition::load_memmap(dir);
   EXPECT_EQ(t.batch_size().vec(), kB);

@@ -48,9 +48,9 @@ TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options
 TensorDictBase load(const std::string& prefix, const LoadOptions& options = {});
 
 namespace detail {
-/// Python tensordict's file-name encoding of a key (spec §0.5): '%' followed by
-/// two uppercase hex digits for / < > : " | ? * \ space NUL % and control
-/// characters; "" -> "%", "." -> "%2E", ".." -> "%2E%2E".
+/// Python tensordict's file-name encoding of a key (docs/formats.md, "Key encoding"): '%' followed
+/// by two uppercase hex digits for / < > : " | ? * \ space NUL % and control characters; "" -> "%",
+/// "." -> "%2E", ".." -> "%2E%2E".
 std::string encode_key_for_filesystem(std::string_view key);
 /// The inverse of encode_key_for_filesystem.
 std::string decode_key_from_filesystem(std::string_view name);

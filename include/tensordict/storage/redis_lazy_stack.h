@@ -2,9 +2,9 @@
 /// @file storage/redis_lazy_stack.h
 /// LazyStackedTensorDictStore: a lazy stack of N tensordicts (elements of
 /// different shapes allowed) on a Redis-compatible server in O(#keys) server
-/// keys, Python's layout (formats.md §4.8): one string per leaf holding the
-/// N elements' bytes one after another, plus an offset table for leaves whose
-/// elements differ in shape. Link the component `tensordict::redis`.
+/// keys, Python's layout (docs/formats.md, "Redis lazy-stack stores"): one string per leaf holding
+/// the N elements' bytes one after another, plus an offset table for leaves whose elements differ
+/// in shape. Link the component `tensordict::redis`.
 ///
 /// @code
 ///   namespace td = tensordict;

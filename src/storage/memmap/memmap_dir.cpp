@@ -1,4 +1,4 @@
-// Memmap directories in Python tensordict's layout (spec: formats.md §0-1):
+// Memmap directories in Python tensordict's layout (docs/formats.md, "Memory-mapped directories"):
 // writing (memmap, memmap_, memmap_like, share_memory_) and loading.
 #include "core/internal.h"
 #include "core/parallel.h"
@@ -35,7 +35,7 @@ using ojson = nlohmann::ordered_json;
 namespace tensordict {
 namespace detail {
 
-// ---- key encoding (spec §0.5) ---------------------------------------------------
+// ---- key encoding (docs/formats.md, "Key encoding") -----------------------------
 
 std::string encode_key_for_filesystem(std::string_view key) {
   if (key.empty()) return "%";
@@ -542,7 +542,7 @@ int64_t count_leaf_files(const fs::path& dir) {
 Value load_entry_dir(const fs::path& dir, const Loader& L, const NestedKey& key,
                      at::IntArrayRef parent_batch);
 
-// A safe legacy key may be found under its raw name (spec §0.5).
+// A safe legacy key may be found under its raw name (docs/formats.md, "Key encoding").
 fs::path locate(const fs::path& dir, const std::string& key, const std::string& suffix,
                 bool is_dir) {
   fs::path encoded = dir / (encode_key_for_filesystem(key) + suffix);
@@ -773,11 +773,10 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
 Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey& key,
                           at::IntArrayRef parent_batch);
 
-// A NonTensorStack directory (formats.md §1.9): the nested list in "data",
-// rebuilt as Python does (each level of equal-length lists is a batch dim,
-// stack_dim ignored); "pickle.pkl" (never unpickled) gives an opaque
-// NonTensorData; without "data", the members 0/, 1/, ... are stacked along
-// stack_dim.
+// A NonTensorStack directory (docs/formats.md, "NonTensorStack directories"): the nested list in
+// "data", rebuilt as Python does (each level of equal-length lists is a batch dim, stack_dim
+// ignored); "pickle.pkl" (never unpickled) gives an opaque NonTensorData; without "data", the
+// members 0/, 1/, ... are stacked along stack_dim.
 [[gnu::noinline]] Value load_non_tensor_stack_dir(const fs::path& dir, const ojson& meta,
                                                   const Loader& L, const NestedKey& key,
                                                   at::IntArrayRef parent_batch) {

@@ -1,5 +1,5 @@
 #pragma once
-// Spellings of Python's Redis layout shared by the stores (formats.md §4):
+// Spellings of Python's Redis layout shared by the stores (docs/formats.md, "Redis keys"):
 // stdlib-JSON lists of sizes and the uuid4 td_id.
 
 #include <c10/util/ArrayRef.h>

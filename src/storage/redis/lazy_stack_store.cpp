@@ -214,7 +214,8 @@ struct LazyStackState {
       throw FormatError("Redis store: offset table " + ik + " is missing or not " +
                         std::to_string(count + 1) + " int64 offsets");
     info.offsets.resize(static_cast<std::size_t>(count) + 1);
-    std::memcpy(info.offsets.data(), idx->str, idx->len);  // little-endian hosts (§0.2)
+    // Little-endian hosts (docs/formats.md, "Byte order").
+    std::memcpy(info.offsets.data(), idx->str, idx->len);
     // Each offset is the sum of the sizes before it, computed without
     // overflow (the stored values may be anything).
     int64_t expected = 0;

@@ -8,7 +8,7 @@
 
 namespace tensordict::detail::redis {
 
-/// The value of __type__ that marks a lazy-stack store (formats.md §4.8).
+/// __type__ of a lazy-stack store (docs/formats.md, "Redis lazy-stack stores").
 inline constexpr std::string_view kLazyStackType = "lazy_stack";
 
 }  // namespace tensordict::detail::redis

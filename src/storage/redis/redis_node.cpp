@@ -793,7 +793,8 @@ TensorDictBase from_store(const storage::Redis& storage) {
   Batch b;
   b.add({"GET", b.own(s->key("__batch_size__"))}).add({"GET", b.own(s->key("__device__"))});
   b.add({"GET", b.own(s->key("__shards__"))});
-  b.add({"GET", b.own(s->key("__type__"))});  // a LazyStackedTensorDictStore (§4.8)
+  // __type__: a LazyStackedTensorDictStore (docs/formats.md, "Redis lazy-stack stores").
+  b.add({"GET", b.own(s->key("__type__"))});
   auto r = s->conn.send(b, "attaching to store " + storage.td_id);
   if (r[3]->type == REDIS_REPLY_STRING &&
       std::string_view(r[3]->str, r[3]->len) == detail::redis::kLazyStackType)
