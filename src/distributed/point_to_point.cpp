@@ -516,9 +516,9 @@ void init_remote(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
     listen(ch, dst, expected.release());
     throw_called(ch, dst, peer_call(e));
   }
-  // Python's consolidated format keeps the class (a lazy stack stays one) but
-  // has no NonTensorStack yet; then the structure travels as our own layout
-  // (every level a TensorDict).
+  // Python's consolidated format keeps the class (a lazy stack stays one). A
+  // tensordict holding a NonTensorStack still sends our own layout (every
+  // level a TensorDict), chosen before consolidate() held NonTensorStacks.
   const bool has_stack = std::any_of(layout.non_tensors.begin(), layout.non_tensors.end(),
                                      [](const NonTensorEntry& e) { return e.stack; });
   std::string structure;
