@@ -1,0 +1,46 @@
+# tensordict::nn (-DTENSORDICT_WITH_NN=ON, the default): modules that read and
+# write tensordicts (TensorDictModule, TensorDictSequential), TorchScript and
+# AOTInductor models driven through tensordicts, and the batching runner.
+# Needs nothing but LibTorch; the AOTInductor part only where the LibTorch has
+# the package loader (2.6 and later). Installed and exported as the package
+# component `nn` (find_package(tensordict COMPONENTS nn)). See docs/nn.md.
+
+tensordict_torch_check_compiles(TENSORDICT_HAVE_AOTI [[
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+int main(int argc, char** argv) {
+  if (argc > 5) {
+    torch::inductor::AOTIModelPackageLoader loader(argv[1]);
+    return static_cast<int>(loader.get_call_spec().size());
+  }
+  return 0;
+}]])
+
+add_library(tensordict_nn
+  src/nn/tensor_dict_module_base.cpp)
+add_library(tensordict::nn ALIAS tensordict_nn)
+set_target_properties(tensordict_nn PROPERTIES
+  EXPORT_NAME nn
+  OUTPUT_NAME tensordict_nn
+  POSITION_INDEPENDENT_CODE ON
+  VERSION ${PROJECT_VERSION}
+  SOVERSION ${PROJECT_VERSION_MAJOR})
+target_link_libraries(tensordict_nn PUBLIC tensordict torch)
+target_link_libraries(tensordict_nn PRIVATE $<BUILD_INTERFACE:fmt::fmt-header-only>)
+target_include_directories(tensordict_nn PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_options(tensordict_nn PRIVATE
+  $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wno-unused-parameter>)
+if(TENSORDICT_HAVE_AOTI)
+  # Users of the installed package see it too: tensordict/nn/aoti.h needs it.
+  target_compile_definitions(tensordict_nn PUBLIC TENSORDICT_HAVE_AOTI=1)
+  message(STATUS "tensordict: nn component, with AOTInductor packages")
+else()
+  message(STATUS "tensordict: nn component, without AOTInductor (this LibTorch has no "
+                 "AOTIModelPackageLoader)")
+endif()
+
+install(TARGETS tensordict_nn EXPORT tensordict-nn-targets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(EXPORT tensordict-nn-targets NAMESPACE tensordict::
+  DESTINATION ${TENSORDICT_INSTALL_CMAKEDIR})
