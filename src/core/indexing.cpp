@@ -727,10 +727,10 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
           }
         }
         if (sub && sub->is_lazy_stack()) {
-          // A nested lazy stack splits the rows between its members itself.
-          if (!dry_run)
-            detail::lazy_index_put(static_cast<const detail::LazyStackNode&>(*sub), plan.t->items,
-                                   vv.tensordict(), !allow_create);
+          // A nested lazy stack splits the rows between its members itself,
+          // checked by the checking walk like any other entry.
+          detail::lazy_index_put(static_cast<const detail::LazyStackNode&>(*sub), plan.t->items,
+                                 vv.tensordict(), !allow_create, /*check_only=*/dry_run);
           break;
         }
         put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key,
@@ -815,6 +815,21 @@ TensorDictBase broadcast_value(const TensorDictBase& value, at::IntArrayRef targ
 }
 
 }  // namespace
+
+void detail::check_index_put(const TensorDictBase& target, IndexList index,
+                             const TensorDictBase& value, bool allow_create) {
+  check_zero_dim_index(target, index);
+  if (const auto* ls = detail::as_lazy_stack(target)) {
+    detail::lazy_index_put(*ls, index, value, !allow_create, /*check_only=*/true);
+    return;
+  }
+  TranslatedIndex t = detail::translate_index(index, target.batch_size(), true);
+  TensorDictBase v = broadcast_value(value, t.batch);
+  std::deque<PutLookup> lookups;
+  std::size_t next = 0;
+  PutPlan plan{&t, target.batch_size().size(), nullptr, &lookups, &next};
+  put_rec(target.node_ptr(), v, plan, /*dry_run=*/true, allow_create, NestedKey());
+}
 
 TensorDictBase& TensorDictBase::index_put_(IndexList index, const TensorDictBase& value) {
   check_zero_dim_index(*this, index);

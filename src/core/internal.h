@@ -233,8 +233,17 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, I
 
 /// Writes `value` at `index` into the members. existing_only: update_at_
 /// semantics (no new keys); otherwise index_put_ (lazy pre-allocation).
+/// Every member's part is checked before any member is written, so a refused
+/// write (a shape that fits member 0 but not member k of a ragged stack)
+/// changes nothing. check_only: only that check.
 void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBase& value,
-                    bool existing_only);
+                    bool existing_only, bool check_only = false);
+
+/// The checks of target.index_put_(index, value) (allow_create) or of
+/// target.update_at_(value, index) (!allow_create), without writing: the same
+/// errors, nothing changed. Lazy stacks check each member.
+void check_index_put(const TensorDictBase& target, IndexList index, const TensorDictBase& value,
+                     bool allow_create);
 void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& value);
 
 }  // namespace tensordict::detail

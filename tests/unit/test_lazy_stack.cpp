@@ -559,3 +559,45 @@ TEST(LazyStack, WholeTreeUnaryOpsKeepANestedRaggedStackLazy) {
   auto c = root.clone();
   EXPECT_TRUE(c.get_tensordict("agents").is<td::LazyStackedTensorDict>());
 }
+
+// index_put_ checks every member's part before writing any (issue #33): a
+// part that fits member 0 but not member 1 of a ragged stack changes nothing.
+TEST(LazyStack, RefusedWriteIntoARaggedStackLeavesEveryMemberAsItWas) {
+  td::TensorDict a({{"obs", torch::ones({2, 3})}}, {2});
+  td::TensorDict b({{"obs", torch::ones({2, 5})}}, {2});
+  auto s = td::lazy_stack({a, b});
+  td::TensorDict rows({{"obs", torch::zeros({2, 3})}}, {2});  // fits a's obs, not b's
+  EXPECT_THROW(s.index_put_({Slice(), 0}, rows), td::ShapeError);
+  EXPECT_TRUE(torch::equal(a.get("obs"), torch::ones({2, 3})));
+  EXPECT_TRUE(torch::equal(b.get("obs"), torch::ones({2, 5})));
+  EXPECT_THROW(s.update_at_(rows, {Slice(), 0}), td::ShapeError);
+  EXPECT_TRUE(torch::equal(a.get("obs"), torch::ones({2, 3})));
+  // A new key refused in member 1 (locked) is not created in member 0.
+  b.lock_();
+  td::TensorDict extra({{"new", torch::zeros({2})}}, {2});
+  EXPECT_THROW(s.index_put_({Slice(), 0}, extra), td::LockedError);
+  EXPECT_FALSE(a.contains("new"));
+}
+
+// A lazy stack nested in a dense tensordict is checked by the dense walk's
+// checking pass too: the dense leaves are not written when it refuses.
+TEST(LazyStack, RefusedWriteIntoANestedRaggedStackLeavesTheParentAsItWas) {
+  td::TensorDict a({{"obs", torch::ones({2, 3})}}, {2});
+  td::TensorDict b({{"obs", torch::ones({2, 5})}}, {2});
+  td::TensorDict root({{"x", torch::zeros({2})}, {"agents", td::lazy_stack({a, b}, 1)}}, {2});
+  td::TensorDict row(
+      {{"x", torch::ones({})}, {"agents", td::TensorDict({{"obs", torch::zeros({2, 3})}}, {2})}},
+      {});
+  EXPECT_THROW(root.index_put_({0}, row), td::ShapeError);
+  EXPECT_TRUE(torch::equal(root.get("x"), torch::zeros({2})));
+  EXPECT_TRUE(torch::equal(a.get("obs"), torch::ones({2, 3})));
+  // A row whose agents part is itself ragged fits every member: written everywhere.
+  auto parts = td::lazy_stack({td::TensorDict({{"obs", torch::zeros({3})}}, {}),
+                               td::TensorDict({{"obs", torch::zeros({5})}}, {})});
+  td::TensorDict good({{"x", torch::ones({})}, {"agents", parts}}, {});
+  root.index_put_({0}, good);
+  EXPECT_TRUE(torch::equal(root.get("x"), torch::tensor({1.0f, 0.0f})));
+  EXPECT_TRUE(torch::equal(a.get("obs")[0], torch::zeros({3})));
+  EXPECT_TRUE(torch::equal(b.get("obs")[0], torch::zeros({5})));
+  EXPECT_TRUE(torch::equal(b.get("obs")[1], torch::ones({5})));
+}

@@ -608,12 +608,15 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, I
 }
 
 void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBase& value_in,
-                    bool existing_only) {
+                    bool existing_only, bool check_only) {
   LazyPlan plan = plan_index(ls, index);
+  static const std::vector<TensorIndex> all{at::indexing::Ellipsis};
+  IndexList idx = plan.sub.empty() ? IndexList(all) : IndexList(plan.sub);
+  auto check = [&](const TensorDictBase& m, const TensorDictBase& v) {
+    check_index_put(m, idx, v, /*allow_create=*/!existing_only);
+  };
   auto put = [&](const TensorDictBase& m, const TensorDictBase& v) {
     TensorDictBase target = m;
-    static const std::vector<TensorIndex> all{at::indexing::Ellipsis};
-    IndexList idx = plan.sub.empty() ? IndexList(all) : IndexList(plan.sub);
     if (existing_only)
       target.update_at_(v, idx);
     else
@@ -621,7 +624,10 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBa
   };
   switch (plan.mode) {
     case LazyPlan::Member: {
-      put(ls.members()[plan.member], value_in);
+      if (check_only)
+        check(ls.members()[plan.member], value_in);
+      else
+        put(ls.members()[plan.member], value_in);
       return;
     }
     case LazyPlan::Members: {
@@ -661,6 +667,12 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBa
               throw LockedError("Cannot modify locked TensorDict: index_put_ would add " +
                                 key.repr() + " to member " + std::to_string(k) +
                                 " of the lazy stack, which is locked");
+      // Each member's part checked before any is written: a part that fits
+      // member 0 but not member k (ragged leaves) is refused with nothing
+      // changed, as the dense path's checking walk does.
+      for (std::size_t j = 0; j < plan.selected.size(); ++j)
+        check(ls.members()[static_cast<std::size_t>(plan.selected[j])], parts[j]);
+      if (check_only) return;
       for (std::size_t j = 0; j < plan.selected.size(); ++j)
         put(ls.members()[static_cast<std::size_t>(plan.selected[j])], parts[j]);
       return;
