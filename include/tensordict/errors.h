@@ -114,6 +114,15 @@ class ConnectionError : public StorageError {
   using StorageError::StorageError;
 };
 
+/// The stored data changed under this handle: another process replaced,
+/// resized or removed a leaf between the handle's metadata and this call. The
+/// call wrote nothing; the handle's metadata has been refreshed, so a retry
+/// sees the new state.
+class ConflictError : public StorageError {
+ public:
+  using StorageError::StorageError;
+};
+
 /// A storage call did not complete in the time allowed (a command or connect
 /// timeout). Whether the write took effect is unknown; retrying an idempotent
 /// row write is safe.

@@ -18,6 +18,8 @@ void rethrow_storage_error(const NestedKey& path, const char* operation) {
     if (!e.key_path().empty()) throw;  // an inner level already named it
     if (dynamic_cast<const TimeoutError*>(&e))
       std::throw_with_nested(TimeoutError(annotated(e), where));
+    if (dynamic_cast<const ConflictError*>(&e))
+      std::throw_with_nested(ConflictError(annotated(e), where));
     if (dynamic_cast<const ConnectionError*>(&e))
       std::throw_with_nested(ConnectionError(annotated(e), where));
     std::throw_with_nested(StorageError(annotated(e), where));

@@ -354,7 +354,8 @@ TEST(RedisReliability, ARowWriteInWhichOneLeafFailsWritesNoLeaf) {
       server.command({"SET", kStore + "d:action", "xx"});
     server.reset_stats();
     const auto before = td::redis::round_trips(store);
-    EXPECT_THROW(store.index_put_({3}, sample()[0] * 0 + 7), td::StorageError);
+    expect_error<td::ConflictError>([&] { store.index_put_({3}, sample()[0] * 0 + 7); },
+                                    "changed by another process");
     EXPECT_EQ(td::redis::round_trips(store) - before, 1);
     EXPECT_EQ(server.command({"GET", kStore + "d:obs"}), obs);
     EXPECT_EQ(server.command({"GET", kStore + "d:next.obs"}).size(), 240u);
@@ -371,7 +372,7 @@ TEST(RedisReliability, ShardedAndLazyStackRowWritesAreAllOrNothing) {
     const std::string obs = server.command({"GET", k1 + "d:obs"});
     server.command({"DEL", k1 + "d:action"});
     server.command({"HSET", k1 + "d:action", "f", "v"});
-    EXPECT_THROW(store.index_put_({5}, sample()[0] * 0 + 7), td::StorageError);
+    EXPECT_THROW(store.index_put_({5}, sample()[0] * 0 + 7), td::ConflictError);
     EXPECT_EQ(server.command({"GET", k1 + "d:obs"}), obs);
   }
   {
@@ -383,7 +384,7 @@ TEST(RedisReliability, ShardedAndLazyStackRowWritesAreAllOrNothing) {
     EXPECT_THROW(
         stack.index_put_(
             {1}, td::TensorDict({{"x", torch::ones({4, 3})}, {"y", torch::ones({4})}}, {4})),
-        td::StorageError);
+        td::ConflictError);
     EXPECT_EQ(server.command({"GET", k + "d:x"}), x);
     // The same through set_element.
     EXPECT_THROW(
@@ -392,6 +393,24 @@ TEST(RedisReliability, ShardedAndLazyStackRowWritesAreAllOrNothing) {
         td::StorageError);
     EXPECT_EQ(server.command({"GET", k + "d:x"}), x);
   }
+}
+
+// A leaf another process replaced with another shape (bytes and metadata)
+// after this handle read its metadata: the row read is a ConflictError that
+// refreshes the metadata, and the retry reads the new leaf.
+TEST(RedisReliability, ALeafReplacedByAnotherProcessIsAConflictThenReadsAfterRetry) {
+  RedisServer server;
+  auto store = td::redis::from_tensordict(sample(), on(server, "hostile"));
+  auto other = td::redis::from_store(on(server, "hostile"));
+  other.set("obs", torch::ones({10, 4}));  // 160 bytes where the reader expects 240
+  expect_error<td::ConflictError>([&] { store[2].to_tensordict(); }, "changed by another process");
+  EXPECT_TRUE(torch::equal(store[2].get("obs"), torch::ones({4})));
+  // The same for the sharded store.
+  auto sh = td::redis::from_tensordict(sample(), sharded(server, "sh2"));
+  auto sh_other = td::redis::from_store(sharded(server, "sh2"));
+  sh_other.set("obs", torch::ones({10, 4}));
+  EXPECT_THROW(sh[6].to_tensordict(), td::ConflictError);
+  EXPECT_TRUE(torch::equal(sh[6].get("obs"), torch::ones({4})));
 }
 
 // A failed from_schema removes what it created.

@@ -517,7 +517,12 @@ std::vector<Reply> Connection::send(const Batch& batch, const std::string& what,
     }
     waiting = run(groups, batch, out, errors, what);
   }
-  if (!errors.empty()) throw StorageError(errors.front());
+  if (!errors.empty()) {
+    // TDSIZE: the checked row write (store.h, CheckedWrite) found a leaf
+    // another process changed; it wrote nothing.
+    if (errors.front().find(": TDSIZE ") != std::string::npos) throw ConflictError(errors.front());
+    throw StorageError(errors.front());
+  }
   return out;
 }
 

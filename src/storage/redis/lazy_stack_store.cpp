@@ -356,9 +356,9 @@ bool fetch(LazyStackState& s, std::vector<Fetch>& fetches, bool count_keys = fal
     if (size->type != REDIS_REPLY_INTEGER || size->integer != want) {
       const int64_t got = size->type == REDIS_REPLY_INTEGER ? size->integer : 0;
       s.load();  // replaced or removed by another process: refresh the cache
-      throw StorageError("Redis store: '" + s.data_key(f.path) + "' has " + std::to_string(got) +
-                         " bytes where its metadata needs " + std::to_string(want) +
-                         ": changed by another process; metadata refreshed, retry");
+      throw ConflictError("Redis store: '" + s.data_key(f.path) + "' has " + std::to_string(got) +
+                          " bytes where its metadata needs " + std::to_string(want) +
+                          ": changed by another process; metadata refreshed, retry");
     }
     for (const auto& run : runs[i]) {
       const redisReply* r = replies[next++].get();

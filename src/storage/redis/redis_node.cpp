@@ -51,14 +51,19 @@ return #ARGV / 2
 
 // CheckedWrite's script. KEYS: data keys. ARGV, per key: the bytes it must
 // hold, the number n of its ranges, then n (offset, bytes) pairs. Every
-// length is checked before the first SETRANGE; a script stopped by an error
-// before its first write (STRLEN of another type raises one) writes nothing,
-// and the server refuses its first write, not a later one, when out of memory.
+// length (and that each key is still a string) is checked before the first
+// SETRANGE, and a failed check is a TDSIZE error that the client reports as
+// ConflictError; the server refuses a script's first write, not a later one,
+// when out of memory, so a refused script writes nothing.
 constexpr const char* kCheckedWrite = R"lua(
 local a = 1
 for k = 1, #KEYS do
   local want = tonumber(ARGV[a])
-  local have = redis.call('STRLEN', KEYS[k])
+  local have = redis.pcall('STRLEN', KEYS[k])
+  if type(have) == 'table' then
+    return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' is no longer a string' ..
+      ': changed by another process; nothing was written')
+  end
   if have ~= want then
     return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' holds ' .. have ..
       ' bytes where its metadata needs ' .. want ..
@@ -473,12 +478,12 @@ class RedisNode final : public StoreNode {
       const redisReply* size = replies[next++].get();
       if (size->type != REDIS_REPLY_INTEGER || size->integer != info.nbytes()) {
         s_->load();  // replaced or removed by another process: refresh the cache
-        throw StorageError("Redis store: '" + s_->data_key(paths[i]) + "' has " +
-                           std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
-                           " bytes where its metadata (" + json_list(info.shape) + ", " +
-                           dtype_to_string(info.dtype) + ") needs " +
-                           std::to_string(info.nbytes()) +
-                           ": changed by another process; metadata refreshed, retry");
+        throw ConflictError("Redis store: '" + s_->data_key(paths[i]) + "' has " +
+                            std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
+                            " bytes where its metadata (" + json_list(info.shape) + ", " +
+                            dtype_to_string(info.dtype) + ") needs " +
+                            std::to_string(info.nbytes()) +
+                            ": changed by another process; metadata refreshed, retry");
       }
       at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
       char* out = static_cast<char*>(t.data_ptr());
@@ -494,11 +499,11 @@ class RedisNode final : public StoreNode {
           // Shorter than its metadata says: replaced or removed by another
           // process. Refresh the cache so that the next call sees it.
           s_->load();
-          throw StorageError("Redis store: '" + s_->data_key(paths[i]) + "' returned " +
-                             std::to_string(n) + " bytes where its metadata (" +
-                             json_list(info.shape) + ", " + dtype_to_string(info.dtype) +
-                             ") needs " + std::to_string(len) +
-                             ": changed by another process; metadata refreshed, retry");
+          throw ConflictError("Redis store: '" + s_->data_key(paths[i]) + "' returned " +
+                              std::to_string(n) + " bytes where its metadata (" +
+                              json_list(info.shape) + ", " + dtype_to_string(info.dtype) +
+                              ") needs " + std::to_string(len) +
+                              ": changed by another process; metadata refreshed, retry");
         }
         std::memcpy(out, r->str, n);
         out += n;

@@ -359,7 +359,7 @@ class ShardedNode final : public StoreNode {
             const int64_t want = s_->count(pc.block) * row;
             if (size->type != REDIS_REPLY_INTEGER || size->integer != want) {
               s_->head().load();
-              throw StorageError(
+              throw ConflictError(
                   "sharded Redis store: '" + s_->blocks[pc.block]->data_key(paths[i]) + "' has " +
                   std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
                   " bytes where its block needs " + std::to_string(want) +
@@ -374,8 +374,9 @@ class ShardedNode final : public StoreNode {
           const redisReply* r = replies[next++].get();
           const int64_t len = pc.count * row;
           if (r->type != REDIS_REPLY_STRING || static_cast<int64_t>(r->len) != len)
-            throw StorageError("sharded Redis store: '" + s_->blocks[pc.block]->data_key(paths[i]) +
-                               "' returned a short range: changed by another process, retry");
+            throw ConflictError("sharded Redis store: '" +
+                                s_->blocks[pc.block]->data_key(paths[i]) +
+                                "' returned a short range: changed by another process, retry");
           std::memcpy(out + pc.out * row, r->str, static_cast<std::size_t>(len));
         }
       }
