@@ -6,6 +6,7 @@
 #include "support/redis_server.h"
 
 #include <tensordict/storage/redis.h>
+#include <tensordict/storage/redis_lazy_stack.h>
 
 #include <sys/wait.h>
 #include <cstdlib>
@@ -500,3 +501,50 @@ TEST(Redis, JsonArrayElementsWrittenByTwoProcessesAreAllKept) {
 }
 
 }  // namespace
+
+// ---- the handle type -----------------------------------------------------------------
+
+// TensorDictStore is the handle of every Redis store (issue #33): from_schema,
+// from_store and from_tensordict return it, nested levels are one, and the
+// store operations are members; the free functions still forward.
+TEST(Redis, TensorDictStoreIsTheHandleTypeWithTheStoreOperationsAsMembers) {
+  RedisServer server;
+  td::Schema schema{{"obs", {{3}, torch::kFloat32}}, {"next.reward", {{}, torch::kFloat32}}};
+  td::TensorDictStore store = td::from_schema(schema, {8}, on(server, "typed"));
+  EXPECT_TRUE(store.is<td::TensorDictStore>());
+  EXPECT_FALSE(store.is<td::LazyStackedTensorDictStore>());
+  EXPECT_EQ(store.type_name(), "TensorDictStore");
+  EXPECT_EQ(store.td_id(), "typed");
+  EXPECT_EQ(store.td_id(), td::redis::td_id(store));
+  EXPECT_EQ(store.server_key("__batch_size__"), "tensordict:{typed}:__batch_size__");
+  EXPECT_FALSE(store.is_sharded());
+  const auto before = store.round_trips();
+  store.index_put_({2}, td::TensorDict({{"obs", torch::ones({3})}}, {}));
+  EXPECT_EQ(store.round_trips() - before, 1);
+  // A nested level is a TensorDictStore too, through as<>().
+  td::TensorDictBase base = store.get_tensordict("next");
+  auto nested = base.as<td::TensorDictStore>();
+  EXPECT_EQ(nested.td_id(), "typed");
+  // Attach from another handle, typed.
+  auto same = td::TensorDictStore::from_store(on(server, "typed"));
+  EXPECT_TRUE(torch::equal(same.get("obs")[2], torch::ones({3})));
+  // Not a store: as<> is a TypeError naming both types.
+  td::TensorDictBase memory = sample();
+  EXPECT_FALSE(memory.is<td::TensorDictStore>());
+  try {
+    (void)memory.as<td::TensorDictStore>();
+    ADD_FAILURE() << "no error";
+  } catch (const td::TypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("TensorDictStore"), std::string::npos) << e.what();
+  }
+  // A sharded store is one, with its blocks as members.
+  auto sharded_opts = on(server, "typed-sharded");
+  sharded_opts.sharded = true;
+  sharded_opts.block_rows = 4;
+  td::TensorDictStore sharded = td::TensorDictStore::from_tensordict(sample(), sharded_opts);
+  EXPECT_TRUE(sharded.is_sharded());
+  EXPECT_EQ(sharded.block_rows(), 4);
+  EXPECT_EQ(sharded.block_ids().size(), 3u);
+  store.clear();
+  EXPECT_EQ(server.command({"EXISTS", "tensordict:{typed}:__batch_size__"}), "0");
+}

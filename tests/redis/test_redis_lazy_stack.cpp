@@ -426,3 +426,32 @@ TEST(LazyStackRedis, BadInputIsRefusedNamingTheKey) {
 }
 
 }  // namespace
+
+// LazyStackedTensorDictStore is the handle type of a lazy-stack store, a
+// TensorDictStore with the element operations as members (issue #33).
+TEST(LazyStackRedis, LazyStackedTensorDictStoreIsTheHandleType) {
+  RedisServer server;
+  td::LazyStackedTensorDictStore store =
+      td::LazyStackedTensorDictStore::from_lazy_stack(agents(), on(server, "typed-ls"));
+  EXPECT_TRUE(store.is<td::LazyStackedTensorDictStore>());
+  EXPECT_TRUE(store.is<td::TensorDictStore>());
+  EXPECT_EQ(store.type_name(), "LazyStackedTensorDictStore");
+  EXPECT_EQ(store.count(), 3);
+  EXPECT_EQ(store.stack_dim(), 0);
+  EXPECT_EQ(store.inner_batch_size(), std::vector<int64_t>{4});
+  EXPECT_EQ(store.element_shapes("obs")[2], (std::vector<int64_t>{4, 7}));
+  EXPECT_TRUE(torch::equal(store.element(1).get("obs"), agents().tensordicts()[1].get("obs")));
+  // from_store of any kind returns the lazy-stack store, as<> reaches its members.
+  td::TensorDictStore any = td::TensorDictStore::from_store(on(server, "typed-ls"));
+  auto again = any.as<td::LazyStackedTensorDictStore>();
+  EXPECT_EQ(again.td_id(), "typed-ls");
+  auto e = again.element(2);
+  e.set("reward", torch::full({4}, 9.0f));
+  const auto before = again.round_trips();
+  again.set_element(2, e);
+  EXPECT_EQ(again.round_trips() - before, 1);
+  EXPECT_TRUE(torch::equal(store.element(2).get("reward"), torch::full({4}, 9.0f)));
+  // A plain store is not a lazy-stack store.
+  auto plain = td::TensorDictStore::create(on(server, "typed-plain"), {2});
+  EXPECT_THROW((void)plain.as<td::LazyStackedTensorDictStore>(), td::TypeError);
+}

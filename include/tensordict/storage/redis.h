@@ -12,7 +12,7 @@
 ///   buffer.index_put_({i}, transition);      // one round trip, all leaves
 ///   auto batch = buffer.index({idx});         // one round trip, all leaves
 ///   // another process:
-///   auto same = td::redis::from_store({.host = "127.0.0.1", .td_id = td::redis::td_id(buffer)});
+///   auto same = td::TensorDictStore::from_store({.host = "127.0.0.1", .td_id = buffer.td_id()});
 /// @endcode
 ///
 /// Thread safety: one connection per store object, guarded by a mutex (calls
@@ -85,32 +85,84 @@ struct Redis {
 
 }  // namespace storage
 
+/// A tensordict on a Redis server (Python's TensorDictStore): the handle
+/// type of the Redis storage, with the store's own operations as members.
+/// Every Redis store is one, sharded or not, and every nested level of one
+/// (`store.get_tensordict("next").is<TensorDictStore>()`); a lazy-stack store
+/// is the subclass LazyStackedTensorDictStore (tensordict/storage/
+/// redis_lazy_stack.h). Python's LazyStackedTensorDictStore is not a
+/// TensorDictStore; here it is, so that the store operations (td_id, close,
+/// round_trips, ...) are members of every Redis handle.
+class TensorDictStore : public TensorDictBase {
+ public:
+  /// An empty store of the given batch size (writes __batch_size__ and
+  /// __device__). Only the CPU device (or none).
+  static TensorDictStore create(const storage::Redis& storage, std::vector<int64_t> batch_size,
+                                std::optional<c10::Device> device = std::nullopt);
+  /// Uploads `td` (tensors, non-tensors, nested levels) into a new store
+  /// (Python's TensorDictStore.from_tensordict / td.to_store()); a lazy
+  /// stack becomes a lazy-stack store.
+  static TensorDictStore from_tensordict(const TensorDictBase& td,
+                                         const storage::Redis& storage = {});
+  /// Re-attaches to the store `storage.td_id` written by any process (C++ or
+  /// Python): a plain, sharded or lazy-stack store. KeyError naming the td_id
+  /// when the server has no such store.
+  static TensorDictStore from_store(const storage::Redis& storage);
+
+  /// Wraps an existing Redis storage (see TensorDictBase::as).
+  explicit TensorDictStore(std::shared_ptr<Node> node);
+  static bool is_node(const Node& node) noexcept;
+  static const char* static_type_name() noexcept { return "TensorDictStore"; }
+
+  /// The store's td_id.
+  std::string td_id() const;
+  /// The server key of a suffix: "<prefix>:{<td_id>}:<suffix>".
+  std::string server_key(const std::string& suffix) const;
+  /// True for a sharded store (ours; Python has none).
+  bool is_sharded() const;
+  /// A sharded store's blocks: their td_ids in row order; empty otherwise.
+  std::vector<std::string> block_ids() const;
+  /// Rows per block of a sharded store (0 otherwise).
+  std::int64_t block_rows() const;
+  /// Round trips this store object has made to its server (every level
+  /// shares one connection): a user operation on rows adds one.
+  std::int64_t round_trips() const;
+  /// Closes the connection; the next call reconnects.
+  void close() const;
+  /// Deletes every key of the store from the server, __tensorclass__
+  /// included (Python's clear_redis()). The handle then holds no entries.
+  void clear() const;
+  /// The tensorclass recorded in __tensorclass__, nullopt when none.
+  std::optional<std::string> tensorclass_name() const;
+  /// Records `name` in __tensorclass__ (one SET).
+  void set_tensorclass_name(const std::string& name) const;
+};
+
 /// A new store on the server described by `storage`, holding a zero-filled
 /// leaf per schema entry: the leaves are allocated with SETRANGE in one
 /// pipeline, and no tensor data is sent.
-TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
-                           const storage::Redis& storage);
+TensorDictStore from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
+                            const storage::Redis& storage);
 
 namespace redis {
 
-/// An empty store of the given batch size (writes __batch_size__ and
-/// __device__). Only CPU (or no) device.
-TensorDictBase create(const storage::Redis& storage, std::vector<int64_t> batch_size,
-                      std::optional<c10::Device> device = std::nullopt);
-/// Uploads `td` (tensors, non-tensors, nested levels) into a new store
-/// (Python's TensorDictStore.from_tensordict / td.to_store()).
-TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& storage = {});
-/// Re-attaches to the store `storage.td_id` written by any process (C++ or
-/// Python), or to the sharded store whose manifest has that id. KeyError
-/// naming the td_id when the server has no such store.
-TensorDictBase from_store(const storage::Redis& storage);
+// The free functions below are the first spelling of TensorDictStore's
+// members and statics; they stay, forwarding, for code written before it.
+
+/// TensorDictStore::create.
+TensorDictStore create(const storage::Redis& storage, std::vector<int64_t> batch_size,
+                       std::optional<c10::Device> device = std::nullopt);
+/// TensorDictStore::from_tensordict.
+TensorDictStore from_tensordict(const TensorDictBase& td, const storage::Redis& storage = {});
+/// TensorDictStore::from_store.
+TensorDictStore from_store(const storage::Redis& storage);
 
 /// The storage::Redis that from_schema(..., "redis", options) connects with
 /// (the same option names and checks), e.g. to attach other processes with
 /// from_store(). SchemaError for an unknown option or a value of the wrong type.
 storage::Redis options_from(const StorageOptions& options);
 
-/// True when `td` is (a nested level of) a Redis store, sharded or not.
+/// td.is<TensorDictStore>(): (a nested level of) a Redis store.
 bool is_store(const TensorDictBase& td);
 /// The store's td_id (TypeError when `td` is not a store).
 std::string td_id(const TensorDictBase& td);
@@ -157,8 +209,8 @@ TC from_tensorclass(const TC& tc, const storage::Redis& storage = {}) {
   for (auto it = values.begin(); it != values.end(); ++it)
     if (!it.value().is_null())
       all.set(NestedKey(it.key()), NonTensorData(it.value(), all.batch_size().vec(), all.device()));
-  TensorDictBase store = from_tensordict(all, storage);
-  set_tensorclass_name(store, tensorclass_name_of<TC>());
+  TensorDictStore store = from_tensordict(all, storage);
+  store.set_tensorclass_name(tensorclass_name_of<TC>());
   return TC::from_tensordict(store);
 }
 
@@ -167,8 +219,8 @@ TC from_tensorclass(const TC& tc, const storage::Redis& storage = {}) {
 /// none is accepted (Python's from_store(tensorclass_cls=...)).
 template <class TC>
 TC from_store_as(const storage::Redis& storage) {
-  TensorDictBase store = from_store(storage);
-  const auto recorded = tensorclass_name(store);
+  TensorDictStore store = from_store(storage);
+  const auto recorded = store.tensorclass_name();
   const std::string expected = tensorclass_name_of<TC>();
   if (recorded && *recorded != expected)
     throw SchemaError("Redis store " + storage.td_id + " holds a " + *recorded + ", not a " +

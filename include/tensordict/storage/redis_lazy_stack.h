@@ -33,19 +33,64 @@
 #include <cstdint>
 #include <vector>
 
+namespace tensordict {
+
+/// A lazy stack of N tensordicts on a Redis server (Python's
+/// LazyStackedTensorDictStore): the handle type of a lazy-stack store, a
+/// TensorDictStore (td_id, close, round_trips, ... as members) with the
+/// element operations as members too.
+class LazyStackedTensorDictStore : public TensorDictStore {
+ public:
+  /// Uploads `stack` into a new lazy-stack store (Python's
+  /// LazyStackedTensorDictStore.from_lazy_stack), in one pipeline. Every
+  /// element must hold the same keys (KeyError naming the key otherwise), only
+  /// tensors (TypeError naming a non-tensor), each key of one dtype in every
+  /// element (TypeError), and the elements one batch size (ShapeError).
+  static LazyStackedTensorDictStore from_lazy_stack(const LazyStackedTensorDict& stack,
+                                                    const storage::Redis& storage = {});
+  /// Re-attaches to the lazy-stack store `storage.td_id` (written by C++ or
+  /// Python). KeyError naming the td_id when the server has no lazy-stack
+  /// store there.
+  static LazyStackedTensorDictStore from_store(const storage::Redis& storage);
+
+  /// Wraps an existing lazy-stack store (see TensorDictBase::as).
+  explicit LazyStackedTensorDictStore(std::shared_ptr<Node> node);
+  static bool is_node(const Node& node) noexcept;
+  static const char* static_type_name() noexcept { return "LazyStackedTensorDictStore"; }
+
+  /// Number of elements N (__count__).
+  int64_t count() const;
+  /// The dim the elements are stacked along (__stack_dim__).
+  int64_t stack_dim() const;
+  /// The batch size of one element (__inner_batch_size__).
+  std::vector<int64_t> inner_batch_size() const;
+  /// The shape of every element's leaf at `key`, without reading data.
+  std::vector<std::vector<int64_t>> element_shapes(const NestedKey& key) const;
+  /// Element i (negative counts from the end) in memory, one round trip.
+  /// IndexError when out of range.
+  TensorDict element(int64_t i) const;
+  /// The elements at `indices`, in that order, in one round trip.
+  std::vector<TensorDict> elements(const std::vector<int64_t>& indices) const;
+  /// Writes every leaf of element i in one round trip (see redis::set_element).
+  void set_element(int64_t i, const TensorDictBase& value) const;
+  /// Every element read into memory (one round trip), as an in-memory lazy
+  /// stack along the store's stack dim.
+  LazyStackedTensorDict to_lazy_stack() const;
+};
+
+}  // namespace tensordict
+
 namespace tensordict::redis {
 
-/// Uploads `stack` into a new lazy-stack store (Python's
-/// LazyStackedTensorDictStore.from_lazy_stack), in one pipeline. Every
-/// element must hold the same keys (KeyError naming the key otherwise), only
-/// tensors (TypeError naming a non-tensor), each key of one dtype in every
-/// element (TypeError), and the elements one batch size (ShapeError).
-TensorDictBase from_lazy_stack(const LazyStackedTensorDict& stack,
-                               const storage::Redis& storage = {});
-/// Re-attaches to the lazy-stack store `storage.td_id` (written by C++ or
-/// Python). from_store() does the same when the store is a lazy stack.
-/// KeyError naming the td_id when the server has no lazy-stack store there.
-TensorDictBase from_lazy_stack_store(const storage::Redis& storage);
+// The free functions below are the first spelling of
+// LazyStackedTensorDictStore's members and statics; they stay, forwarding.
+
+/// LazyStackedTensorDictStore::from_lazy_stack.
+LazyStackedTensorDictStore from_lazy_stack(const LazyStackedTensorDict& stack,
+                                           const storage::Redis& storage = {});
+/// LazyStackedTensorDictStore::from_store. from_store() does the same when the
+/// store is a lazy stack.
+LazyStackedTensorDictStore from_lazy_stack_store(const storage::Redis& storage);
 
 /// True when `td` is (a nested level of) a lazy-stack store.
 bool is_lazy_stack_store(const TensorDictBase& td);

@@ -831,7 +831,8 @@ using detail::redis::KeyInfo;
 using detail::redis::LazyStackState;
 using detail::redis::LazyStackStoreNode;
 
-TensorDictBase from_lazy_stack(const LazyStackedTensorDict& stack, const storage::Redis& storage) {
+LazyStackedTensorDictStore from_lazy_stack(const LazyStackedTensorDict& stack,
+                                           const storage::Redis& storage) {
   const auto& members = stack.tensordicts();
   if (members.empty()) throw ValueError("redis::from_lazy_stack: the lazy stack has no member");
   const std::vector<int64_t> inner = members[0].batch_size().vec();
@@ -948,10 +949,10 @@ TensorDictBase from_lazy_stack(const LazyStackedTensorDict& stack, const storage
   s->conn.send(b, "uploading " + s->name(), s->options.transaction);
   s->keys = std::move(infos);
   s->loaded = true;
-  return TensorDictBase(std::make_shared<LazyStackStoreNode>(s, ""));
+  return LazyStackedTensorDictStore(std::make_shared<LazyStackStoreNode>(s, ""));
 }
 
-TensorDictBase from_lazy_stack_store(const storage::Redis& storage) {
+LazyStackedTensorDictStore from_lazy_stack_store(const storage::Redis& storage) {
   if (storage.td_id.empty()) throw ValueError("redis::from_lazy_stack_store: td_id is required");
   auto s = detail::redis::open_state(storage);
   std::lock_guard lock(s->mu);
@@ -1001,7 +1002,7 @@ TensorDictBase from_lazy_stack_store(const storage::Redis& storage) {
   const std::string dev = r[4]->type == REDIS_REPLY_NIL ? "" : str(4, "__device__");
   s->device = detail::redis::stored_device(dev, "'" + s->key("__device__") + "'");
   s->load();
-  return TensorDictBase(std::make_shared<LazyStackStoreNode>(s, ""));
+  return LazyStackedTensorDictStore(std::make_shared<LazyStackStoreNode>(s, ""));
 }
 
 bool is_lazy_stack_store(const TensorDictBase& td) {
@@ -1121,4 +1122,39 @@ LazyStackedTensorDict to_lazy_stack(const TensorDictBase& store) {
 }
 
 }  // namespace redis
+// ---- the handle ------------------------------------------------------------------
+
+LazyStackedTensorDictStore::LazyStackedTensorDictStore(std::shared_ptr<Node> node)
+    : TensorDictStore(std::move(node)) {}
+bool LazyStackedTensorDictStore::is_node(const Node& node) noexcept {
+  return dynamic_cast<const detail::redis::LazyStackStoreNode*>(&node) != nullptr;
+}
+LazyStackedTensorDictStore LazyStackedTensorDictStore::from_lazy_stack(
+    const LazyStackedTensorDict& stack, const storage::Redis& storage) {
+  return redis::from_lazy_stack(stack, storage);
+}
+LazyStackedTensorDictStore LazyStackedTensorDictStore::from_store(const storage::Redis& storage) {
+  return redis::from_lazy_stack_store(storage);
+}
+int64_t LazyStackedTensorDictStore::count() const { return redis::count(*this); }
+int64_t LazyStackedTensorDictStore::stack_dim() const { return redis::stack_dim(*this); }
+std::vector<int64_t> LazyStackedTensorDictStore::inner_batch_size() const {
+  return redis::inner_batch_size(*this);
+}
+std::vector<std::vector<int64_t>> LazyStackedTensorDictStore::element_shapes(
+    const NestedKey& key) const {
+  return redis::element_shapes(*this, key);
+}
+TensorDict LazyStackedTensorDictStore::element(int64_t i) const { return redis::element(*this, i); }
+std::vector<TensorDict> LazyStackedTensorDictStore::elements(
+    const std::vector<int64_t>& indices) const {
+  return redis::elements(*this, indices);
+}
+void LazyStackedTensorDictStore::set_element(int64_t i, const TensorDictBase& value) const {
+  redis::set_element(*this, i, value);
+}
+LazyStackedTensorDict LazyStackedTensorDictStore::to_lazy_stack() const {
+  return redis::to_lazy_stack(*this);
+}
+
 }  // namespace tensordict

@@ -770,15 +770,17 @@ namespace redis {
 using detail::redis::Batch;
 using detail::redis::RedisNode;
 
-TensorDictBase create(const storage::Redis& storage, std::vector<int64_t> batch_size,
-                      std::optional<c10::Device> device) {
+TensorDictStore create(const storage::Redis& storage, std::vector<int64_t> batch_size,
+                       std::optional<c10::Device> device) {
   if (device && !device->is_cpu())
     throw DeviceError("Redis store: only the CPU device (or none) is supported, got " +
                       device->str());
   for (auto d : batch_size)
     if (d < 0)
       throw ShapeError("Redis store: negative batch size " + detail::redis::json_list(batch_size));
-  if (storage.sharded) return detail::redis::create_sharded(storage, batch_size, device, {});
+  if (storage.sharded)
+    return TensorDictStore(
+        detail::redis::create_sharded(storage, batch_size, device, {}).node_ptr());
   auto s = detail::redis::open(storage);
   std::lock_guard lock(s->mu);
   Batch b;
@@ -788,10 +790,10 @@ TensorDictBase create(const storage::Redis& storage, std::vector<int64_t> batch_
   s->batch = std::move(batch_size);
   s->device = device;
   s->load();  // leaves of an earlier store with this td_id stay visible, as in Python
-  return TensorDictBase(std::make_shared<RedisNode>(s, ""));
+  return TensorDictStore(std::make_shared<RedisNode>(s, ""));
 }
 
-TensorDictBase from_store(const storage::Redis& storage) {
+TensorDictStore from_store(const storage::Redis& storage) {
   if (storage.td_id.empty()) throw ValueError("redis::from_store: td_id is required");
   auto s = detail::redis::open(storage);
   std::lock_guard lock(s->mu);
@@ -805,8 +807,10 @@ TensorDictBase from_store(const storage::Redis& storage) {
       std::string_view(r[3]->str, r[3]->len) == detail::redis::kLazyStackType)
     return from_lazy_stack_store(storage);
   if (r[0]->type == REDIS_REPLY_NIL && r[2]->type != REDIS_REPLY_NIL)  // a sharded store
-    return detail::redis::attach_sharded(storage, s->client,
-                                         detail::redis::text(r[2].get(), s->key("__shards__")));
+    return TensorDictStore(
+        detail::redis::attach_sharded(storage, s->client,
+                                      detail::redis::text(r[2].get(), s->key("__shards__")))
+            .node_ptr());
   if (r[0]->type == REDIS_REPLY_NIL)
     throw KeyError("no Redis store with td_id '" + storage.td_id + "' (prefix '" + storage.prefix +
                    "') at " + s->conn.where() + ": key '" + s->key("__batch_size__") +
@@ -818,21 +822,22 @@ TensorDictBase from_store(const storage::Redis& storage) {
                               : std::string(detail::redis::text(r[1].get(), "__device__"));
   s->device = detail::redis::stored_device(dev, "'" + s->key("__device__") + "'");
   s->load();  // checks that every leaf starts with the batch size
-  return TensorDictBase(std::make_shared<RedisNode>(s, ""));
+  return TensorDictStore(std::make_shared<RedisNode>(s, ""));
 }
 
-TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& storage) {
+TensorDictStore from_tensordict(const TensorDictBase& td, const storage::Redis& storage) {
   if (td.is<LazyStackedTensorDict>())
     return from_lazy_stack(td.as<LazyStackedTensorDict>(), storage);
   auto dev = td.device();
   if (storage.sharded) {
-    TensorDictBase store = detail::redis::create_sharded(storage, td.batch_size().vec(),
-                                                         dev && dev->is_cpu() ? dev : std::nullopt,
-                                                         detail::redis::row_sizes(td));
+    TensorDictStore store(detail::redis::create_sharded(storage, td.batch_size().vec(),
+                                                        dev && dev->is_cpu() ? dev : std::nullopt,
+                                                        detail::redis::row_sizes(td))
+                              .node_ptr());
     for (const auto& [key, value] : td.items()) store.set(key, value);
     return store;
   }
-  TensorDictBase store =
+  TensorDictStore store =
       create(storage, td.batch_size().vec(), dev && dev->is_cpu() ? dev : std::nullopt);
   auto& s = static_cast<const RedisNode&>(store.node()).store();
   std::lock_guard lock(s.mu);
@@ -846,9 +851,7 @@ TensorDictBase from_tensordict(const TensorDictBase& td, const storage::Redis& s
   return store;
 }
 
-bool is_store(const TensorDictBase& td) {
-  return td.defined() && dynamic_cast<const detail::redis::StoreNode*>(&td.node()) != nullptr;
-}
+bool is_store(const TensorDictBase& td) { return td.is<TensorDictStore>(); }
 std::string td_id(const TensorDictBase& td) { return detail::redis::node_of(td).id(); }
 std::string server_key(const TensorDictBase& td, const std::string& suffix) {
   return detail::redis::node_of(td).server_key(suffix);
@@ -889,12 +892,14 @@ std::int64_t block_rows(const TensorDictBase& td) {
 
 }  // namespace redis
 
-TensorDictBase from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
-                           const storage::Redis& storage) {
-  TensorDictBase root = storage.sharded
-                            ? detail::redis::create_sharded(storage, batch_size, std::nullopt,
-                                                            detail::redis::row_sizes(schema))
-                            : redis::create(storage, batch_size);
+TensorDictStore from_schema(const Schema& schema, const std::vector<int64_t>& batch_size,
+                            const storage::Redis& storage) {
+  TensorDictStore root =
+      storage.sharded
+          ? TensorDictStore(detail::redis::create_sharded(storage, batch_size, std::nullopt,
+                                                          detail::redis::row_sizes(schema))
+                                .node_ptr())
+          : redis::create(storage, batch_size);
   const std::vector<NestedKey> before = root.keys();
   try {
     allocate_schema(root, schema);
@@ -962,5 +967,40 @@ TensorDictBase make_redis(const Schema& schema, const std::vector<int64_t>& batc
 }  // namespace
 
 TENSORDICT_REGISTER_STORAGE("redis", make_redis);
+
+// ---- the handle ------------------------------------------------------------------
+
+TensorDictStore::TensorDictStore(std::shared_ptr<Node> node) : TensorDictBase(std::move(node)) {}
+bool TensorDictStore::is_node(const Node& node) noexcept {
+  return dynamic_cast<const detail::redis::StoreNode*>(&node) != nullptr;
+}
+TensorDictStore TensorDictStore::create(const storage::Redis& storage,
+                                        std::vector<int64_t> batch_size,
+                                        std::optional<c10::Device> device) {
+  return redis::create(storage, std::move(batch_size), device);
+}
+TensorDictStore TensorDictStore::from_tensordict(const TensorDictBase& td,
+                                                 const storage::Redis& storage) {
+  return redis::from_tensordict(td, storage);
+}
+TensorDictStore TensorDictStore::from_store(const storage::Redis& storage) {
+  return redis::from_store(storage);
+}
+std::string TensorDictStore::td_id() const { return redis::td_id(*this); }
+std::string TensorDictStore::server_key(const std::string& suffix) const {
+  return redis::server_key(*this, suffix);
+}
+bool TensorDictStore::is_sharded() const { return redis::block_rows(*this) > 0; }
+std::vector<std::string> TensorDictStore::block_ids() const { return redis::block_ids(*this); }
+std::int64_t TensorDictStore::block_rows() const { return redis::block_rows(*this); }
+std::int64_t TensorDictStore::round_trips() const { return redis::round_trips(*this); }
+void TensorDictStore::close() const { redis::close(*this); }
+void TensorDictStore::clear() const { redis::clear(*this); }
+std::optional<std::string> TensorDictStore::tensorclass_name() const {
+  return redis::tensorclass_name(*this);
+}
+void TensorDictStore::set_tensorclass_name(const std::string& name) const {
+  redis::set_tensorclass_name(*this, name);
+}
 
 }  // namespace tensordict
