@@ -94,8 +94,7 @@ set_target_properties(tensordict_distributed PROPERTIES
   SOVERSION ${PROJECT_VERSION_MAJOR})
 target_link_libraries(tensordict_distributed PUBLIC tensordict torch)
 target_include_directories(tensordict_distributed PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_compile_options(tensordict_distributed PRIVATE
-  $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wno-unused-parameter>)
+tensordict_project_warnings(tensordict_distributed)
 
 install(TARGETS tensordict_distributed EXPORT tensordict-distributed-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

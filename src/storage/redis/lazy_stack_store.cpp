@@ -360,7 +360,7 @@ bool fetch(LazyStackState& s, std::vector<Fetch>& fetches, bool count_keys = fal
                           " bytes where its metadata needs " + std::to_string(want) +
                           ": changed by another process; metadata refreshed, retry");
     }
-    for (const auto& run : runs[i]) {
+    for (std::size_t k = 0; k < runs[i].size(); ++k) {  // one GETRANGE reply per run
       const redisReply* r = replies[next++].get();
       f.bytes.append(text(r, s.data_key(f.path)));
     }
