@@ -28,7 +28,13 @@ struct SpecNode {
   std::string context;
   std::vector<SpecNode> children;
   bool is_leaf() const { return type.empty(); }
-  bool is_dict() const { return type == "builtins.dict" || type == "collections.OrderedDict"; }
+  // A TensorDict node is serializable once examples/policy/export_policy.py's
+  // register_tensordict_serialization() ran; its context is
+  // {"keys": [...], "batch_dims": n}.
+  bool is_tensordict() const { return type == "tensordict._td.TensorDict"; }
+  bool is_dict() const {
+    return type == "builtins.dict" || type == "collections.OrderedDict" || is_tensordict();
+  }
   bool is_sequence() const { return type == "builtins.tuple" || type == "builtins.list"; }
 };
 
@@ -59,7 +65,22 @@ SpecNode parse_spec(const std::string& text, const std::string& what, const std:
 // The keys of a dict node, in the order its children (and the flat list)
 // follow: Python's insertion order, as the spec's context lists them.
 std::vector<std::string> dict_keys(const SpecNode& node, const std::string& path) {
-  const auto keys = nlohmann::json::parse(node.context);
+  nlohmann::json keys;
+  try {
+    auto context = nlohmann::json::parse(node.context);
+    keys = node.is_tensordict() ? context.at("keys") : std::move(context);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(
+        fmt::format("AOTITensorDictModule('{}'): the context of a {} node cannot "
+                    "be read ({}): {}",
+                    path, node.type, e.what(), node.context));
+  }
+  if (!keys.is_array()) {
+    throw FormatError(
+        fmt::format("AOTITensorDictModule('{}'): the context of a {} node is not "
+                    "a list of keys: {}",
+                    path, node.type, node.context));
+  }
   std::vector<std::string> names;
   for (const auto& key : keys) {
     if (!key.is_string()) {

@@ -219,11 +219,11 @@ void ScriptTensorDictModule::forward_into(const TensorDictBase& in, TensorDictBa
     }
   }
   c10::IValue dict(to_ivalue_dict(in, in_keys_, *layout_));
+  // The keys are strings (checked when made); the values' type decides.
   const auto& expected = forward_.function().getSchema().arguments()[1].type();
-  const auto given =
-      c10::DictType::create(c10::StringType::get(), dict.toGenericDict().valueType());
-  if (!given->isSubtypeOf(*expected)) {
-    throw TypeError(fmt::format("{}: forward takes a {}; in_keys ({}) with {} make a {}",
+  const auto& given = dict.toGenericDict().valueType();
+  if (!given->isSubtypeOf(*expected->castRaw<c10::DictType>()->getValueType())) {
+    throw TypeError(fmt::format("{}: forward takes a {}; in_keys ({}) with {} make a Dict[str, {}]",
                                 display_name(), expected->repr_str(), join_keys(in_keys_),
                                 layout_->is_flattened()
                                     ? fmt::format("flat names joined by '{}'", layout_->separator())

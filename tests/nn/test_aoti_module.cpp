@@ -131,6 +131,20 @@ TEST(AOTIModule, ExportedPolicy) {
   EXPECT_EQ(one.get("action").item<int64_t>(), example.at("action").toTensor()[0].item<int64_t>());
 }
 
+// A model taking and returning a TensorDict, packaged after
+// register_tensordict_serialization() (examples/policy/export_policy.py).
+TEST(AOTIModule, TensorDictInputAndOutput) {
+  auto ref = nn_test::load_reference("tensordict_io");
+  AOTITensorDictModule module(nn_test::model_path("tensordict_io.pt2"),
+                              DictCall{{}, KeyLayout::nested()});
+  EXPECT_EQ(module.in_keys(), (std::vector<td::NestedKey>{"obs", {"extra", "bias"}}));
+  EXPECT_EQ(module.out_keys(), (std::vector<td::NestedKey>{{"out", "logits"}, "mean"}));
+  td::TensorDict data({{{"extra", "bias"}, ref.at("extra.bias")}, {"obs", ref.at("obs")}}, {3});
+  module(data);
+  EXPECT_TRUE(torch::allclose(data.get({"out", "logits"}), ref.at("out.logits"), 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(data.get("mean"), ref.at("mean"), 1e-5, 1e-6));
+}
+
 TEST(AOTIModule, NotAPackage) {
   EXPECT_THROW(AOTITensorDictModule(nn_test::model_path("policy_scripted.pt"),
                                     DictCall{{}, KeyLayout::nested()}),
