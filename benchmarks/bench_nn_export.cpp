@@ -51,9 +51,16 @@ std::string model_path(const char* file) {
 // both variants run the model this many times before they are timed.
 constexpr int kWarmup = 20;
 
+// Times `call` after the warm-up. Each call_* below is one call of a variant,
+// kept out of line so that callgrind can count its instructions
+// (--toggle-collect='*call_script_dict_floor*', docs/nn_export.md).
 template <class Call>
-void warm_up(Call&& call) {
+void time_calls(benchmark::State& state, td::TensorDict& data, Call&& call) {
   for (int i = 0; i < kWarmup; ++i) call();
+  for (auto _ : state) {
+    call();
+    benchmark::DoNotOptimize(data);
+  }
 }
 
 td::TensorDict policy_input() {
@@ -62,34 +69,47 @@ td::TensorDict policy_input() {
 
 // ---- TorchScript, positional: traced MLP, "obs" -> "logits" -------------------
 
+[[gnu::noinline]] void call_script_positional_tensordict(tdnn::ScriptTensorDictModule& module,
+                                                         td::TensorDict& data) {
+  module.forward(data);
+}
+
+[[gnu::noinline]] void call_script_positional_floor(torch::jit::Module& module,
+                                                    td::TensorDict& data) {
+  std::vector<c10::IValue> args{data.get("obs")};
+  data.set("logits", module.forward(std::move(args)).toTensor());
+}
+
 void BM_script_positional_tensordict(benchmark::State& state) {
   auto module = tdnn::ScriptTensorDictModule::load(model_path("mlp_traced.pt"),
                                                    tdnn::PositionalCall{{"obs"}, {"logits"}});
   td::TensorDict data({{"obs", torch::randn({kBatch, 3})}}, {kBatch});
   torch::NoGradGuard no_grad;
-  warm_up([&] { module->forward(data); });
-  for (auto _ : state) {
-    module->forward(data);
-    benchmark::DoNotOptimize(data);
-  }
+  time_calls(state, data, [&] { call_script_positional_tensordict(*module, data); });
 }
 
 void BM_script_positional_floor(benchmark::State& state) {
   auto module = torch::jit::load(model_path("mlp_traced.pt"));
   td::TensorDict data({{"obs", torch::randn({kBatch, 3})}}, {kBatch});
   torch::NoGradGuard no_grad;
-  auto call = [&] {
-    std::vector<c10::IValue> args{data.get("obs")};
-    data.set("logits", module.forward(std::move(args)).toTensor());
-  };
-  warm_up(call);
-  for (auto _ : state) {
-    call();
-    benchmark::DoNotOptimize(data);
-  }
+  time_calls(state, data, [&] { call_script_positional_floor(module, data); });
 }
 
 // ---- TorchScript, Dict[str, Tensor]: the policy, flat names ----------------------
+
+[[gnu::noinline]] void call_script_dict_tensordict(tdnn::ScriptTensorDictModule& module,
+                                                   td::TensorDict& data) {
+  module.forward(data);
+}
+
+[[gnu::noinline]] void call_script_dict_floor(torch::jit::Module& module, td::TensorDict& data) {
+  c10::impl::GenericDict inputs(c10::StringType::get(), c10::TensorType::get());
+  inputs.insert("observation", data.get("observation"));
+  std::vector<c10::IValue> args{std::move(inputs)};
+  auto outputs = module.forward(std::move(args)).toGenericDict();
+  data.set("action", outputs.at("action").toTensor());
+  data.set({"policy", "logits"}, outputs.at("policy.logits").toTensor());
+}
 
 void BM_script_dict_tensordict(benchmark::State& state) {
   auto module = tdnn::ScriptTensorDictModule::load(
@@ -98,60 +118,43 @@ void BM_script_dict_tensordict(benchmark::State& state) {
           {"observation"}, tdnn::KeyLayout::flattened("."), {"action", {"policy", "logits"}}});
   auto data = policy_input();
   torch::NoGradGuard no_grad;
-  warm_up([&] { module->forward(data); });
-  for (auto _ : state) {
-    module->forward(data);
-    benchmark::DoNotOptimize(data);
-  }
+  time_calls(state, data, [&] { call_script_dict_tensordict(*module, data); });
 }
 
 void BM_script_dict_floor(benchmark::State& state) {
   auto module = torch::jit::load(model_path("policy_scripted.pt"));
   auto data = policy_input();
   torch::NoGradGuard no_grad;
-  auto call = [&] {
-    c10::impl::GenericDict inputs(c10::StringType::get(), c10::TensorType::get());
-    inputs.insert("observation", data.get("observation"));
-    std::vector<c10::IValue> args{std::move(inputs)};
-    auto outputs = module.forward(std::move(args)).toGenericDict();
-    data.set("action", outputs.at("action").toTensor());
-    data.set({"policy", "logits"}, outputs.at("policy.logits").toTensor());
-  };
-  warm_up(call);
-  for (auto _ : state) {
-    call();
-    benchmark::DoNotOptimize(data);
-  }
+  time_calls(state, data, [&] { call_script_dict_floor(module, data); });
 }
 
 #ifdef TENSORDICT_HAVE_AOTI
 // ---- AOTInductor package: the policy, nested dict out -----------------------------
 
+[[gnu::noinline]] void call_aoti_dict_tensordict(tdnn::AOTITensorDictModule& module,
+                                                 td::TensorDict& data) {
+  module.forward(data);
+}
+
+[[gnu::noinline]] void call_aoti_dict_floor(torch::inductor::AOTIModelPackageLoader& loader,
+                                            td::TensorDict& data) {
+  std::vector<at::Tensor> inputs{data.get("observation")};
+  auto outputs = loader.boxed_run(std::move(inputs));
+  data.set("action", std::move(outputs[0]));
+  data.set({"policy", "logits"}, std::move(outputs[1]));
+}
+
 void BM_aoti_dict_tensordict(benchmark::State& state) {
   tdnn::AOTITensorDictModule module(model_path("policy.pt2"),
                                     tdnn::DictCall{{}, tdnn::KeyLayout::nested()});
   auto data = policy_input();
-  warm_up([&] { module.forward(data); });
-  for (auto _ : state) {
-    module.forward(data);
-    benchmark::DoNotOptimize(data);
-  }
+  time_calls(state, data, [&] { call_aoti_dict_tensordict(module, data); });
 }
 
 void BM_aoti_dict_floor(benchmark::State& state) {
   torch::inductor::AOTIModelPackageLoader loader(model_path("policy.pt2"));
   auto data = policy_input();
-  auto call = [&] {
-    std::vector<at::Tensor> inputs{data.get("observation")};
-    auto outputs = loader.boxed_run(std::move(inputs));
-    data.set("action", std::move(outputs[0]));
-    data.set({"policy", "logits"}, std::move(outputs[1]));
-  };
-  warm_up(call);
-  for (auto _ : state) {
-    call();
-    benchmark::DoNotOptimize(data);
-  }
+  time_calls(state, data, [&] { call_aoti_dict_floor(loader, data); });
 }
 #endif
 
