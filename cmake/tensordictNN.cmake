@@ -41,6 +41,11 @@ else()
                  "AOTIModelPackageLoader)")
 endif()
 
+# Where the test nn.make_models (tests/nn/CMakeLists.txt, fixture nn_models)
+# writes the models Python exports: the tests and the examples' policy actors
+# read them there.
+set(TENSORDICT_NN_MODELS_DIR ${PROJECT_BINARY_DIR}/tests/nn/models)
+
 install(TARGETS tensordict_nn EXPORT tensordict-nn-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
