@@ -23,6 +23,12 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #endif
 
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_TOGGLE_COLLECT
+#endif
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -52,15 +58,19 @@ std::string model_path(const char* file) {
 constexpr int kWarmup = 20;
 
 // Times `call` after the warm-up. Each call_* below is one call of a variant,
-// kept out of line so that callgrind can count its instructions
-// (--toggle-collect='*call_script_dict_floor*', docs/nn_export.md).
+// kept out of line so that callgrind can count its instructions: under
+// `valgrind --tool=callgrind --collect-atstart=no` only the timed loops are
+// counted (the TorchScript executor's one-time optimization is not), and
+// call_*'s inclusive count over its number of calls is a call's cost.
 template <class Call>
 void time_calls(benchmark::State& state, td::TensorDict& data, Call&& call) {
   for (int i = 0; i < kWarmup; ++i) call();
+  CALLGRIND_TOGGLE_COLLECT;
   for (auto _ : state) {
     call();
     benchmark::DoNotOptimize(data);
   }
+  CALLGRIND_TOGGLE_COLLECT;
 }
 
 td::TensorDict policy_input() {
