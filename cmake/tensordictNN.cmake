@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
 }]])
 
 add_library(tensordict_nn
-  src/nn/tensor_dict_module_base.cpp)
+  src/nn/tensor_dict_module_base.cpp
+  src/nn/ivalue.cpp
+  src/nn/script_module.cpp)
 add_library(tensordict::nn ALIAS tensordict_nn)
 set_target_properties(tensordict_nn PROPERTIES
   EXPORT_NAME nn
@@ -30,13 +32,19 @@ target_include_directories(tensordict_nn PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(tensordict_nn PRIVATE
   $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wno-unused-parameter>)
 if(TENSORDICT_HAVE_AOTI)
-  # Users of the installed package see it too: tensordict/nn/aoti.h needs it.
+  # Users of the installed package see it too: tensordict/nn/aoti_module.h needs it.
   target_compile_definitions(tensordict_nn PUBLIC TENSORDICT_HAVE_AOTI=1)
+  target_sources(tensordict_nn PRIVATE src/nn/aoti_module.cpp)
   message(STATUS "tensordict: nn component, with AOTInductor packages")
 else()
   message(STATUS "tensordict: nn component, without AOTInductor (this LibTorch has no "
                  "AOTIModelPackageLoader)")
 endif()
+
+# Where the test nn.make_models (tests/nn/CMakeLists.txt, fixture nn_models)
+# writes the models Python exports: the tests and the examples' policy actors
+# read them there.
+set(TENSORDICT_NN_MODELS_DIR ${PROJECT_BINARY_DIR}/tests/nn/models)
 
 install(TARGETS tensordict_nn EXPORT tensordict-nn-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
