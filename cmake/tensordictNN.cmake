@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
 }]])
 
 add_library(tensordict_nn
-  src/nn/tensor_dict_module_base.cpp)
+  src/nn/tensor_dict_module_base.cpp
+  src/nn/batching_runner.cpp)
 add_library(tensordict::nn ALIAS tensordict_nn)
 set_target_properties(tensordict_nn PROPERTIES
   EXPORT_NAME nn
