@@ -4,6 +4,7 @@
 #include <tensordict/stack.h>
 #include <tensordict/tensor_dict.h>
 
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
@@ -176,6 +177,10 @@ BatchingRunnerStats BatchingRunner::stats() const {
 }
 
 void BatchingRunner::worker_loop() {
+  // A new thread gets LibTorch's thread settings (at::set_num_threads) only
+  // when it asks: without this, OpenMP and MKL give the runner a team of one
+  // thread per core whose spinning starves the actors.
+  at::init_num_threads();
   for (;;) {
     Requests batch;
     bool refuse = false;

@@ -77,10 +77,13 @@ struct BatchingRunnerOptions {
   /// The most rows stacked into one forward call (>= 1).
   std::size_t max_batch = 32;
   /// How long a batch waits for more rows after its first row was submitted,
-  /// before it runs with the rows it has. Zero runs whatever is queued as soon
-  /// as the runner is free. A row waits at most this long (plus the batches
-  /// before it) before its forward starts.
-  std::chrono::microseconds max_wait{500};
+  /// before it runs with the rows it has. Zero (the default) runs whatever is
+  /// queued as soon as the runner is free: rows that arrive while a batch
+  /// runs make the next one, so batches grow with the load and no row waits
+  /// on a timer (measured faster than a 100 us wait with 8 actors; see
+  /// docs/nn_batching.md). A positive wait gives fuller batches to a model
+  /// whose call costs much more than the wait.
+  std::chrono::microseconds max_wait{0};
   /// Run the module under torch::NoGradGuard (an actor's inference). Off: the
   /// runner thread records autograd graphs as the module would.
   bool no_grad = true;
