@@ -5,19 +5,15 @@
 
 #include <fmt/format.h>
 
+#include "nn/key_text.h"
+
 namespace tensordict::nn {
+
+using detail::join_keys;
 
 namespace {
 bool is_skipped(const NestedKey& key) { return key.size() == 1 && key.front() == "_"; }
 
-std::string join_keys(const std::vector<NestedKey>& keys) {
-  std::string joined;
-  for (const auto& key : keys) {
-    if (!joined.empty()) joined += ", ";
-    joined += key.repr();
-  }
-  return joined;
-}
 }  // namespace
 
 TensorDictModuleBase::TensorDictModuleBase(std::string name, std::vector<NestedKey> in_keys,

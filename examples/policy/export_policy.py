@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""Export a small policy for the C++ actor examples (docs/nn_export.md).
+
+The policy reads a tensordict-like dict {"observation": float[B, 4]} and
+returns {"action": int64[B], "policy": {"logits": float[B, 2]}}. Its weights
+are seeded, and trained a few steps to prefer the action whose sign matches the
+sum of the observation, so the C++ side can check it acts sensibly.
+
+Writes into OUT_DIR:
+  policy_scripted.pt  TorchScript. TorchScript dicts have one value type, so the
+                      nested output key ("policy", "logits") is the flat name
+                      "policy.logits"; load it with ScriptTensorDictModule's
+                      dict convention and KeyLayout::Flattened(".") to get the
+                      nested key back.
+  policy.pt2          AOTInductor package (CPU), dynamic batch; the nested
+                      output stays a nested dict in the package's out_spec.
+                      Its metadata "tensordict.inputs" (JSON) gives each flat
+                      input's dtype, shape and device, which
+                      AOTITensorDictModule checks before running it.
+  policy_example.pt   torch.save of {"observation", "action", "policy.logits"}
+                      for a fixed batch: the reference the C++ side compares to.
+
+Usage: python examples/policy/export_policy.py OUT_DIR [--no-aoti]
+"""
+import argparse
+import json
+import os
+from typing import Dict
+
+import torch
+from torch import nn
+
+
+class PolicyNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 2))
+
+    def logits(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.net(observation)
+
+
+class ScriptedPolicy(nn.Module):
+    """Dict[str, Tensor] -> Dict[str, Tensor] with flat names (TorchScript)."""
+
+    def __init__(self, policy: PolicyNet):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        logits = self.policy.logits(inputs["observation"])
+        return {"action": logits.argmax(-1), "policy.logits": logits}
+
+
+class ExportedPolicy(nn.Module):
+    """dict -> nested dict (torch.export / AOTInductor keep the nesting)."""
+
+    def __init__(self, policy: PolicyNet):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, inputs):
+        logits = self.policy.logits(inputs["observation"])
+        return {"action": logits.argmax(-1), "policy": {"logits": logits}}
+
+
+def input_metadata(program):
+    """dtype, shape (None for a dynamic dim, with its range) and device of each
+    flat input, in the package's flattening order: written into the package's
+    metadata so that C++ checks inputs before the loader runs them."""
+    leaves = []
+    ranges = program.range_constraints
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name != "USER_INPUT":
+            continue
+        node = next(n for n in program.graph.nodes if n.name == spec.arg.name)
+        val = node.meta["val"]
+        shape = []
+        for size in val.shape:
+            if isinstance(size, int):
+                shape.append(size)
+            else:
+                expr = size.node.expr
+                rng = ranges.get(expr)
+                lower = int(rng.lower) if rng is not None else 0
+                upper = rng.upper if rng is not None else None
+                upper = int(upper) if upper is not None and upper.is_finite else None
+                shape.append({"min": lower, "max": upper})
+        leaves.append({"dtype": str(val.dtype).replace("torch.", ""), "shape": shape,
+                       "device": val.device.type})
+    return json.dumps(leaves)
+
+
+def package(program, path):
+    torch._inductor.aoti_compile_and_package(
+        program, package_path=path,
+        inductor_configs={"aot_inductor.metadata": {"tensordict.inputs": input_metadata(program)}})
+
+
+def trained_policy(steps: int = 200) -> PolicyNet:
+    torch.manual_seed(0)
+    policy = PolicyNet()
+    optim = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    for _ in range(steps):
+        obs = torch.randn(64, 4)
+        target = (obs.sum(-1) > 0).long()
+        loss = nn.functional.cross_entropy(policy.logits(obs), target)
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    return policy.eval()
+
+
+def export(out_dir: str, aoti: bool = True) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    policy = trained_policy()
+    torch.manual_seed(1)
+    example = {"observation": torch.randn(8, 4)}
+
+    scripted = torch.jit.script(ScriptedPolicy(policy))
+    scripted.save(os.path.join(out_dir, "policy_scripted.pt"))
+
+    with torch.no_grad():
+        ref = scripted(example)
+    torch.save({"observation": example["observation"], "action": ref["action"],
+                "policy.logits": ref["policy.logits"]},
+               os.path.join(out_dir, "policy_example.pt"))
+
+    if aoti:
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        program = torch.export.export(
+            ExportedPolicy(policy), (example,),
+            dynamic_shapes=({"observation": {0: batch}},))
+        package(program, os.path.join(out_dir, "policy.pt2"))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--no-aoti", action="store_true", help="TorchScript only (fast)")
+    args = parser.parse_args()
+    export(args.out_dir, aoti=not args.no_aoti)
