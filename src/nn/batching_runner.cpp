@@ -84,6 +84,11 @@ BatchingRunner::BatchingRunner(std::shared_ptr<TensorDictModuleBase> module,
   for (const auto& key : module->out_keys()) {
     if (!is_skipped(key)) out_keys_.push_back(key);
   }
+  if (out_keys_.empty() && options_.result == RowResult::out_keys) {
+    throw ValueError(name_ +
+                     ": the module declares no out_keys, so RowResult::out_keys would hand out "
+                     "empty rows; use RowResult::whole_row");
+  }
   fn_ = [module = std::move(module)](TensorDictBase batch) { return module->forward(batch); };
   if (options_.max_batch == 0) throw ValueError(name_ + ": BatchingRunner max_batch must be >= 1");
   worker_ = std::thread([this] { worker_loop(); });
@@ -312,18 +317,18 @@ std::exception_ptr BatchingRunner::typed(std::exception_ptr error) const {
     return error;
   } catch (const c10::Error& e) {
     try {
-      std::throw_with_nested(ForwardError(name_ + ": " + e.what_without_backtrace()));
+      std::throw_with_nested(ModelError(name_ + ": " + e.what_without_backtrace()));
     } catch (...) {
       return std::current_exception();
     }
   } catch (const std::exception& e) {
     try {
-      std::throw_with_nested(ForwardError(name_ + ": " + e.what()));
+      std::throw_with_nested(ModelError(name_ + ": " + e.what()));
     } catch (...) {
       return std::current_exception();
     }
   } catch (...) {
-    return std::make_exception_ptr(ForwardError(name_ + ": the module threw a non-exception"));
+    return std::make_exception_ptr(ModelError(name_ + ": the module threw a non-exception"));
   }
 }
 

@@ -261,11 +261,11 @@ TEST(NnBatchingRunner, RowsOfAnotherStructureFailAloneWithTheirOwnError) {
     EXPECT_NE(std::string(e.what()).find("obs"), std::string::npos) << e.what();
   }
   // LibTorch's own errors arrive typed, naming the module.
-  EXPECT_THROW(shape_future.get(), td::nn::ForwardError);
+  EXPECT_THROW(shape_future.get(), td::nn::ModelError);
   try {
     dtype_future.get();
     ADD_FAILURE() << "a float64 row ran through a float32 Linear";
-  } catch (const td::nn::ForwardError& e) {
+  } catch (const td::nn::ModelError& e) {
     EXPECT_NE(std::string(e.what()).find("Policy"), std::string::npos) << e.what();
   }
   // The good rows ran together; each bad row alone.
@@ -290,7 +290,7 @@ TEST(NnBatchingRunner, AForwardThatThrowsForOneValueFailsOnlyThatCaller) {
         try {
           futures[i].get();
           ADD_FAILURE() << "the poisoned row got a result";
-        } catch (const td::nn::ForwardError& e) {
+        } catch (const td::nn::ModelError& e) {
           // A raw exception is wrapped, the original kept as the nested one.
           EXPECT_EQ(failure, Policy::Failure::raw);
           EXPECT_NE(std::string(e.what()).find("poisoned observation"), std::string::npos);
@@ -461,6 +461,19 @@ TEST(NnBatchingRunner, FunctionFormAndItsErrors) {
   EXPECT_THROW(BatchingRunner([](td::TensorDictBase b) { return b; }, "f"), td::ValueError);
   EXPECT_THROW(BatchingRunner(BatchingRunner::BatchFn{}, "empty", options), td::ValueError);
   EXPECT_THROW(BatchingRunner(std::shared_ptr<td::nn::TensorDictModuleBase>{}), td::ValueError);
+  // A module without declared out_keys (a dict model that writes what it
+  // returns) has no out_keys rows to hand out.
+  class WritesWhatItReturns : public td::nn::TensorDictModuleBase {
+   public:
+    WritesWhatItReturns() : TensorDictModuleBase("WritesWhatItReturns", {"x"}, {}) {}
+    void forward_into(const td::TensorDictBase& in, td::TensorDictBase& out) override {
+      out.set("y", in.get("x"));
+    }
+  };
+  EXPECT_THROW(BatchingRunner(std::make_shared<WritesWhatItReturns>()), td::ValueError);
+  BatchingRunner whole(std::make_shared<WritesWhatItReturns>(), options);
+  EXPECT_TRUE(whole.run(td::TensorDict({{"x", torch::ones({2})}})).contains("y"));
+
   BatchingRunnerOptions zero;
   zero.max_batch = 0;
   EXPECT_THROW(BatchingRunner(std::make_shared<Policy>(), zero), td::ValueError);

@@ -10,14 +10,15 @@
 ///    the module had run on that row alone;
 ///  - errors: a failure reaches only the caller whose row caused it, as a
 ///    tensordict::Error (a raw LibTorch or std exception from the module
-///    arrives as ForwardError); a batch that throws is re-run row by row to
-///    find whose row it was;
+///    arrives as ModelError, naming the module, the original nested); a batch
+///    that throws is re-run row by row to find whose row it was;
 ///  - shutdown: close() (or the destructor) refuses new rows with
 ///    RunnerClosedError, then runs or fails every pending row (ClosePolicy),
 ///    and joins the runner thread. No future is ever left without a value.
 
 #include <tensordict/errors.h>
 #include <tensordict/nested_key.h>
+#include <tensordict/nn/model_error.h>
 #include <tensordict/nn/tensor_dict_module_base.h>
 #include <tensordict/tensor_dict_base.h>
 
@@ -39,15 +40,6 @@ namespace tensordict::nn {
 /// submit() or run() after close(), or a pending row failed by
 /// ClosePolicy::fail_pending.
 class RunnerClosedError : public Error {
- public:
-  using Error::Error;
-};
-
-/// The module threw something that is not a tensordict::Error (a c10::Error
-/// from a LibTorch op, a std::exception) while computing the caller's row. The
-/// message names the runner's module and carries the original message; the
-/// original exception is the nested one (std::rethrow_if_nested).
-class ForwardError : public Error {
  public:
   using Error::Error;
 };
@@ -130,7 +122,8 @@ class BatchingRunner {
   using BatchFn = std::function<TensorDictBase(TensorDictBase)>;
 
   /// Runs `module->forward(batch)` (in place on the stacked batch). ValueError
-  /// for a null module or max_batch 0.
+  /// for a null module, max_batch 0, or RowResult::out_keys with a module that
+  /// declares no out_keys.
   explicit BatchingRunner(std::shared_ptr<TensorDictModuleBase> module,
                           BatchingRunnerOptions options = {});
   /// Runs `fn(batch)`; results are whole rows (ValueError when
