@@ -33,8 +33,9 @@ target_include_directories(tensordict_nn PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(tensordict_nn PRIVATE
   $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wno-unused-parameter>)
 if(TENSORDICT_HAVE_AOTI)
-  # Users of the installed package see it too: tensordict/nn/aoti.h needs it.
+  # Users of the installed package see it too: tensordict/nn/aoti_module.h needs it.
   target_compile_definitions(tensordict_nn PUBLIC TENSORDICT_HAVE_AOTI=1)
+  target_sources(tensordict_nn PRIVATE src/nn/aoti_module.cpp)
   message(STATUS "tensordict: nn component, with AOTInductor packages")
 else()
   message(STATUS "tensordict: nn component, without AOTInductor (this LibTorch has no "

@@ -22,6 +22,11 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${TD_CMAKE_ARGS[@]}" \
 BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)
 [[ -f benchmarks/bench_checkpoint.cpp ]] && BENCHES+=(bench_checkpoint)
 BENCHES+=(bench_hdf5)
+# bench_nn_export runs models the real Python torch writes first (TorchScript
+# and AOTInductor, ~1 minute), with the project's Python (scripts/python-env.sh).
+BENCHES+=(bench_nn_export)
+export TENSORDICT_NN_MODELS="$PWD/$BUILD_DIR/nn-models"
+"${TD_VENV:-$PWD/.venv}/bin/python" tests/nn/python/make_models.py "$TENSORDICT_NN_MODELS"
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${BENCHES[@]}"
 for b in "${BENCHES[@]}"; do
   /usr/bin/python3 benchmarks/run.py "$BUILD_DIR/benchmarks/$b" --repetitions "$REPETITIONS"

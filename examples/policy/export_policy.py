@@ -97,6 +97,46 @@ def package(program, path):
         inductor_configs={"aot_inductor.metadata": {"tensordict.inputs": input_metadata(program)}})
 
 
+def register_tensordict_serialization():
+    """Lets torch.export packages take and return TensorDicts.
+
+    tensordict (0.15.3) registers TensorDict as a pytree node without a
+    serialized type name, so packaging a program whose inputs hold a TensorDict
+    fails ("No registered serialization name for <class
+    'tensordict._td.TensorDict'>"). This registers it again, with the same
+    flatten and unflatten functions and a JSON context {"keys": [...],
+    "batch_dims": n}: the package's spec then has "tensordict._td.TensorDict"
+    nodes whose keys AOTITensorDictModule reads as it reads a dict's.
+    """
+    from tensordict import TensorDict
+    from tensordict import _pytree as td_pytree
+    from torch.utils import _pytree as pytree
+
+    def to_dumpable(context):
+        if "batch_dims" in context:
+            batch_dims = context["batch_dims"]
+        else:
+            batch_dims = context["batch_size"].batch_dims
+        return json.dumps({"keys": list(context["keys"]), "batch_dims": batch_dims})
+
+    def from_dumpable(text):
+        loaded = json.loads(text)
+        return {"keys": loaded["keys"], "names": None, "device": None,
+                "constructor": td_pytree._constructor(TensorDict), "non_tensor_data": (),
+                "cls": TensorDict, "batch_dims": loaded["batch_dims"]}
+
+    name = "tensordict._td.TensorDict"
+    known = pytree.SUPPORTED_SERIALIZED_TYPES.get(TensorDict)
+    if known is not None and known.serialized_type_name == name:
+        return
+    pytree._deregister_pytree_node(TensorDict)
+    pytree.register_pytree_node(
+        TensorDict, td_pytree._tensordict_flatten, td_pytree._tensordict_unflatten,
+        serialized_type_name=name,
+        to_dumpable_context=to_dumpable, from_dumpable_context=from_dumpable,
+        flatten_with_keys_fn=td_pytree._td_flatten_with_keys)
+
+
 def trained_policy(steps: int = 200) -> PolicyNet:
     torch.manual_seed(0)
     policy = PolicyNet()

@@ -14,6 +14,18 @@ KeyLayout KeyLayout::flattened(std::string separator) {
   return KeyLayout(true, std::move(separator));
 }
 
+NestedKey KeyLayout::child(const NestedKey& parent, const std::string& name) const {
+  if (!flattened_ || name.find(separator_) == std::string::npos) return parent + NestedKey(name);
+  NestedKey key = parent;
+  std::size_t start = 0;
+  while (true) {
+    const auto at = name.find(separator_, start);
+    key = key + NestedKey(name.substr(start, at == std::string::npos ? at : at - start));
+    if (at == std::string::npos) return key;
+    start = at + separator_.size();
+  }
+}
+
 namespace {
 
 // The TorchScript type a converted value is seen as in its dict, as a
@@ -129,22 +141,6 @@ void add_entry(TypedDictBuilder& out, const NestedKey& key, const Value& value,
 
 std::string describe_ivalue(const c10::IValue& v) { return v.tagKind(); }
 
-NestedKey child_key(const NestedKey& prefix, const std::string& name, const KeyLayout& layout) {
-  if (!layout.is_flattened() || name.find(layout.separator()) == std::string::npos) {
-    return prefix + NestedKey(name);
-  }
-  NestedKey key = prefix;
-  std::size_t start = 0;
-  const auto& sep = layout.separator();
-  while (true) {
-    const auto at = name.find(sep, start);
-    key = key + NestedKey(name.substr(start, at - start));
-    if (at == std::string::npos) break;
-    start = at + sep.size();
-  }
-  return key;
-}
-
 void write_value(TensorDictBase& out, const NestedKey& key, const c10::IValue& value,
                  const KeyLayout& layout);
 
@@ -157,7 +153,7 @@ void write_children(TensorDictBase& out, const NestedKey& prefix, const c10::IVa
             "from_ivalue: the dict at {} has a key of type {}; only string keys name entries",
             prefix.empty() ? std::string("the top") : prefix.repr(), describe_ivalue(entry.key())));
       }
-      write_value(out, child_key(prefix, entry.key().toStringRef(), layout), entry.value(), layout);
+      write_value(out, layout.child(prefix, entry.key().toStringRef()), entry.value(), layout);
     }
     return;
   }

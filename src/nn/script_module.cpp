@@ -8,7 +8,7 @@
 
 #include <torch/csrc/jit/runtime/jit_exception.h>
 #include <torch/csrc/jit/serialization/import.h>
-#include "nn/key_text.h"
+#include "nn/messages.h"
 
 #include <sstream>
 #include <utility>
@@ -16,6 +16,7 @@
 namespace tensordict::nn {
 
 using detail::join_keys;
+using detail::runtime_message;
 
 namespace {
 
@@ -79,13 +80,11 @@ const c10::IValue* find_in_dict(const c10::IValue& dict, const NestedKey& key,
 torch::jit::Module load_script_module(const std::string& path) {
   try {
     return torch::jit::load(path);
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
     throw FormatError(
         fmt::format("load_script_module: '{}' is not a TorchScript archive "
-                    "(torch.jit.save): {}",
-                    path, e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    throw FormatError(fmt::format("load_script_module: '{}' cannot be loaded: {}", path, e.what()));
+                    "(torch.jit.save) that loads: {}",
+                    path, runtime_message(e)));
   }
 }
 
@@ -198,11 +197,9 @@ c10::IValue ScriptTensorDictModule::run(std::vector<c10::IValue> stack) {
     return forward_(std::move(stack));
   } catch (const torch::jit::JITException& e) {
     throw ModelError(fmt::format("{}: the TorchScript model raised: {}", display_name(), e.what()));
-  } catch (const c10::Error& e) {
-    throw ModelError(fmt::format("{}: the TorchScript model failed: {}", display_name(),
-                                 e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw ModelError(fmt::format("{}: the TorchScript model failed: {}", display_name(), e.what()));
+    throw ModelError(
+        fmt::format("{}: the TorchScript model failed: {}", display_name(), runtime_message(e)));
   }
 }
 
@@ -222,11 +219,11 @@ void ScriptTensorDictModule::forward_into(const TensorDictBase& in, TensorDictBa
     }
   }
   c10::IValue dict(to_ivalue_dict(in, in_keys_, *layout_));
+  // The keys are strings (checked when made); the values' type decides.
   const auto& expected = forward_.function().getSchema().arguments()[1].type();
-  const auto given =
-      c10::DictType::create(c10::StringType::get(), dict.toGenericDict().valueType());
-  if (!given->isSubtypeOf(*expected)) {
-    throw TypeError(fmt::format("{}: forward takes a {}; in_keys ({}) with {} make a {}",
+  const auto& given = dict.toGenericDict().valueType();
+  if (!given->isSubtypeOf(*expected->castRaw<c10::DictType>()->getValueType())) {
+    throw TypeError(fmt::format("{}: forward takes a {}; in_keys ({}) with {} make a Dict[str, {}]",
                                 display_name(), expected->repr_str(), join_keys(in_keys_),
                                 layout_->is_flattened()
                                     ? fmt::format("flat names joined by '{}'", layout_->separator())

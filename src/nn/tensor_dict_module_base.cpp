@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "nn/key_text.h"
+#include "nn/messages.h"
 
 namespace tensordict::nn {
 

@@ -53,6 +53,9 @@ class KeyLayout {
 
   bool is_flattened() const noexcept { return flattened_; }
   const std::string& separator() const noexcept { return separator_; }
+  /// The key that the dict entry `name` under `parent` stands for: one more
+  /// part, or, flattened, the parts of `name` split at the separator.
+  NestedKey child(const NestedKey& parent, const std::string& name) const;
 
  private:
   KeyLayout(bool flattened, std::string separator)

@@ -25,6 +25,7 @@
 /// TypeError naming both types; the model raising while it runs a ModelError
 /// carrying the interpreter's message. No c10::Error leaks out.
 
+#include <tensordict/nn/calling_convention.h>
 #include <tensordict/nn/ivalue.h>
 #include <tensordict/nn/model_error.h>
 #include <tensordict/nn/tensor_dict_module_base.h>
@@ -37,21 +38,6 @@
 #include <vector>
 
 namespace tensordict::nn {
-
-/// Tensors in, tensors out: forward(*[td[k] for k in in_keys]).
-struct PositionalCall {
-  std::vector<NestedKey> in_keys;
-  std::vector<NestedKey> out_keys;
-};
-
-/// One dict in, one dict out: forward({k: td[k] for k in in_keys}).
-struct DictCall {
-  std::vector<NestedKey> in_keys;
-  /// How nested keys are spelled in both dicts; no default on purpose.
-  KeyLayout layout;
-  /// Empty: write every entry of the returned dict.
-  std::vector<NestedKey> out_keys = {};
-};
 
 /// torch::jit::load(path), with a FormatError naming the file when it is not
 /// a TorchScript archive (a missing file, a torch.save file, a .pt2 package).

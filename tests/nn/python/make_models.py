@@ -87,6 +87,23 @@ class OrderProbe(nn.Module):
                 "index": alpha["mid"] * 10 + 1}
 
 
+class TensorDictIO(nn.Module):
+    """TensorDict in, TensorDict out (packaged after
+    export_policy.register_tensordict_serialization()):
+    td["obs"] f32[3, 4], td["extra", "bias"] f32[3, 2]
+    -> TensorDict {"out": {"logits": ...}, "mean": ...}."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, td):
+        from tensordict import TensorDict
+        logits = self.linear(td["obs"]) + td["extra", "bias"]
+        return TensorDict({"out": {"logits": logits}, "mean": logits.mean(-1)},
+                          batch_size=td.batch_size)
+
+
 class Positional(nn.Module):
     """(x f32[4, 3] static, k i64[4]) -> (x * k[:, None], x.sum())"""
 
@@ -171,6 +188,18 @@ def make_aoti_packages(out_dir):
                                       "alpha.beta": inputs["alpha"]["beta"],
                                       "y.b": out["y"]["b"], "y.a": out["y"]["a"],
                                       "index": out["index"]})
+
+    from tensordict import TensorDict
+    export_policy.register_tensordict_serialization()
+    module = TensorDictIO().eval()
+    data = TensorDict({"obs": torch.randn(3, 4), "extra": {"bias": torch.randn(3, 2)}},
+                      batch_size=[3])
+    program = torch.export.export(module, (data,))
+    export_policy.package(program, os.path.join(out_dir, "tensordict_io.pt2"))
+    with torch.no_grad():
+        out = module(data)
+    save_ref(out_dir, "tensordict_io", {"obs": data["obs"], "extra.bias": data["extra", "bias"],
+                                        "out.logits": out["out", "logits"], "mean": out["mean"]})
 
     positional = Positional().eval()
     x, k = torch.randn(4, 3), torch.arange(4)

@@ -1,6 +1,10 @@
 #pragma once
-// Keys as error messages spell them, shared by the modules of tensordict::nn.
+// What the error messages of tensordict::nn's modules say, shared by them.
 #include <tensordict/nested_key.h>
+
+#include <c10/util/Exception.h>
+
+#include <exception>
 
 #include <string>
 #include <vector>
@@ -15,6 +19,14 @@ inline std::string join_keys(const std::vector<NestedKey>& keys) {
     joined += key.repr();
   }
   return joined;
+}
+
+/// The message of an exception LibTorch or a model runtime threw, without
+/// LibTorch's C++ backtrace.
+inline std::string runtime_message(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e))
+    return error->what_without_backtrace();
+  return e.what();
 }
 
 }  // namespace tensordict::nn::detail
