@@ -267,7 +267,11 @@ void BatchingRunner::run_group(const std::vector<Request*>& group, bool rerun) {
           "whose batch size does not start with {}",
           name_, n, n));
     }
-    for (int64_t i = 0; i < n; ++i) results.push_back(row_result(output, i));
+    // The out_keys are selected once (entries shared, nested tensordicts and
+    // non-tensors included); each caller gets its row by the library's index.
+    TensorDictBase source =
+        options_.result == RowResult::whole_row ? output : output.select(out_keys_);
+    for (int64_t i = 0; i < n; ++i) results.push_back(source[i]);
   } catch (...) {
     if (n == 1) {
       fail(*group.front(), typed(std::current_exception()));
@@ -287,14 +291,6 @@ TensorDictBase BatchingRunner::call(TensorDictBase input) {
     return fn_(std::move(input));
   }
   return fn_(std::move(input));
-}
-
-TensorDictBase BatchingRunner::row_result(const TensorDictBase& output, int64_t i) const {
-  if (options_.result == RowResult::whole_row) return output[i];
-  auto row_size = output.batch_size().slice(1);
-  TensorDict out(row_size, output.device());
-  for (const auto& key : out_keys_) out.set(key, output.get(key).select(0, i));
-  return out;
 }
 
 void BatchingRunner::succeed(Request& request, TensorDictBase result) {

@@ -166,7 +166,6 @@ class BatchingRunner {
   void run_batch(Requests& requests);
   void run_group(const std::vector<Request*>& group, bool rerun);
   TensorDictBase call(TensorDictBase input);
-  TensorDictBase row_result(const TensorDictBase& output, int64_t i) const;
   void succeed(Request& request, TensorDictBase result);
   void fail(Request& request, std::exception_ptr error);
   std::exception_ptr typed(std::exception_ptr error) const;
