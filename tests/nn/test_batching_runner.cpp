@@ -492,3 +492,29 @@ TEST(NnBatchingRunner, RowsWithABatchDimStackAlongANewFirstDim) {
   EXPECT_TRUE(same_as_alone(*policy, fb.get(), b));
   EXPECT_EQ(policy->batch_sizes(), std::vector<int64_t>{2});
 }
+
+TEST(NnBatchingRunner, OutKeysMayNameNestedTensordictsAndNonTensors) {
+  // out_keys that name a whole nested tensordict and a non-tensor entry: each
+  // caller gets its row of both.
+  class Summary : public td::nn::TensorDictModuleBase {
+   public:
+    Summary() : TensorDictModuleBase("Summary", {"obs"}, {"stats", "label"}) {}
+    void forward_into(const td::TensorDictBase& in, td::TensorDictBase& out) override {
+      auto obs = in.get("obs");
+      out.set("stats", td::TensorDict({{"mean", obs.mean(-1)}, {"max", std::get<0>(obs.max(-1))}},
+                                      in.batch_size()));
+      out.set_non_tensor("label", "summary");
+    }
+  };
+  BatchingRunner runner(std::make_shared<Summary>(), one_batch_of(3));
+  std::vector<td::TensorDict> inputs{row(1), row(2), row(3)};
+  std::vector<std::future<td::TensorDictBase>> futures;
+  for (auto& input : inputs) futures.push_back(runner.submit(input));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    auto result = futures[i].get();
+    EXPECT_FALSE(result.contains("obs"));
+    EXPECT_TRUE(torch::allclose(result.get({"stats", "mean"}), inputs[i].get("obs").mean()));
+    EXPECT_TRUE(torch::equal(result.get({"stats", "max"}), inputs[i].get("obs").max()));
+    EXPECT_EQ(result.get_non_tensor("label"), "summary");
+  }
+}
