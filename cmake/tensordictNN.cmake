@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
 
 add_library(tensordict_nn
   src/nn/tensor_dict_module_base.cpp
+  src/nn/batching_runner.cpp
   src/nn/ivalue.cpp
   src/nn/script_module.cpp)
 add_library(tensordict::nn ALIAS tensordict_nn)
