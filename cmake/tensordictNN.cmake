@@ -30,8 +30,7 @@ set_target_properties(tensordict_nn PROPERTIES
 target_link_libraries(tensordict_nn PUBLIC tensordict torch)
 target_link_libraries(tensordict_nn PRIVATE $<BUILD_INTERFACE:fmt::fmt-header-only>)
 target_include_directories(tensordict_nn PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_compile_options(tensordict_nn PRIVATE
-  $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wno-unused-parameter>)
+tensordict_project_warnings(tensordict_nn)
 if(TENSORDICT_HAVE_AOTI)
   # Users of the installed package see it too: tensordict/nn/aoti_module.h needs it.
   target_compile_definitions(tensordict_nn PUBLIC TENSORDICT_HAVE_AOTI=1)
