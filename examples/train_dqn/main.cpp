@@ -1,0 +1,485 @@
+// DQN on CartPole, written the tensordict way: every piece of the training
+// loop passes one tensordict along (`data = model(data)`), the replay buffer
+// is a memmap tensordict, the target network follows the online one by
+// soft updates on parameter tensordicts, and a checkpoint is a directory of
+// memmap tensordicts that another run resumes from.
+//
+//   train_dqn                         train 40'000 frames, evaluate; exit 0
+//                                     when the greedy policy beats --threshold
+//   train_dqn --seed 3 --frames 60000
+//   train_dqn --dir D --stop-at 20000   train until frame 20'000, checkpoint in D
+//   train_dqn --dir D --resume          continue from D's checkpoint
+//
+// The pieces (Mnih et al. 2015, with van Hasselt et al.'s Double DQN target):
+//   data = qnet(data)        "observation" -> "action_value"     (Q-network)
+//   data = explore(data)     "action_value" -> "action"          (epsilon-greedy)
+//   data = env.step(data)    "action" -> ("next", ...)           (CartPole)
+//   buffer.extend(data)      one row per environment, in a memmap ring
+//   loss = loss_fn(batch)    Double DQN's Huber loss on a sampled batch
+//   soft_update(target_params, online_params, tau)               (lerp_)
+#include "cartpole.h"
+
+#include <tensordict/module.h>
+#include <tensordict/nn/tensor_dict_module_base.h>
+#include <tensordict/schema.h>
+#include <tensordict/storage/memmap.h>
+#include <tensordict/tensordict.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
+#include <torch/serialize.h>
+#include <torch/utils.h>
+
+#include "../example_support.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace td = tensordict;
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- settings -------------------------------------------------------------------
+
+struct Settings {
+  uint64_t seed = 0;
+  int64_t frames = 40'000;         // environment steps of the whole training
+  std::optional<int64_t> stop_at;  // stop (and checkpoint) at this frame
+  int64_t num_envs = 8;            // CartPoles stepped together
+  int64_t max_steps = 500;         // episode truncation (CartPole-v1)
+  int64_t buffer_size = 20'000;    // replay capacity, in transitions
+  int64_t batch_size = 128;
+  int64_t learning_starts = 1'000;  // frames of random play before learning
+  int64_t updates_per_step = 2;     // gradient steps per step of the N envs
+  double lr = 1e-3;
+  double gamma = 0.99;
+  double tau = 0.01;  // soft update: target += tau * (online - target)
+  double eps_start = 1.0, eps_end = 0.05;
+  double eps_fraction = 0.4;  // of `frames`, over which epsilon decays
+  double max_grad_norm = 10.0;
+  int64_t hidden = 128;
+  int64_t eval_episodes = 20;
+  int64_t log_every = 4'000;    // frames between progress lines
+  double threshold = 150;       // the greedy mean return that passes
+  std::optional<fs::path> dir;  // where the replay buffer and checkpoint live
+  bool resume = false;
+};
+
+// ---- modules: read a tensordict, write into it ------------------------------
+
+// A torch::nn module applied to one entry of a tensordict, its result written
+// under another key: the shape of tensordict::nn::TensorDictModule.
+class MLPModule : public td::nn::TensorDictModuleBase {
+ public:
+  MLPModule(torch::nn::Sequential net, td::NestedKey in_key, td::NestedKey out_key)
+      : TensorDictModuleBase("MLP", {std::move(in_key)}, {std::move(out_key)}),
+        net_(register_module("module", std::move(net))) {}
+  void forward_into(const td::TensorDictBase& in, td::TensorDictBase& out) override {
+    write_outputs(out, {net_->forward(read_inputs(in).at(0))});
+  }
+
+ private:
+  torch::nn::Sequential net_;
+};
+
+// observation [4] -> one Q-value per action [2].
+std::shared_ptr<MLPModule> make_qnet(int64_t hidden) {
+  namespace nn = torch::nn;
+  nn::Sequential mlp(nn::Linear(cartpole::CartPole::kObservationSize, hidden), nn::ReLU(),
+                     nn::Linear(hidden, hidden), nn::ReLU(),
+                     nn::Linear(hidden, cartpole::CartPole::kActions));
+  return std::make_shared<MLPModule>(mlp, "observation", "action_value");
+}
+
+// Epsilon-greedy exploration: "action_value" -> "action", the best action or,
+// with probability epsilon, a uniformly random one.
+class EpsilonGreedy : public td::nn::TensorDictModuleBase {
+ public:
+  explicit EpsilonGreedy(at::Generator generator)
+      : TensorDictModuleBase("EpsilonGreedy", {"action_value"}, {"action"}),
+        generator_(std::move(generator)) {}
+  void forward_into(const td::TensorDictBase& in, td::TensorDictBase& out) override {
+    const at::Tensor q = read_inputs(in).at(0);
+    const int64_t n = q.size(0);
+    const at::Tensor random = at::randint(q.size(1), {n}, generator_, at::kLong);
+    const at::Tensor explore = at::rand({n}, generator_).lt(epsilon);
+    write_outputs(out, {at::where(explore, random, q.argmax(1))});
+  }
+  double epsilon = 1.0;
+
+ private:
+  at::Generator generator_;
+};
+
+// ---- the replay buffer: a ring of transitions in a memmap tensordict ---------
+
+// The transitions in TorchRL's layout: what was seen and done, and under
+// "next" what followed. "terminated" (the pole fell) stops bootstrapping;
+// "truncated" (time ran out) does not: that state still had a future.
+td::Schema transition_schema() {
+  const int64_t obs = cartpole::CartPole::kObservationSize;
+  return td::Schema{{"observation", {{obs}, at::kFloat}},
+                    {"action", {{}, at::kLong}},
+                    {{"next", "observation"}, {{obs}, at::kFloat}},
+                    {{"next", "reward"}, {{}, at::kFloat}},
+                    {{"next", "done"}, {{}, at::kBool}},
+                    {{"next", "terminated"}, {{}, at::kBool}},
+                    {{"next", "truncated"}, {{}, at::kBool}}};
+}
+
+struct ReplayBuffer {
+  td::TensorDictBase storage;  // batch size [capacity], one file per entry
+  int64_t cursor = 0;          // the next row written
+  int64_t size = 0;            // rows holding a transition
+
+  // A zero-filled ring of `capacity` rows in the memmap directory `dir`
+  // (files created sparse: nothing is written until a row is).
+  static ReplayBuffer create(const fs::path& dir, int64_t capacity) {
+    return {td::from_schema(transition_schema(), {capacity},
+                            td::storage::Memmap{.prefix = dir.string()})};
+  }
+  static ReplayBuffer open(const fs::path& dir, int64_t cursor, int64_t size) {
+    return {td::load_memmap(dir.string()), cursor, size};
+  }
+  int64_t capacity() const { return storage.batch_size()[0]; }
+
+  // Writes a batch of transitions (batch size [n], n <= capacity) at the
+  // cursor, wrapping around: one index_put_ per entry, straight into the files.
+  void extend(const td::TensorDictBase& batch) {
+    const int64_t n = batch.batch_size()[0];
+    const at::Tensor rows = at::arange(cursor, cursor + n, at::kLong).remainder_(capacity());
+    storage.index_put_({rows}, batch);
+    cursor = (cursor + n) % capacity();
+    size = std::min(size + n, capacity());
+  }
+
+  // `n` transitions drawn uniformly with replacement: an in-memory tensordict
+  // of batch size [n] (one index_select per entry).
+  td::TensorDictBase sample(int64_t n, at::Generator& generator) const {
+    return storage.index({at::randint(size, {n}, generator, at::kLong)});
+  }
+};
+
+// ---- the loss ----------------------------------------------------------------
+
+// Double DQN: the online network picks the next action, the target network
+// values it; the Huber loss between Q(s, a) and r + gamma * Q'(s', a*).
+struct DQNLoss {
+  std::shared_ptr<MLPModule> qnet, target;
+  double gamma;
+
+  at::Tensor operator()(td::TensorDictBase batch) {
+    td::TensorDictBase next = batch.get_tensordict("next");
+    at::Tensor y;
+    {
+      torch::NoGradGuard no_grad;
+      const at::Tensor best = qnet->forward(next).get("action_value").argmax(1, true);
+      const at::Tensor next_q =
+          target->forward(next).get("action_value").gather(1, best).squeeze(1);
+      y = next.get("reward") + gamma * next_q * next.get("terminated").logical_not();
+    }
+    batch = qnet->forward(batch);
+    const at::Tensor q =
+        batch.get("action_value").gather(1, batch.get("action").unsqueeze(1)).squeeze(1);
+    return at::huber_loss(q, y);
+  }
+};
+
+// The target network's parameters follow the online network's:
+// target <- target + tau * (online - target), in place (the tensordicts share
+// the modules' storage).
+void soft_update(td::TensorDictBase& target_params, const td::TensorDictBase& online_params,
+                 double tau) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [key, value] : target_params.items(true, true))
+    value.tensor().lerp_(online_params.get(key), tau);
+}
+
+// ---- evaluation ----------------------------------------------------------------
+
+// The returns of `episodes` episodes played at once (the first episode of each
+// environment), from initial states drawn with `seed`: greedy in the
+// Q-values, or uniformly random when `qnet` is null.
+std::vector<double> evaluate(MLPModule* qnet, int64_t episodes, int64_t max_steps, uint64_t seed) {
+  cartpole::CartPole env(episodes, max_steps, at::make_generator<at::CPUGeneratorImpl>(seed));
+  at::Generator coin = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
+  torch::NoGradGuard no_grad;
+  td::TensorDictBase data = env.reset();
+  at::Tensor returns = at::zeros({episodes}), running = at::ones({episodes}, at::kBool);
+  while (running.any().item<bool>()) {
+    if (qnet)
+      data = qnet->forward(data).set("action", data.get("action_value").argmax(1));
+    else
+      data.set("action", at::randint(cartpole::CartPole::kActions, {episodes}, coin, at::kLong));
+    data = env.step(data);
+    returns += data.get({"next", "reward"}) * running;
+    running &= data.get({"next", "done"}).logical_not();
+    data = env.step_mdp(data);
+  }
+  at::Tensor r = returns.to(at::kDouble).contiguous();
+  return {r.data_ptr<double>(), r.data_ptr<double>() + episodes};
+}
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+double mean(const std::deque<double>& v) { return mean(std::vector<double>(v.begin(), v.end())); }
+
+// ---- the state of a run -----------------------------------------------------------
+
+struct Trainer {
+  explicit Trainer(const Settings& settings) : s(settings) {}
+
+  Settings s;
+  // The networks' initial weights come from the global generator
+  // (torch::manual_seed in main); the rest of the randomness from these two.
+  at::Generator rng = at::make_generator<at::CPUGeneratorImpl>(s.seed);  // sampling, exploring
+  cartpole::CartPole env{s.num_envs, s.max_steps,
+                         at::make_generator<at::CPUGeneratorImpl>(s.seed + 1)};
+  std::shared_ptr<MLPModule> qnet = make_qnet(s.hidden), target = make_qnet(s.hidden);
+  // The parameters as tensordicts that share the modules' storage: an
+  // in-place change to a leaf is a change to the network.
+  td::TensorDictBase online_params = td::from_module(*qnet);
+  td::TensorDictBase target_params = td::from_module(*target);
+  torch::optim::Adam optimizer{qnet->parameters(), torch::optim::AdamOptions(s.lr)};
+  std::shared_ptr<EpsilonGreedy> explore = std::make_shared<EpsilonGreedy>(rng);
+  DQNLoss loss_fn{qnet, target, s.gamma};
+  ReplayBuffer buffer;
+  int64_t frame = 0;
+  td::TensorDictBase data;  // the current step of every environment
+  at::Tensor episode_return = at::zeros({s.num_envs});
+  std::deque<double> recent_returns;  // the last finished training episodes
+};
+
+// ---- checkpoints ---------------------------------------------------------------
+//
+//   DIR/replay/               the replay buffer itself (written in place all along)
+//   DIR/checkpoint/qnet/      from_module(qnet).memmap(...): a file per parameter
+//   DIR/checkpoint/target/    the target network, likewise
+//   DIR/checkpoint/progress/  frame count, buffer cursor, generators and
+//                             environments: everything to continue exactly
+//   DIR/checkpoint/adam.pt    the optimizer's moments (torch::save)
+// A new checkpoint is written beside the old one, which it then replaces.
+
+void save_checkpoint(Trainer& t, const fs::path& dir) {
+  const fs::path next = dir / "checkpoint.new", current = dir / "checkpoint";
+  fs::remove_all(next);
+  td::from_module(*t.qnet).memmap((next / "qnet").string());
+  td::from_module(*t.target).memmap((next / "target").string());
+  td::TensorDict progress({{"frame", at::scalar_tensor(t.frame, at::kLong)},
+                           {"buffer_cursor", at::scalar_tensor(t.buffer.cursor, at::kLong)},
+                           {"buffer_size", at::scalar_tensor(t.buffer.size, at::kLong)},
+                           {"rng", t.rng.get_state()},
+                           {"env_rng", t.env.generator().get_state()},
+                           {"env", t.env.state()},
+                           {"episode_return", t.episode_return}});
+  progress.memmap((next / "progress").string());
+  torch::save(t.optimizer, (next / "adam.pt").string());
+  fs::remove_all(current);
+  fs::rename(next, current);
+}
+
+void load_checkpoint(Trainer& t, const fs::path& dir) {
+  const fs::path current = dir / "checkpoint";
+  if (!fs::exists(current / "progress"))
+    throw td::FormatError("train_dqn --resume: no checkpoint in " + dir.string());
+  td::to_module(td::load_memmap((current / "qnet").string()), *t.qnet, {.strict = true});
+  td::to_module(td::load_memmap((current / "target").string()), *t.target, {.strict = true});
+  torch::load(t.optimizer, (current / "adam.pt").string());
+  const td::TensorDictBase progress = td::load_memmap((current / "progress").string());
+  t.frame = progress.get("frame").item<int64_t>();
+  t.buffer = ReplayBuffer::open(dir / "replay", progress.get("buffer_cursor").item<int64_t>(),
+                                progress.get("buffer_size").item<int64_t>());
+  t.rng.set_state(progress.get("rng").clone());
+  t.env.generator().set_state(progress.get("env_rng").clone());
+  t.env.load_state(progress.get_tensordict("env"));
+  t.data = t.env.observe();
+  t.episode_return = progress.get("episode_return").clone();
+}
+
+// ---- one step of training ----------------------------------------------------------
+
+double epsilon_at(const Settings& s, int64_t frame) {
+  const double progress = std::min(1.0, static_cast<double>(frame) / (s.eps_fraction * s.frames));
+  return s.eps_start + progress * (s.eps_end - s.eps_start);
+}
+
+// Plays one step of every environment, stores the transitions, and learns.
+void train_step(Trainer& t) {
+  const Settings& s = t.s;
+  {
+    torch::NoGradGuard no_grad;
+    t.explore->epsilon = epsilon_at(s, t.frame);
+    t.data = t.explore->forward(t.qnet->forward(t.data));
+  }
+  t.data = t.env.step(t.data);
+  t.buffer.extend(t.data.exclude({"action_value"}));
+  t.frame += s.num_envs;
+
+  // Bookkeeping of the training episodes' returns, for the progress lines.
+  t.episode_return += t.data.get({"next", "reward"});
+  const at::Tensor done = t.data.get({"next", "done"});
+  if (done.any().item<bool>()) {
+    at::Tensor finished = t.episode_return.masked_select(done).to(at::kDouble).contiguous();
+    for (int64_t i = 0; i < finished.numel(); ++i)
+      t.recent_returns.push_back(finished.data_ptr<double>()[i]);
+    while (t.recent_returns.size() > 20) t.recent_returns.pop_front();
+    t.episode_return.masked_fill_(done, 0.0);
+  }
+  t.data = t.env.step_mdp(t.data);
+
+  if (t.frame < s.learning_starts) return;
+  for (int64_t k = 0; k < s.updates_per_step; ++k) {
+    at::Tensor loss = t.loss_fn(t.buffer.sample(s.batch_size, t.rng));
+    t.optimizer.zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(t.qnet->parameters(), s.max_grad_norm);
+    t.optimizer.step();
+    soft_update(t.target_params, t.online_params, s.tau);
+  }
+}
+
+// ---- the command line ----------------------------------------------------------------
+
+std::optional<Settings> parse(int argc, char** argv) {
+  Settings s;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    auto next = [&] { return std::string(argv[++i]); };
+    if (a == "--seed" && has_value)
+      s.seed = std::stoull(next());
+    else if (a == "--frames" && has_value)
+      s.frames = std::stoll(next());
+    else if (a == "--stop-at" && has_value)
+      s.stop_at = std::stoll(next());
+    else if (a == "--envs" && has_value)
+      s.num_envs = std::stoll(next());
+    else if (a == "--lr" && has_value)
+      s.lr = std::stod(next());
+    else if (a == "--tau" && has_value)
+      s.tau = std::stod(next());
+    else if (a == "--batch" && has_value)
+      s.batch_size = std::stoll(next());
+    else if (a == "--updates" && has_value)
+      s.updates_per_step = std::stoll(next());
+    else if (a == "--hidden" && has_value)
+      s.hidden = std::stoll(next());
+    else if (a == "--eps-fraction" && has_value)
+      s.eps_fraction = std::stod(next());
+    else if (a == "--threshold" && has_value)
+      s.threshold = std::stod(next());
+    else if (a == "--eval-episodes" && has_value)
+      s.eval_episodes = std::stoll(next());
+    else if (a == "--dir" && has_value)
+      s.dir = next();
+    else if (a == "--resume")
+      s.resume = true;
+    else
+      return std::nullopt;
+  }
+  if (s.resume && !s.dir) return std::nullopt;
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<Settings> parsed = parse(argc, argv);
+  if (!parsed) {
+    std::cerr << "usage: train_dqn [--seed N] [--frames N] [--dir DIR [--stop-at N] [--resume]]\n"
+                 "                 [--threshold R] [--eval-episodes N] [--envs N] [--lr X]\n"
+                 "                 [--tau X] [--batch N] [--updates N] [--hidden N]\n";
+    return 2;
+  }
+  const Settings& s = *parsed;
+  // One thread: the matrices are tiny, so threads would cost more than they
+  // save, and one thread makes a seeded run reproducible bit for bit.
+  at::set_num_threads(1);
+  torch::manual_seed(s.seed);  // the networks' initial weights
+
+  example::TempDir tmp("train_dqn");
+  const fs::path dir = s.dir.value_or(tmp.path);
+  Trainer t(s);
+  if (s.resume) {
+    load_checkpoint(t, dir);
+    std::printf("resumed from %s at frame %lld (%lld transitions in the replay buffer)\n",
+                (dir / "checkpoint").string().c_str(), static_cast<long long>(t.frame),
+                static_cast<long long>(t.buffer.size));
+  } else {
+    fs::remove_all(dir / "replay");
+    fs::remove_all(dir / "checkpoint");
+    t.buffer = ReplayBuffer::create(dir / "replay", s.buffer_size);
+    t.data = t.env.reset();
+    // The target network starts as a copy of the online one.
+    torch::NoGradGuard no_grad;
+    t.target_params.update_(t.online_params);
+  }
+  for (const auto& p : t.target->parameters()) p.set_requires_grad(false);
+
+  const double random_return = mean(evaluate(nullptr, s.eval_episodes, s.max_steps, s.seed + 7));
+  std::printf("seed %llu: random policy, mean return %.1f over %lld episodes\n",
+              static_cast<unsigned long long>(s.seed), random_return,
+              static_cast<long long>(s.eval_episodes));
+
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t last = std::min(s.frames, s.stop_at.value_or(s.frames));
+  int64_t next_log = (t.frame / s.log_every + 1) * s.log_every;
+  while (t.frame < last) {
+    train_step(t);
+    if (t.frame >= next_log) {
+      next_log += s.log_every;
+      const double greedy = mean(evaluate(t.qnet.get(), 10, s.max_steps, s.seed + 5));
+      std::printf(
+          "frame %6lld  epsilon %.2f  training return %6.1f  greedy return %6.1f  %5.1f s\n",
+          static_cast<long long>(t.frame), epsilon_at(s, t.frame), mean(t.recent_returns), greedy,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      std::fflush(stdout);
+    }
+  }
+  if (s.dir) {
+    save_checkpoint(t, dir);
+    std::printf("checkpoint at frame %lld in %s\n", static_cast<long long>(t.frame),
+                (dir / "checkpoint").string().c_str());
+  }
+  if (t.frame < s.frames) return 0;  // --stop-at: the rest is for a --resume run
+
+  // Fresh episodes, never seen during training, and a different seed from the
+  // progress lines'.
+  const std::vector<double> returns =
+      evaluate(t.qnet.get(), s.eval_episodes, s.max_steps, s.seed + 1'000'003);
+  const double greedy = mean(returns);
+  std::printf(
+      "greedy policy after %lld frames: mean return %.1f over %lld episodes "
+      "(min %.0f, max %.0f); random policy %.1f\n",
+      static_cast<long long>(t.frame), greedy, static_cast<long long>(s.eval_episodes),
+      *std::min_element(returns.begin(), returns.end()),
+      *std::max_element(returns.begin(), returns.end()), random_return);
+  if (random_return >= s.threshold) {
+    std::printf("FAILED: the random policy reaches the threshold %.0f: it proves nothing\n",
+                s.threshold);
+    return 1;
+  }
+  if (greedy < s.threshold) {
+    std::printf("FAILED: mean greedy return %.1f is below the threshold %.0f\n", greedy,
+                s.threshold);
+    return 1;
+  }
+  std::printf("PASSED: mean greedy return %.1f >= threshold %.0f (random policy: %.1f)\n", greedy,
+              s.threshold, random_return);
+  return 0;
+}
