@@ -55,27 +55,28 @@ namespace {
 
 // ---- settings -------------------------------------------------------------------
 
+// Tuned on seeds 0-9 (docs/example_train_dqn.md has the table).
 struct Settings {
   uint64_t seed = 0;
-  int64_t frames = 40'000;         // environment steps of the whole training
+  int64_t frames = 80'000;         // environment steps of the whole training
   std::optional<int64_t> stop_at;  // stop (and checkpoint) at this frame
   int64_t num_envs = 8;            // CartPoles stepped together
   int64_t max_steps = 500;         // episode truncation (CartPole-v1)
-  int64_t buffer_size = 20'000;    // replay capacity, in transitions
+  int64_t buffer_size = 100'000;   // replay capacity: the whole run, nothing forgotten
   int64_t batch_size = 128;
   int64_t learning_starts = 1'000;  // frames of random play before learning
   int64_t updates_per_step = 2;     // gradient steps per step of the N envs
-  double lr = 1e-3;
+  double lr = 5e-4;
   double gamma = 0.99;
   double tau = 0.01;  // soft update: target += tau * (online - target)
-  double eps_start = 1.0, eps_end = 0.05;
-  double eps_fraction = 0.4;  // of `frames`, over which epsilon decays
+  double eps_start = 1.0, eps_end = 0.04;
+  double eps_fraction = 0.16;  // of `frames`, over which epsilon decays
   double max_grad_norm = 10.0;
   int64_t hidden = 128;
-  int64_t eval_episodes = 20;
-  int64_t log_every = 4'000;    // frames between progress lines
+  int64_t eval_every = 4'000;   // frames between greedy evaluations
+  int64_t eval_episodes = 20;   // episodes of the final evaluation
   double threshold = 150;       // the greedy mean return that passes
-  std::optional<fs::path> dir;  // where the replay buffer and checkpoint live
+  std::optional<fs::path> dir;  // where the replay buffer and checkpoints live
   bool resume = false;
 };
 
@@ -263,6 +264,7 @@ struct Trainer {
   td::TensorDictBase data;  // the current step of every environment
   at::Tensor episode_return = at::zeros({s.num_envs});
   std::deque<double> recent_returns;  // the last finished training episodes
+  double best_return = -1;            // the best greedy evaluation so far
 };
 
 // ---- checkpoints ---------------------------------------------------------------
@@ -273,6 +275,7 @@ struct Trainer {
 //   DIR/checkpoint/progress/  frame count, buffer cursor, generators and
 //                             environments: everything to continue exactly
 //   DIR/checkpoint/adam.pt    the optimizer's moments (torch::save)
+//   DIR/best/                 the Q-network of the best greedy evaluation
 // A new checkpoint is written beside the old one, which it then replaces.
 
 void save_checkpoint(Trainer& t, const fs::path& dir) {
@@ -286,7 +289,8 @@ void save_checkpoint(Trainer& t, const fs::path& dir) {
                            {"rng", t.rng.get_state()},
                            {"env_rng", t.env.generator().get_state()},
                            {"env", t.env.state()},
-                           {"episode_return", t.episode_return}});
+                           {"episode_return", t.episode_return},
+                           {"best_return", at::scalar_tensor(t.best_return, at::kDouble)}});
   progress.memmap((next / "progress").string());
   torch::save(t.optimizer, (next / "adam.pt").string());
   fs::remove_all(current);
@@ -309,6 +313,7 @@ void load_checkpoint(Trainer& t, const fs::path& dir) {
   t.env.load_state(progress.get_tensordict("env"));
   t.data = t.env.observe();
   t.episode_return = progress.get("episode_return").clone();
+  t.best_return = progress.get("best_return").item<double>();
 }
 
 // ---- one step of training ----------------------------------------------------------
@@ -381,6 +386,16 @@ std::optional<Settings> parse(int argc, char** argv) {
       s.hidden = std::stoll(next());
     else if (a == "--eps-fraction" && has_value)
       s.eps_fraction = std::stod(next());
+    else if (a == "--eval-every" && has_value)
+      s.eval_every = std::stoll(next());
+    else if (a == "--buffer" && has_value)
+      s.buffer_size = std::stoll(next());
+    else if (a == "--eps-end" && has_value)
+      s.eps_end = std::stod(next());
+    else if (a == "--gamma" && has_value)
+      s.gamma = std::stod(next());
+    else if (a == "--learning-starts" && has_value)
+      s.learning_starts = std::stoll(next());
     else if (a == "--threshold" && has_value)
       s.threshold = std::stod(next());
     else if (a == "--eval-episodes" && has_value)
@@ -402,8 +417,9 @@ int main(int argc, char** argv) {
   const std::optional<Settings> parsed = parse(argc, argv);
   if (!parsed) {
     std::cerr << "usage: train_dqn [--seed N] [--frames N] [--dir DIR [--stop-at N] [--resume]]\n"
-                 "                 [--threshold R] [--eval-episodes N] [--envs N] [--lr X]\n"
-                 "                 [--tau X] [--batch N] [--updates N] [--hidden N]\n";
+                 "                 [--threshold R] [--eval-every N] [--eval-episodes N]\n"
+                 "                 [--envs N] [--lr X] [--tau X] [--batch N] [--updates N]\n"
+                 "                 [--hidden N] [--buffer N] [--gamma X] [--eps-fraction X]\n";
     return 2;
   }
   const Settings& s = *parsed;
@@ -414,6 +430,7 @@ int main(int argc, char** argv) {
 
   example::TempDir tmp("train_dqn");
   const fs::path dir = s.dir.value_or(tmp.path);
+  const fs::path best_dir = dir / "best";
   Trainer t(s);
   if (s.resume) {
     load_checkpoint(t, dir);
@@ -421,8 +438,7 @@ int main(int argc, char** argv) {
                 (dir / "checkpoint").string().c_str(), static_cast<long long>(t.frame),
                 static_cast<long long>(t.buffer.size));
   } else {
-    fs::remove_all(dir / "replay");
-    fs::remove_all(dir / "checkpoint");
+    for (const char* part : {"replay", "checkpoint", "best"}) fs::remove_all(dir / part);
     t.buffer = ReplayBuffer::create(dir / "replay", s.buffer_size);
     t.data = t.env.reset();
     // The target network starts as a copy of the online one.
@@ -436,20 +452,28 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(s.seed), random_return,
               static_cast<long long>(s.eval_episodes));
 
+  // DQN's greedy policy swings while it learns (a network that balances
+  // for 500 steps can forget it a few thousand frames later), so the run
+  // keeps the best Q-network of its periodic evaluations, in DIR/best.
   const auto start = std::chrono::steady_clock::now();
   const int64_t last = std::min(s.frames, s.stop_at.value_or(s.frames));
-  int64_t next_log = (t.frame / s.log_every + 1) * s.log_every;
+  int64_t next_eval = (t.frame / s.eval_every + 1) * s.eval_every;
   while (t.frame < last) {
     train_step(t);
-    if (t.frame >= next_log) {
-      next_log += s.log_every;
-      const double greedy = mean(evaluate(t.qnet.get(), 10, s.max_steps, s.seed + 5));
-      std::printf(
-          "frame %6lld  epsilon %.2f  training return %6.1f  greedy return %6.1f  %5.1f s\n",
-          static_cast<long long>(t.frame), epsilon_at(s, t.frame), mean(t.recent_returns), greedy,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      std::fflush(stdout);
+    if (t.frame < next_eval) continue;
+    next_eval += s.eval_every;
+    const double greedy = mean(evaluate(t.qnet.get(), 10, s.max_steps, s.seed + 5));
+    const bool best = greedy >= t.best_return;  // a tie: the later, more trained
+    if (best) {
+      t.best_return = greedy;
+      td::from_module(*t.qnet).memmap(best_dir.string());
     }
+    std::printf(
+        "frame %6lld  epsilon %.2f  training return %5.1f  greedy return %5.1f%s  %5.1f s\n",
+        static_cast<long long>(t.frame), epsilon_at(s, t.frame), mean(t.recent_returns), greedy,
+        best ? " (best)" : "       ",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::fflush(stdout);
   }
   if (s.dir) {
     save_checkpoint(t, dir);
@@ -458,15 +482,22 @@ int main(int argc, char** argv) {
   }
   if (t.frame < s.frames) return 0;  // --stop-at: the rest is for a --resume run
 
-  // Fresh episodes, never seen during training, and a different seed from the
-  // progress lines'.
-  const std::vector<double> returns =
-      evaluate(t.qnet.get(), s.eval_episodes, s.max_steps, s.seed + 1'000'003);
+  // The final evaluation: fresh episodes (another seed than the periodic
+  // evaluations'), the last network and the best one loaded from its files.
+  const uint64_t fresh = s.seed + 1'000'003;
+  const double last_return = mean(evaluate(t.qnet.get(), s.eval_episodes, s.max_steps, fresh));
+  if (!fs::exists(best_dir)) {
+    std::printf("FAILED: no evaluation during training (--eval-every > --frames?)\n");
+    return 1;
+  }
+  std::shared_ptr<MLPModule> best = make_qnet(s.hidden);
+  td::to_module(td::load_memmap(best_dir.string()), *best, {.strict = true});
+  const std::vector<double> returns = evaluate(best.get(), s.eval_episodes, s.max_steps, fresh);
   const double greedy = mean(returns);
   std::printf(
-      "greedy policy after %lld frames: mean return %.1f over %lld episodes "
-      "(min %.0f, max %.0f); random policy %.1f\n",
-      static_cast<long long>(t.frame), greedy, static_cast<long long>(s.eval_episodes),
+      "after %lld frames, %lld fresh episodes: last network mean return %.1f; best "
+      "network mean return %.1f (min %.0f, max %.0f); random policy %.1f\n",
+      static_cast<long long>(t.frame), static_cast<long long>(s.eval_episodes), last_return, greedy,
       *std::min_element(returns.begin(), returns.end()),
       *std::max_element(returns.begin(), returns.end()), random_return);
   if (random_return >= s.threshold) {
