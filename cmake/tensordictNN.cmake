@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
 }]])
 
 add_library(tensordict_nn
-  src/nn/tensor_dict_module_base.cpp)
+  src/nn/tensor_dict_module_base.cpp
+  src/nn/tensor_dict_module.cpp
+  src/nn/sequential.cpp)
 add_library(tensordict::nn ALIAS tensordict_nn)
 set_target_properties(tensordict_nn PROPERTIES
   EXPORT_NAME nn
