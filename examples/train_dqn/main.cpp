@@ -16,11 +16,12 @@
 //   data = env.step(data)    "action" -> ("next", ...)           (CartPole)
 //   buffer.extend(data)      one row per environment, in a memmap ring
 //   loss = loss_fn(batch)    Double DQN's Huber loss on a sampled batch
-//   soft_update(target_params, online_params, tau)               (lerp_)
+//   target_params.lerp_(online_params, tau)                      (soft update)
 #include "cartpole.h"
 
 #include <tensordict/module.h>
-#include <tensordict/nn/tensor_dict_module_base.h>
+#include <tensordict/nn/sequential.h>
+#include <tensordict/nn/tensor_dict_module.h>
 #include <tensordict/schema.h>
 #include <tensordict/storage/memmap.h>
 #include <tensordict/tensordict.h>
@@ -82,28 +83,20 @@ struct Settings {
 
 // ---- modules: read a tensordict, write into it ------------------------------
 
-// A torch::nn module applied to one entry of a tensordict, its result written
-// under another key: the shape of tensordict::nn::TensorDictModule.
-class MLPModule : public td::nn::TensorDictModuleBase {
- public:
-  MLPModule(torch::nn::Sequential net, td::NestedKey in_key, td::NestedKey out_key)
-      : TensorDictModuleBase("MLP", {std::move(in_key)}, {std::move(out_key)}),
-        net_(register_module("module", std::move(net))) {}
-  void forward_into(const td::TensorDictBase& in, td::TensorDictBase& out) override {
-    write_outputs(out, {net_->forward(read_inputs(in).at(0))});
-  }
+// Every module of tensordict::nn derives from TensorDictModuleBase: the
+// loss and the evaluation take any of them.
+using Module = std::shared_ptr<td::nn::TensorDictModuleBase>;
 
- private:
-  torch::nn::Sequential net_;
-};
-
-// observation [4] -> one Q-value per action [2].
-std::shared_ptr<MLPModule> make_qnet(int64_t hidden) {
+// The Q-network: data["action_value"] = mlp(data["observation"]), one
+// Q-value per action. The MLP is the submodule "module" of the wrapper, so
+// from_module() keys read {"module", "0", "weight"}.
+Module make_qnet(int64_t hidden) {
   namespace nn = torch::nn;
   nn::Sequential mlp(nn::Linear(cartpole::CartPole::kObservationSize, hidden), nn::ReLU(),
                      nn::Linear(hidden, hidden), nn::ReLU(),
                      nn::Linear(hidden, cartpole::CartPole::kActions));
-  return std::make_shared<MLPModule>(mlp, "observation", "action_value");
+  return std::make_shared<td::nn::TensorDictModule>(mlp, std::vector<td::NestedKey>{"observation"},
+                                                    std::vector<td::NestedKey>{"action_value"});
 }
 
 // Epsilon-greedy exploration: "action_value" -> "action", the best action or,
@@ -180,7 +173,7 @@ struct ReplayBuffer {
 // Double DQN: the online network picks the next action, the target network
 // values it; the Huber loss between Q(s, a) and r + gamma * Q'(s', a*).
 struct DQNLoss {
-  std::shared_ptr<MLPModule> qnet, target;
+  Module qnet, target;
   double gamma;
 
   at::Tensor operator()(td::TensorDictBase batch) {
@@ -188,34 +181,24 @@ struct DQNLoss {
     at::Tensor y;
     {
       torch::NoGradGuard no_grad;
-      const at::Tensor best = qnet->forward(next).get("action_value").argmax(1, true);
-      const at::Tensor next_q =
-          target->forward(next).get("action_value").gather(1, best).squeeze(1);
+      const at::Tensor best = (*qnet)(next).get("action_value").argmax(1, true);
+      const at::Tensor next_q = (*target)(next).get("action_value").gather(1, best).squeeze(1);
       y = next.get("reward") + gamma * next_q * next.get("terminated").logical_not();
     }
-    batch = qnet->forward(batch);
+    batch = (*qnet)(batch);
     const at::Tensor q =
         batch.get("action_value").gather(1, batch.get("action").unsqueeze(1)).squeeze(1);
     return at::huber_loss(q, y);
   }
 };
 
-// The target network's parameters follow the online network's:
-// target <- target + tau * (online - target), in place (the tensordicts share
-// the modules' storage).
-void soft_update(td::TensorDictBase& target_params, const td::TensorDictBase& online_params,
-                 double tau) {
-  torch::NoGradGuard no_grad;
-  for (const auto& [key, value] : target_params.items(true, true))
-    value.tensor().lerp_(online_params.get(key), tau);
-}
-
 // ---- evaluation ----------------------------------------------------------------
 
 // The returns of `episodes` episodes played at once (the first episode of each
 // environment), from initial states drawn with `seed`: greedy in the
 // Q-values, or uniformly random when `qnet` is null.
-std::vector<double> evaluate(MLPModule* qnet, int64_t episodes, int64_t max_steps, uint64_t seed) {
+std::vector<double> evaluate(td::nn::TensorDictModuleBase* qnet, int64_t episodes,
+                             int64_t max_steps, uint64_t seed) {
   cartpole::CartPole env(episodes, max_steps, at::make_generator<at::CPUGeneratorImpl>(seed));
   at::Generator coin = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
   torch::NoGradGuard no_grad;
@@ -223,7 +206,7 @@ std::vector<double> evaluate(MLPModule* qnet, int64_t episodes, int64_t max_step
   at::Tensor returns = at::zeros({episodes}), running = at::ones({episodes}, at::kBool);
   while (running.any().item<bool>()) {
     if (qnet)
-      data = qnet->forward(data).set("action", data.get("action_value").argmax(1));
+      data = (*qnet)(data).set("action", data.get("action_value").argmax(1));
     else
       data.set("action", at::randint(cartpole::CartPole::kActions, {episodes}, coin, at::kLong));
     data = env.step(data);
@@ -251,13 +234,16 @@ struct Trainer {
   at::Generator rng = at::make_generator<at::CPUGeneratorImpl>(s.seed);  // sampling, exploring
   cartpole::CartPole env{s.num_envs, s.max_steps,
                          at::make_generator<at::CPUGeneratorImpl>(s.seed + 1)};
-  std::shared_ptr<MLPModule> qnet = make_qnet(s.hidden), target = make_qnet(s.hidden);
+  Module qnet = make_qnet(s.hidden), target = make_qnet(s.hidden);
   // The parameters as tensordicts that share the modules' storage: an
   // in-place change to a leaf is a change to the network.
   td::TensorDictBase online_params = td::from_module(*qnet);
   td::TensorDictBase target_params = td::from_module(*target);
   torch::optim::Adam optimizer{qnet->parameters(), torch::optim::AdamOptions(s.lr)};
   std::shared_ptr<EpsilonGreedy> explore = std::make_shared<EpsilonGreedy>(rng);
+  // The policy that plays: Q-values, then an action (Python's
+  // TensorDictSequential(qnet, explore)).
+  td::nn::TensorDictSequential actor{{qnet, explore}};
   DQNLoss loss_fn{qnet, target, s.gamma};
   ReplayBuffer buffer;
   int64_t frame = 0;
@@ -329,7 +315,7 @@ void train_step(Trainer& t) {
   {
     torch::NoGradGuard no_grad;
     t.explore->epsilon = epsilon_at(s, t.frame);
-    t.data = t.explore->forward(t.qnet->forward(t.data));
+    t.data = t.actor(t.data);
   }
   t.data = t.env.step(t.data);
   t.buffer.extend(t.data.exclude({"action_value"}));
@@ -354,7 +340,10 @@ void train_step(Trainer& t) {
     loss.backward();
     torch::nn::utils::clip_grad_norm_(t.qnet->parameters(), s.max_grad_norm);
     t.optimizer.step();
-    soft_update(t.target_params, t.online_params, s.tau);
+    // The target network follows: target += tau * (online - target), every
+    // parameter in one fused call (the tensordicts share the networks' storage).
+    torch::NoGradGuard no_grad;
+    t.target_params.lerp_(t.online_params, s.tau);
   }
 }
 
@@ -443,7 +432,7 @@ int main(int argc, char** argv) {
     t.data = t.env.reset();
     // The target network starts as a copy of the online one.
     torch::NoGradGuard no_grad;
-    t.target_params.update_(t.online_params);
+    t.target_params.copy_(t.online_params);
   }
   for (const auto& p : t.target->parameters()) p.set_requires_grad(false);
 
@@ -490,7 +479,7 @@ int main(int argc, char** argv) {
     std::printf("FAILED: no evaluation during training (--eval-every > --frames?)\n");
     return 1;
   }
-  std::shared_ptr<MLPModule> best = make_qnet(s.hidden);
+  Module best = make_qnet(s.hidden);
   td::to_module(td::load_memmap(best_dir.string()), *best, {.strict = true});
   const std::vector<double> returns = evaluate(best.get(), s.eval_episodes, s.max_steps, fresh);
   const double greedy = mean(returns);
