@@ -269,14 +269,18 @@ void save_checkpoint(Trainer& t, const fs::path& dir) {
   fs::remove_all(next);
   td::from_module(*t.qnet).memmap((next / "qnet").string());
   td::from_module(*t.target).memmap((next / "target").string());
-  td::TensorDict progress({{"frame", at::scalar_tensor(t.frame, at::kLong)},
-                           {"buffer_cursor", at::scalar_tensor(t.buffer.cursor, at::kLong)},
-                           {"buffer_size", at::scalar_tensor(t.buffer.size, at::kLong)},
-                           {"rng", t.rng.get_state()},
-                           {"env_rng", t.env.generator().get_state()},
-                           {"env", t.env.state()},
-                           {"episode_return", t.episode_return},
-                           {"best_return", at::scalar_tensor(t.best_return, at::kDouble)}});
+  td::TensorDict progress(
+      {{"frame", at::scalar_tensor(t.frame, at::kLong)},
+       {"buffer_cursor", at::scalar_tensor(t.buffer.cursor, at::kLong)},
+       {"buffer_size", at::scalar_tensor(t.buffer.size, at::kLong)},
+       {"rng", t.rng.get_state()},
+       {"env_rng", t.env.generator().get_state()},
+       {"env", t.env.state()},
+       {"episode_return", t.episode_return},
+       {"best_return", at::scalar_tensor(t.best_return, at::kDouble)},
+       {"recent_returns",
+        at::tensor(std::vector<double>(t.recent_returns.begin(), t.recent_returns.end()),
+                   at::kDouble)}});
   progress.memmap((next / "progress").string());
   torch::save(t.optimizer, (next / "adam.pt").string());
   fs::remove_all(current);
@@ -296,10 +300,18 @@ void load_checkpoint(Trainer& t, const fs::path& dir) {
                                 progress.get("buffer_size").item<int64_t>());
   t.rng.set_state(progress.get("rng").clone());
   t.env.generator().set_state(progress.get("env_rng").clone());
-  t.env.load_state(progress.get_tensordict("env"));
+  const td::TensorDictBase env_state = progress.get_tensordict("env");
+  if (env_state.get("steps").size(0) != t.s.num_envs)
+    throw td::ValueError("train_dqn --resume: the checkpoint in " + current.string() + " ran " +
+                         std::to_string(env_state.get("steps").size(0)) +
+                         " environments, this run has --envs " + std::to_string(t.s.num_envs) +
+                         " (resume with the options of the first run)");
+  t.env.load_state(env_state);
   t.data = t.env.observe();
   t.episode_return = progress.get("episode_return").clone();
   t.best_return = progress.get("best_return").item<double>();
+  const at::Tensor recent = progress.get("recent_returns").contiguous();
+  t.recent_returns.assign(recent.data_ptr<double>(), recent.data_ptr<double>() + recent.numel());
 }
 
 // ---- one step of training ----------------------------------------------------------
@@ -400,18 +412,9 @@ std::optional<Settings> parse(int argc, char** argv) {
   return s;
 }
 
-}  // namespace
+// ---- the program ---------------------------------------------------------------------
 
-int main(int argc, char** argv) {
-  const std::optional<Settings> parsed = parse(argc, argv);
-  if (!parsed) {
-    std::cerr << "usage: train_dqn [--seed N] [--frames N] [--dir DIR [--stop-at N] [--resume]]\n"
-                 "                 [--threshold R] [--eval-every N] [--eval-episodes N]\n"
-                 "                 [--envs N] [--lr X] [--tau X] [--batch N] [--updates N]\n"
-                 "                 [--hidden N] [--buffer N] [--gamma X] [--eps-fraction X]\n";
-    return 2;
-  }
-  const Settings& s = *parsed;
+int run(const Settings& s) {
   // One thread: the matrices are tiny, so threads would cost more than they
   // save, and one thread makes a seeded run reproducible bit for bit.
   at::set_num_threads(1);
@@ -502,4 +505,27 @@ int main(int argc, char** argv) {
   std::printf("PASSED: mean greedy return %.1f >= threshold %.0f (random policy: %.1f)\n", greedy,
               s.threshold, random_return);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::optional<Settings> parsed;
+  try {
+    parsed = parse(argc, argv);
+  } catch (const std::exception&) {  // a number that does not parse
+  }
+  if (!parsed) {
+    std::cerr << "usage: train_dqn [--seed N] [--frames N] [--dir DIR [--stop-at N] [--resume]]\n"
+                 "                 [--threshold R] [--eval-every N] [--eval-episodes N]\n"
+                 "                 [--envs N] [--lr X] [--tau X] [--batch N] [--updates N]\n"
+                 "                 [--hidden N] [--buffer N] [--gamma X] [--eps-fraction X]\n";
+    return 2;
+  }
+  try {
+    return run(*parsed);
+  } catch (const std::exception& e) {  // tensordict:: errors name what was wrong
+    std::cerr << "train_dqn: " << e.what() << "\n";
+    return 1;
+  }
 }
