@@ -4,15 +4,15 @@
 // soft updates on parameter tensordicts, and a checkpoint is a directory of
 // memmap tensordicts that another run resumes from.
 //
-//   train_dqn                         train 40'000 frames, evaluate; exit 0
-//                                     when the greedy policy beats --threshold
-//   train_dqn --seed 3 --frames 60000
-//   train_dqn --dir D --stop-at 20000   train until frame 20'000, checkpoint in D
+//   train_dqn                           train 80'000 frames, evaluate; exit 0
+//                                       when the greedy policy beats --threshold
+//   train_dqn --seed 3 --frames 120000
+//   train_dqn --dir D --stop-at 40000   train until frame 40'000, checkpoint in D
 //   train_dqn --dir D --resume          continue from D's checkpoint
 //
 // The pieces (Mnih et al. 2015, with van Hasselt et al.'s Double DQN target):
-//   data = qnet(data)        "observation" -> "action_value"     (Q-network)
-//   data = explore(data)     "action_value" -> "action"          (epsilon-greedy)
+//   data = actor(data)       the Q-network, "observation" -> "action_value",
+//                            then epsilon-greedy, "action_value" -> "action"
 //   data = env.step(data)    "action" -> ("next", ...)           (CartPole)
 //   buffer.extend(data)      one row per environment, in a memmap ring
 //   loss = loss_fn(batch)    Double DQN's Huber loss on a sampled batch
@@ -56,7 +56,7 @@ namespace {
 
 // ---- settings -------------------------------------------------------------------
 
-// Tuned on seeds 0-9 (docs/example_train_dqn.md has the table).
+// Tuned on seeds 0-9; docs/example_train_dqn.md has the results of 20 seeds.
 struct Settings {
   uint64_t seed = 0;
   int64_t frames = 80'000;         // environment steps of the whole training
@@ -100,7 +100,9 @@ Module make_qnet(int64_t hidden) {
 }
 
 // Epsilon-greedy exploration: "action_value" -> "action", the best action or,
-// with probability epsilon, a uniformly random one.
+// with probability epsilon, a uniformly random one. A module of one's own is
+// a subclass of TensorDictModuleBase with a forward_into(). The generator is
+// a handle: the caller's copy sees (and checkpoints) the same state.
 class EpsilonGreedy : public td::nn::TensorDictModuleBase {
  public:
   explicit EpsilonGreedy(at::Generator generator)
