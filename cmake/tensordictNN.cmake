@@ -19,7 +19,9 @@ add_library(tensordict_nn
   src/nn/tensor_dict_module_base.cpp
   src/nn/batching_runner.cpp
   src/nn/ivalue.cpp
-  src/nn/script_module.cpp)
+  src/nn/script_module.cpp
+  src/nn/sequential.cpp
+  src/nn/tensor_dict_module.cpp)
 add_library(tensordict::nn ALIAS tensordict_nn)
 set_target_properties(tensordict_nn PROPERTIES
   EXPORT_NAME nn

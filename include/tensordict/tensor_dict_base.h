@@ -499,6 +499,26 @@ class TensorDictBase {
   TensorDictBase& div_(const TensorDictBase& other);
   TensorDictBase& div_(const at::Tensor& other);
   TensorDictBase& div_(const at::Scalar& other);
+  /// this += alpha * other, leaf by leaf (Python's add_(other, alpha=)); the
+  /// key sets must match (KeyError). One fused LibTorch call over every leaf
+  /// (at::_foreach_add_) when the leaves allow it, as in mul_, zero_, lerp_.
+  TensorDictBase& add_(const TensorDictBase& other, const at::Scalar& alpha);
+  /// this -= alpha * other (Python's sub_(other, alpha=)).
+  TensorDictBase& sub_(const TensorDictBase& other, const at::Scalar& alpha);
+  /// this += weight * (end - this), leaf by leaf (torch.lerp_; the soft update
+  /// of a target network: `target.lerp_(online, tau)`). The key sets must
+  /// match (KeyError naming the keys on one side only). A tensor weight is
+  /// broadcast over the batch dims like every tensor operand here; a
+  /// tensordict weight gives one weight tensor per leaf.
+  TensorDictBase& lerp_(const TensorDictBase& end, const at::Scalar& weight);
+  TensorDictBase& lerp_(const TensorDictBase& end, const at::Tensor& weight);
+  TensorDictBase& lerp_(const TensorDictBase& end, const TensorDictBase& weight);
+  /// Copies `other`'s values into this tensordict's storage (Python's copy_,
+  /// which is update_): every key of `other` must be here (KeyError), shapes
+  /// broadcast to the leaves'. Allowed on locked tensordicts. One fused
+  /// LibTorch call (at::_foreach_copy_) when both are in memory and the
+  /// leaves match in shape, dtype and device; update_() otherwise.
+  TensorDictBase& copy_(const TensorDictBase& other);
   TensorDictBase neg() const;
   TensorDictBase abs() const;
   TensorDictBase exp() const;

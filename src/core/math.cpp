@@ -2,9 +2,17 @@
 #include "core/internal.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/version.h>
 
 #include <limits>
+#include <optional>
 #include <set>
+
+// The fused (foreach) forms LibTorch 1.13 lacks: per-leaf loops there.
+#define TENSORDICT_HAVE_FOREACH_LERP (TORCH_VERSION_MAJOR >= 2)
+#define TENSORDICT_HAVE_FOREACH_COPY \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
 
 namespace tensordict {
 
@@ -96,26 +104,178 @@ TensorDictBase unary(const TensorDictBase& a,
       name, std::nullopt, &on_lazy);
 }
 
-void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const NestedKey&)>& op) {
-  // Every leaf checked before any is written: an expanded leaf would make
-  // LibTorch refuse the operation halfway through the tensordict. (Only where
-  // reading a leaf is free: a storage outside the process would be read twice.)
-  if (a.node().holds_values() || a.node().is_lazy_stack())
-    detail::for_each_leaf(a, [](const at::Tensor& t, const NestedKey& k) {
-      detail::check_writable_leaf(t, k, "in-place operation");
-    });
+// The tensor leaves an in-place operation writes, in for_each_leaf's order
+// (the members' leaves for a lazy stack).
+struct Leaves {
+  std::vector<NestedKey> keys;
+  std::vector<at::Tensor> tensors;
+};
+
+Leaves collect_leaves(const TensorDictBase& a) {
+  Leaves out;
   detail::for_each_leaf(a, [&](const at::Tensor& t, const NestedKey& k) {
-    at::Tensor leaf = t;
+    out.keys.push_back(k);
+    out.tensors.push_back(t);
+  });
+  return out;
+}
+
+// Every leaf checked before any is written: an expanded leaf would make
+// LibTorch refuse the operation halfway through the tensordict. (Only where
+// the leaves live in memory: a storage outside the process hands out copies.)
+void check_writable(const TensorDictBase& a, const Leaves& leaves) {
+  if (!a.node().holds_values() && !a.node().is_lazy_stack()) return;
+  for (std::size_t i = 0; i < leaves.tensors.size(); ++i)
+    detail::check_writable_leaf(leaves.tensors[i], leaves.keys[i], "in-place operation");
+}
+
+// The tensor leaves of a tree whose every level is an in-memory TensorDict,
+// in for_each_leaf's order; false (and `out` partly filled) when a level is a
+// storage or a lazy stack. `non_tensor` is set when the tree holds a
+// non-tensor entry.
+bool memory_leaves(const TensorDictBase& td, const NestedKey& path, Leaves& out,
+                   bool* non_tensor = nullptr) {
+  const Node& n = td.node();
+  if (!n.is_memory_node()) return false;
+  for (const auto& k : n.keys()) {
+    const Value& v = *n.peek(k);
+    if (v.is_tensor()) {
+      out.keys.push_back(path.empty() ? NestedKey(k) : path.child(k));
+      out.tensors.push_back(v.tensor());
+    } else if (v.is_tensordict()) {
+      if (!memory_leaves(v.tensordict(), path.empty() ? NestedKey(k) : path.child(k), out,
+                         non_tensor))
+        return false;
+    } else if (non_tensor) {
+      *non_tensor = true;
+    }
+  }
+  return true;
+}
+
+// The leaves of `other` under `keys`, in that order. The common case (both
+// tensordicts in memory with the same layout) costs one walk and no lookups;
+// otherwise the key sets must match (KeyError) and each leaf is looked up.
+std::vector<at::Tensor> operand_leaves(const TensorDictBase& a, const std::vector<NestedKey>& keys,
+                                       const TensorDictBase& other, const char* op) {
+  Leaves theirs;
+  if (memory_leaves(other, NestedKey(), theirs) && theirs.keys == keys)
+    return std::move(theirs.tensors);
+  check_same_keys(a, other, op);
+  std::vector<at::Tensor> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) out.push_back(other_leaf(other, k, op));
+  return out;
+}
+
+// Whether one fused LibTorch call (at::_foreach_*) may replace the per-leaf
+// loop: every operand has its leaf's shape, dtype and device (the fused
+// kernels do not broadcast or promote), the leaves are floating point when
+// `floating_only` (an integer leaf refuses a float result: the per-leaf loop
+// names it), and autograd is not involved (an in-place write into a leaf that
+// requires grad is refused: the per-leaf loop names the key).
+bool fusable(const std::vector<at::Tensor>& leaves,
+             std::initializer_list<const std::vector<at::Tensor>*> operands, bool floating_only) {
+  const bool grad = c10::GradMode::is_enabled();
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const at::Tensor& t = leaves[i];
+    if (floating_only && !t.is_floating_point() && !t.is_complex()) return false;
+    if (grad && t.requires_grad()) return false;
+    for (const auto* list : operands) {
+      const at::Tensor& o = (*list)[i];
+      if (o.scalar_type() != t.scalar_type() || o.device() != t.device() ||
+          !o.sizes().equals(t.sizes()) || (grad && o.requires_grad()))
+        return false;
+    }
+  }
+  return true;
+}
+
+// Runs a fused call; a LibTorch failure is rethrown typed.
+template <class Fn>
+void run_fused(const char* op, Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    throw ShapeError(std::string(op) +
+                     ": in-place operation failed: " + e.what_without_backtrace());
+  }
+}
+
+// The per-leaf loop: op(leaf, i) on every leaf, a LibTorch failure rethrown
+// naming the key.
+void per_leaf(Leaves& leaves, const std::function<void(at::Tensor&, std::size_t)>& op) {
+  for (std::size_t i = 0; i < leaves.tensors.size(); ++i) {
+    at::Tensor& t = leaves.tensors[i];
     try {
-      op(leaf, k);
+      op(t, i);
     } catch (const c10::Error& e) {
       // errors.h: a LibTorch failure on a leaf is rethrown naming the key
       // (e.g. an int64 leaf cannot hold the result of div_), like map_leaves.
-      throw ShapeError("in-place operation failed on entry " + k.repr() + " of shape " +
-                       format_shape(t.sizes()) + " and dtype " +
+      throw ShapeError("in-place operation failed on entry " + leaves.keys[i].repr() +
+                       " of shape " + format_shape(t.sizes()) + " and dtype " +
                        detail::dtype_name(t.scalar_type()) + ": " + e.what_without_backtrace());
     }
-  });
+  }
+}
+
+void inplace(TensorDictBase& a, const std::function<void(at::Tensor&, const NestedKey&)>& op) {
+  Leaves leaves = collect_leaves(a);
+  check_writable(a, leaves);
+  per_leaf(leaves, [&](at::Tensor& t, std::size_t i) { op(t, leaves.keys[i]); });
+}
+
+// An in-place operation of `a` with tensordict operands (`other`, and for
+// lerp_ a weight): a lazy stack is written member by member with the
+// operands cut to match; otherwise the operands' leaves are gathered (key
+// sets checked), every leaf is checked, and then either `fused` runs once
+// over all of them or `op` runs leaf by leaf.
+using LeafOperands = std::vector<std::vector<at::Tensor>>;
+TensorDictBase& inplace_with(
+    TensorDictBase& a, const std::vector<const TensorDictBase*>& operands, const char* name,
+    bool floating_only,
+    const std::function<void(std::vector<at::Tensor>&, const LeafOperands&)>& fused,
+    const std::function<void(at::Tensor&, const LeafOperands&, std::size_t)>& op) {
+  if (const auto* ls = detail::as_lazy_stack(a)) {
+    std::vector<std::vector<TensorDictBase>> parts;
+    for (const auto* o : operands) parts.push_back(detail::split_for_members(*ls, *o, name));
+    for (std::size_t i = 0; i < ls->members().size(); ++i) {
+      TensorDictBase m = ls->members()[i];
+      std::vector<TensorDictBase> member_operands;
+      std::vector<const TensorDictBase*> ptrs;
+      for (auto& p : parts) member_operands.push_back(p[i]);
+      for (auto& p : member_operands) ptrs.push_back(&p);
+      inplace_with(m, ptrs, name, floating_only, fused, op);
+    }
+    return a;
+  }
+  Leaves leaves = collect_leaves(a);
+  LeafOperands others;
+  for (const auto* o : operands) others.push_back(operand_leaves(a, leaves.keys, *o, name));
+  check_writable(a, leaves);
+  bool fuse = static_cast<bool>(fused);
+  for (const auto& list : others) fuse = fuse && fusable(leaves.tensors, {&list}, floating_only);
+  if (fuse && others.empty()) fuse = fusable(leaves.tensors, {}, floating_only);
+  if (fuse) {
+    run_fused(name, [&] { fused(leaves.tensors, others); });
+    return a;
+  }
+  per_leaf(leaves, [&](at::Tensor& t, std::size_t i) { op(t, others, i); });
+  return a;
+}
+
+// A scalar operation on every leaf: fused when the leaves allow it.
+TensorDictBase& inplace_scalar(TensorDictBase& a, const char* name, bool floating_only,
+                               const std::function<void(std::vector<at::Tensor>&)>& fused,
+                               const std::function<void(at::Tensor&)>& op) {
+  Leaves leaves = collect_leaves(a);
+  check_writable(a, leaves);
+  if (fusable(leaves.tensors, {}, floating_only)) {
+    run_fused(name, [&] { fused(leaves.tensors); });
+    return a;
+  }
+  per_leaf(leaves, [&](at::Tensor& t, std::size_t) { op(t); });
+  return a;
 }
 
 }  // namespace
@@ -214,20 +374,14 @@ TD_BINARY(mul, a.mul(b))
 TD_BINARY(div, a.div(b))
 #undef TD_BINARY
 
-#define TD_BINARY_INPLACE(name, base)                                                          \
+// `fused_call` is the at::_foreach_ form over `l` (the leaves) and `o` (the
+// operands' leaves) or `v` (the scalar).
+#define TD_BINARY_INPLACE(name, fused_list, fused_scalar)                                      \
   TensorDictBase& TensorDictBase::name(const TensorDictBase& other) {                          \
-    check_same_keys(*this, other, #name);                                                      \
-    if (const auto* ls = detail::as_lazy_stack(*this)) {                                       \
-      auto parts = detail::split_for_members(*ls, other, #name);                               \
-      for (std::size_t i = 0; i < parts.size(); ++i) {                                         \
-        TensorDictBase m = ls->members()[i];                                                   \
-        m.name(parts[i]);                                                                      \
-      }                                                                                        \
-      return *this;                                                                            \
-    }                                                                                          \
-    inplace(*this,                                                                             \
-            [&](at::Tensor& t, const NestedKey& k) { t.name(other_leaf(other, k, #name)); });  \
-    return *this;                                                                              \
+    return inplace_with(                                                                       \
+        *this, {&other}, #name, true,                                                          \
+        [](std::vector<at::Tensor>& l, const LeafOperands& o) { fused_list; },                 \
+        [](at::Tensor& t, const LeafOperands& o, std::size_t i) { t.name(o[0][i]); });         \
   }                                                                                            \
   TensorDictBase& TensorDictBase::name(const at::Tensor& other) {                              \
     if (const auto* ls = detail::as_lazy_stack(*this)) {                                       \
@@ -241,15 +395,101 @@ TD_BINARY(div, a.div(b))
             [&](at::Tensor& t, const NestedKey&) { t.name(batch_operand(other, *this, t)); }); \
     return *this;                                                                              \
   }                                                                                            \
-  TensorDictBase& TensorDictBase::name(const at::Scalar& other) {                              \
-    inplace(*this, [&](at::Tensor& t, const NestedKey&) { t.name(other); });                   \
-    return *this;                                                                              \
+  TensorDictBase& TensorDictBase::name(const at::Scalar& v) {                                  \
+    return inplace_scalar(                                                                     \
+        *this, #name, true, [&](std::vector<at::Tensor>& l) { fused_scalar; },                 \
+        [&](at::Tensor& t) { t.name(v); });                                                    \
   }
-TD_BINARY_INPLACE(add_, add)
-TD_BINARY_INPLACE(sub_, sub)
-TD_BINARY_INPLACE(mul_, mul)
-TD_BINARY_INPLACE(div_, div)
+TD_BINARY_INPLACE(add_, at::_foreach_add_(l, o[0]), at::_foreach_add_(l, v))
+TD_BINARY_INPLACE(sub_, at::_foreach_sub_(l, o[0]), at::_foreach_sub_(l, v))
+TD_BINARY_INPLACE(mul_, at::_foreach_mul_(l, o[0]), at::_foreach_mul_(l, v))
+TD_BINARY_INPLACE(div_, at::_foreach_div_(l, o[0]), at::_foreach_div_(l, v))
 #undef TD_BINARY_INPLACE
+
+TensorDictBase& TensorDictBase::add_(const TensorDictBase& other, const at::Scalar& alpha) {
+  return inplace_with(
+      *this, {&other}, "add_", true,
+      [&](std::vector<at::Tensor>& l, const LeafOperands& o) { at::_foreach_add_(l, o[0], alpha); },
+      [&](at::Tensor& t, const LeafOperands& o, std::size_t i) { t.add_(o[0][i], alpha); });
+}
+
+TensorDictBase& TensorDictBase::sub_(const TensorDictBase& other, const at::Scalar& alpha) {
+  return inplace_with(
+      *this, {&other}, "sub_", true,
+      [&](std::vector<at::Tensor>& l, const LeafOperands& o) { at::_foreach_sub_(l, o[0], alpha); },
+      [&](at::Tensor& t, const LeafOperands& o, std::size_t i) { t.sub_(o[0][i], alpha); });
+}
+
+TensorDictBase& TensorDictBase::lerp_(const TensorDictBase& end, const at::Scalar& weight) {
+#if TENSORDICT_HAVE_FOREACH_LERP
+  auto fused = [&](std::vector<at::Tensor>& l, const LeafOperands& o) {
+    at::_foreach_lerp_(l, o[0], weight);
+  };
+#else
+  std::nullptr_t fused = nullptr;
+#endif
+  return inplace_with(
+      *this, {&end}, "lerp_", true, fused,
+      [&](at::Tensor& t, const LeafOperands& o, std::size_t i) { t.lerp_(o[0][i], weight); });
+}
+
+TensorDictBase& TensorDictBase::lerp_(const TensorDictBase& end, const TensorDictBase& weight) {
+#if TENSORDICT_HAVE_FOREACH_LERP
+  auto fused = [](std::vector<at::Tensor>& l, const LeafOperands& o) {
+    at::_foreach_lerp_(l, o[0], o[1]);
+  };
+#else
+  std::nullptr_t fused = nullptr;
+#endif
+  return inplace_with(
+      *this, {&end, &weight}, "lerp_", true, fused,
+      [](at::Tensor& t, const LeafOperands& o, std::size_t i) { t.lerp_(o[0][i], o[1][i]); });
+}
+
+TensorDictBase& TensorDictBase::lerp_(const TensorDictBase& end, const at::Tensor& weight) {
+  if (const auto* ls = detail::as_lazy_stack(*this)) {
+    auto parts = detail::split_for_members(*ls, end, "lerp_");
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      TensorDictBase m = ls->members()[i];
+      m.lerp_(parts[i], detail::operand_for_member(*ls, weight, i));
+    }
+    return *this;
+  }
+  // The weight broadcast over the batch dims, as every tensor operand here,
+  // in each leaf's dtype (torch's lerp_ wants the same dtype; one weight may
+  // serve float and double leaves): one weight per leaf, so no fused call.
+  return inplace_with(*this, {&end}, "lerp_", true, nullptr,
+                      [&](at::Tensor& t, const LeafOperands& o, std::size_t i) {
+                        t.lerp_(o[0][i], batch_operand(weight, *this, t).to(t.scalar_type()));
+                      });
+}
+
+TensorDictBase& TensorDictBase::copy_(const TensorDictBase& other) {
+#if TENSORDICT_HAVE_FOREACH_COPY
+  // Both in memory with the same tensor leaves in the same order and no
+  // non-tensor to update: one fused copy. Anything else is update_'s job.
+  Leaves mine, theirs;
+  bool non_tensor = false;
+  if (memory_leaves(*this, NestedKey(), mine) &&
+      memory_leaves(other, NestedKey(), theirs, &non_tensor) && !non_tensor &&
+      mine.keys == theirs.keys) {
+    const bool grad = c10::GradMode::is_enabled();
+    bool fuse = true;
+    for (std::size_t i = 0; fuse && i < mine.tensors.size(); ++i) {
+      const at::Tensor& t = mine.tensors[i];
+      const at::Tensor& o = theirs.tensors[i];
+      fuse = o.scalar_type() == t.scalar_type() && o.device() == t.device() &&
+             o.sizes().equals(t.sizes()) && !(grad && t.requires_grad());
+    }
+    if (fuse) {
+      check_writable(*this, mine);
+      run_fused("copy_", [&] { at::_foreach_copy_(mine.tensors, theirs.tensors); });
+      return *this;
+    }
+  }
+#endif
+  return update_(other);
+}
 
 TensorDictBase TensorDictBase::pow(const at::Scalar& e) const {
   return unary(
@@ -524,8 +764,9 @@ bool TensorDictBase::equal(const TensorDictBase& other) const {
 // ---- fills, devices, dtypes ---------------------------------------------------------
 
 TensorDictBase& TensorDictBase::zero_() {
-  inplace(*this, [](at::Tensor& t, const NestedKey&) { t.zero_(); });
-  return *this;
+  return inplace_scalar(
+      *this, "zero_", false, [](std::vector<at::Tensor>& l) { at::_foreach_zero_(l); },
+      [](at::Tensor& t) { t.zero_(); });
 }
 
 TensorDictBase& TensorDictBase::fill_(const at::Scalar& value) {

@@ -4,6 +4,9 @@
 #include <tensordict/nn/tensor_dict_module_base.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "nn/messages.h"
 
@@ -56,6 +59,21 @@ void TensorDictModuleBase::write_outputs(TensorDictBase& out,
     throw ValueError(fmt::format("{}: the module returned {} output(s) for {} out_keys ({})",
                                  display_name_, outputs.size(), out_keys_.size(),
                                  join_keys(out_keys_)));
+  }
+  // Every output checked against the batch size before any is set, so that
+  // a module returning a wrong shape leaves `out` as it was.
+  const auto batch = out.batch_size();
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (is_skipped(out_keys_[i])) continue;
+    const at::Tensor& t = outputs[i];
+    if (!t.defined())
+      throw ValueError(fmt::format("{}: output {} for key {} is an undefined tensor", display_name_,
+                                   i, out_keys_[i].repr()));
+    auto sizes = t.sizes();
+    if (sizes.size() < batch.size() || !std::equal(batch.begin(), batch.end(), sizes.begin()))
+      throw ShapeError(fmt::format(
+          "{}: output {} for key {} has shape [{}], which does not start with the batch size [{}]",
+          display_name_, i, out_keys_[i].repr(), fmt::join(sizes, ", "), fmt::join(batch, ", ")));
   }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (!is_skipped(out_keys_[i])) out.set(out_keys_[i], std::move(outputs[i]));

@@ -671,3 +671,212 @@ TEST(TensorDictMath, RequiresGradOnlyOnFloatingLeavesAndDetach) {
   t.detach_();
   for (const auto& k : ops_test::fixture_leaves()) EXPECT_FALSE(t.get(k).requires_grad()) << k;
 }
+
+// ---- lerp_, add_(alpha), copy_ and the fused (foreach) pass ---------------------------
+
+namespace {
+
+// The fused forms LibTorch 1.13 lacks (math.cpp loops there).
+constexpr bool kFusedLerp = TORCH_VERSION_MAJOR >= 2;
+constexpr bool kFusedCopy = TORCH_VERSION_MAJOR > 2 ||
+                            (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2);
+
+std::map<std::string, int>*& op_counts() {
+  thread_local std::map<std::string, int>* counts = nullptr;
+  return counts;
+}
+
+// How many times each of `names` ran as a LibTorch op during fn (their
+// RecordFunction scopes): tells one fused at::_foreach_* call from a loop.
+template <class Fn>
+std::map<std::string, int> count_ops(const std::vector<std::string>& names, Fn&& fn) {
+  std::map<std::string, int> counts;
+  for (const auto& n : names) counts[n] = 0;
+  auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(
+      [](const at::RecordFunction& rf) -> std::unique_ptr<at::ObserverContext> {
+        if (auto* c = op_counts()) {
+          auto it = c->find(rf.name());
+          if (it != c->end()) ++it->second;
+        }
+        return nullptr;
+      }));
+  op_counts() = &counts;
+  fn();
+  op_counts() = nullptr;
+  at::removeCallback(handle);
+  return counts;
+}
+
+}  // namespace
+
+TEST(TensorDictMath, LerpMatchesTorchLerpOnEveryNestedLeafInOneFusedCall) {
+  auto t = float_fixture();
+  auto end = nonzero_other(t);
+  auto prev = t.clone();
+  Frozen identity = Frozen::of(t);
+  auto ops = count_ops({"aten::_foreach_lerp_", "aten::lerp_"}, [&] { t.lerp_(end, 0.25); });
+  expect_leafwise(t, prev, [&](const at::Tensor& x, const td::NestedKey& k) {
+    return x.lerp(end.get(k), 0.25);
+  });
+  for (const auto& [k, pair] : identity.leaves) EXPECT_TRUE(t.get(k).is_same(pair.first)) << k;
+  // Three leaves (a, nested.d, nested.deeper.e), two dtypes: one call.
+  if (kFusedLerp) {
+    EXPECT_EQ(ops["aten::_foreach_lerp_"], 1);
+  } else {
+    EXPECT_EQ(ops["aten::lerp_"], 3);
+  }
+}
+
+TEST(TensorDictMath, LerpWithTensorAndTensordictWeights) {
+  auto t = float_fixture();
+  auto end = nonzero_other(t);
+  // A batch-shaped weight, broadcast like every tensor operand, in each
+  // leaf's dtype (float and double leaves here).
+  auto w = torch::tensor({0.0f, 0.5f, 1.0f});
+  auto prev = t.clone();
+  t.lerp_(end, w);
+  expect_leafwise(t, prev, [&](const at::Tensor& x, const td::NestedKey& k) {
+    return x.lerp(end.get(k), batch_view(w, x).to(x.scalar_type()));
+  });
+  // One weight tensor per leaf.
+  auto weights = t.apply([](const at::Tensor& x) { return torch::rand_like(x); });
+  prev = t.clone();
+  t.lerp_(end, weights);
+  expect_leafwise(t, prev, [&](const at::Tensor& x, const td::NestedKey& k) {
+    return x.lerp(end.get(k), weights.get(k));
+  });
+}
+
+TEST(TensorDictMath, LerpMismatchedKeysIsAKeyErrorAndWritesNothing) {
+  auto t = float_fixture();
+  auto end = nonzero_other(t).exclude({{"nested", "d"}});
+  Frozen before = Frozen::of(t);
+  OPS_EXPECT_THROW_MSG(t.lerp_(end, 0.5), td::KeyError, "mismatch", "('nested', 'd')");
+  before.expect_unchanged(t);
+  auto extra = nonzero_other(t);
+  extra.set("z", torch::zeros({4, 3}));
+  OPS_EXPECT_THROW_MSG(t.lerp_(extra, 0.5), td::KeyError, "mismatch", "'z'");
+  before.expect_unchanged(t);
+  // A weight tensordict is checked the same way.
+  OPS_EXPECT_THROW_MSG(t.lerp_(nonzero_other(t), end), td::KeyError, "mismatch");
+  before.expect_unchanged(t);
+}
+
+TEST(TensorDictMath, LerpOnALockedTensordictWritesInPlaceAsInPython) {
+  // Python's lerp_ (like every in-place op) writes into a locked tensordict:
+  // the lock forbids adding or removing entries, not changing values.
+  auto t = float_fixture();
+  t.lock_();
+  auto end = nonzero_other(t);
+  auto prev = t.clone();
+  t.lerp_(end, 1.0);
+  expect_leafwise(t, prev, [&](const at::Tensor&, const td::NestedKey& k) { return end.get(k); });
+  EXPECT_TRUE(t.is_locked());
+}
+
+TEST(TensorDictMath, LerpKeysInAnotherOrderAndExpandedLeaves) {
+  auto t = float_fixture();
+  // The same leaves inserted in another order: looked up by key.
+  td::TensorDict reordered({}, {4, 3});
+  reordered.set({"nested", "deeper", "e"}, torch::zeros({4, 3, 2}, torch::kDouble));
+  reordered.set({"nested", "d"}, torch::zeros({4, 3, 5}));
+  reordered.set("a", torch::zeros({4, 3, 2}));
+  t.lerp_(reordered, 1.0);
+  EXPECT_TRUE(torch::equal(t.get("a"), torch::zeros({4, 3, 2})));
+  EXPECT_TRUE(
+      torch::equal(t.get({"nested", "deeper", "e"}), torch::zeros({4, 3, 2}, torch::kDouble)));
+  // An expanded leaf cannot be written in place: refused before any write.
+  auto u = float_fixture();
+  u.set("a", torch::ones({1, 1, 2}).expand({4, 3, 2}));
+  Frozen before = Frozen::of(u);
+  OPS_EXPECT_THROW_MSG(u.lerp_(nonzero_other(u), 0.5), td::ValueError, "'a'", "expanded");
+  before.expect_unchanged(u);
+}
+
+TEST(TensorDictMath, LerpOfParametersNeedsNoGradAsInTorch) {
+  auto t = float_fixture();
+  t.requires_grad_(true);
+  auto end = nonzero_other(t).detach();
+  // As torch's lerp_ on a leaf that requires grad: refused, naming the key.
+  OPS_EXPECT_THROW_MSG(t.lerp_(end, 0.5), td::Error, "'a'");
+  {
+    torch::NoGradGuard no_grad;
+    auto prev = t.detach().clone();
+    t.lerp_(end, 0.5);
+    expect_leafwise(t.detach(), prev, [&](const at::Tensor& x, const td::NestedKey& k) {
+      return x.lerp(end.get(k), 0.5);
+    });
+  }
+}
+
+TEST(TensorDictMath, LerpOfALazyStackWritesIntoItsMembers) {
+  auto m0 = float_fixture()[0].to_tensordict();
+  auto m1 = float_fixture()[1].to_tensordict();
+  auto stack = td::lazy_stack({m0, m1});
+  auto end = nonzero_other(td::stack({m0, m1}));
+  auto prev = td::stack({m0, m1}).clone();
+  stack.lerp_(end, 0.5);
+  expect_leafwise(td::stack({m0, m1}), prev, [&](const at::Tensor& x, const td::NestedKey& k) {
+    return x.lerp(end.get(k), 0.5);
+  });
+}
+
+TEST(TensorDictMath, AddAndSubWithAlpha) {
+  auto t = float_fixture();
+  auto o = nonzero_other(t);
+  auto prev = t.clone();
+  auto ops = count_ops({"aten::_foreach_add_"}, [&] { t.add_(o, -0.5); });
+  expect_leafwise(
+      t, prev, [&](const at::Tensor& x, const td::NestedKey& k) { return x.add(o.get(k), -0.5); });
+  EXPECT_EQ(ops["aten::_foreach_add_"], 1);
+  prev = t.clone();
+  t.sub_(o, 2);
+  expect_leafwise(t, prev,
+                  [&](const at::Tensor& x, const td::NestedKey& k) { return x.sub(o.get(k), 2); });
+  OPS_EXPECT_THROW_MSG(t.add_(o.exclude({"a"}), 2), td::KeyError, "mismatch", "'a'");
+}
+
+TEST(TensorDictMath, InPlaceArithmeticAndZeroAreFusedWhereTheLeavesAllow) {
+  auto t = float_fixture();
+  auto o = nonzero_other(t);
+  auto ops = count_ops({"aten::_foreach_mul_", "aten::_foreach_zero_", "aten::_foreach_add_"}, [&] {
+    t.mul_(o);
+    t.mul_(0.5);
+    t += 1;
+    t.zero_();
+  });
+  EXPECT_EQ(ops["aten::_foreach_mul_"], 2);
+  EXPECT_EQ(ops["aten::_foreach_add_"], 1);
+  EXPECT_EQ(ops["aten::_foreach_zero_"], 1);
+  // Integer and bool leaves: zero_ is still one call; the arithmetic keeps
+  // the leaf-by-leaf loop, whose errors name the leaf.
+  auto all = make_fixture();
+  ops = count_ops({"aten::_foreach_zero_", "aten::_foreach_mul_"}, [&] {
+    all.zero_();
+    all.exclude({"c"}).mul_(3);
+  });
+  EXPECT_EQ(ops["aten::_foreach_zero_"], 1);
+  EXPECT_EQ(ops["aten::_foreach_mul_"], 0);
+  for (const auto& k : ops_test::fixture_leaves())
+    EXPECT_TRUE(torch::equal(all.get(k), torch::zeros_like(all.get(k)))) << k;
+}
+
+TEST(TensorDictMath, CopyIsUpdateInPlace) {
+  auto t = make_fixture();
+  Frozen identity = Frozen::of(t);
+  auto src = nonzero_other(t.exclude({"label"}));
+  t.lock_();
+  auto ops = count_ops({"aten::_foreach_copy_"}, [&] { t.copy_(src); });
+  for (const auto& k : ops_test::fixture_leaves())
+    EXPECT_TRUE(torch::equal(t.get(k), src.get(k))) << k;
+  for (const auto& [k, pair] : identity.leaves) EXPECT_TRUE(t.get(k).is_same(pair.first)) << k;
+  EXPECT_EQ(ops["aten::_foreach_copy_"], kFusedCopy ? 1 : 0);
+  // A part of the keys, other dtypes, a non-tensor: update_'s rules.
+  td::TensorDict part({{"a", torch::full({4, 3, 2}, 7, torch::kDouble)}, {"label", "y"}}, {4, 3});
+  t.copy_(part);
+  EXPECT_TRUE(torch::equal(t.get("a"), torch::full({4, 3, 2}, 7.0)));
+  EXPECT_EQ(t.get("a").scalar_type(), torch::kFloat);
+  EXPECT_EQ(t.get_non_tensor("label"), nlohmann::json("y"));
+  td::TensorDict unknown({{"zzz", torch::zeros({4, 3})}}, {4, 3});
+  OPS_EXPECT_THROW_MSG(t.copy_(unknown), td::KeyError, "zzz");
+}
