@@ -176,6 +176,7 @@ std::vector<at::Tensor> operand_leaves(const TensorDictBase& a, const std::vecto
 // requires grad is refused: the per-leaf loop names the key).
 bool fusable(const std::vector<at::Tensor>& leaves,
              std::initializer_list<const std::vector<at::Tensor>*> operands, bool floating_only) {
+  if (leaves.empty()) return false;  // LibTorch's foreach refuses an empty list
   const bool grad = c10::GradMode::is_enabled();
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     const at::Tensor& t = leaves[i];
@@ -471,7 +472,7 @@ TensorDictBase& TensorDictBase::copy_(const TensorDictBase& other) {
   Leaves mine, theirs;
   bool non_tensor = false;
   if (memory_leaves(*this, NestedKey(), mine) &&
-      memory_leaves(other, NestedKey(), theirs, &non_tensor) && !non_tensor &&
+      memory_leaves(other, NestedKey(), theirs, &non_tensor) && !non_tensor && !mine.keys.empty() &&
       mine.keys == theirs.keys) {
     const bool grad = c10::GradMode::is_enabled();
     bool fuse = true;
