@@ -142,6 +142,10 @@ void BM_lerp_params_loop(benchmark::State& state) {
 }
 
 void register_all() {
+  // One intra-op thread: tensors this small gain nothing from more, and on a
+  // shared 2-core machine OpenMP's waiting threads would measure the load of
+  // the machine rather than the wrapper (an actor thread runs this way too).
+  at::set_num_threads(1);
   const NamedBench benchmarks[] = {
       {"BM_module_mlp/tensordict", BM_module_mlp_td},
       {"BM_module_mlp/floor", BM_module_mlp_floor},
