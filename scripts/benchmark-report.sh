@@ -21,7 +21,7 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${TD_CMAKE_ARGS[@]}" \
   -DTENSORDICT_WITH_HDF5=ON
 BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)
 [[ -f benchmarks/bench_checkpoint.cpp ]] && BENCHES+=(bench_checkpoint)
-BENCHES+=(bench_hdf5)
+BENCHES+=(bench_hdf5 bench_nn)
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${BENCHES[@]}"
 for b in "${BENCHES[@]}"; do
   /usr/bin/python3 benchmarks/run.py "$BUILD_DIR/benchmarks/$b" --repetitions "$REPETITIONS"
