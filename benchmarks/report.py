@@ -62,6 +62,10 @@ HEADLINES = [
     ("redis", "BM_sample_256_10_leaves/tensordict", 1.2, "Redis td[256 random], 10 leaves"),
     ("redis", "BM_sample_256_10_leaves_pipeline/tensordict", 1.2,
      "Redis td[256 random], 10 leaves, no transaction"),
+    # tensordict::nn (issue #34): a module call through tensordicts <= 1.05x of
+    # the module called by hand.
+    ("nn", "BM_module_mlp/tensordict", 1.05, "TensorDictModule call, MLP 64-64-2"),
+    ("nn", "BM_sequential2/tensordict", 1.05, "TensorDictSequential of 2 modules"),
     # save >= 0.8x of raw write() bandwidth = time <= 1.25x the write() floor.
     ("checkpoint", "BM_ckpt_save_100MB/tensordict", 1.25, "checkpoint save vs write()"),
     # Comparisons of two variants (time of the first / time of the second).

@@ -2,9 +2,11 @@
 #include "core/internal.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/GradMode.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <set>
@@ -130,9 +132,9 @@ void check_writable(const TensorDictBase& a, const Leaves& leaves) {
 }
 
 // The tensor leaves of a tree whose every level is an in-memory TensorDict,
-// in for_each_leaf's order; false (and `out` partly filled) when a level is a
-// storage or a lazy stack. `non_tensor` is set when the tree holds a
-// non-tensor entry.
+// with their keys, in for_each_leaf's order; false (and `out` partly filled)
+// when a level is a storage or a lazy stack. `non_tensor` is set when the
+// tree holds a non-tensor entry.
 bool memory_leaves(const TensorDictBase& td, const NestedKey& path, Leaves& out,
                    bool* non_tensor = nullptr) {
   const Node& n = td.node();
@@ -151,6 +153,50 @@ bool memory_leaves(const TensorDictBase& td, const NestedKey& path, Leaves& out,
     }
   }
   return true;
+}
+
+// The fast path of the in-place operations: when `a` and `b` are in-memory
+// trees of the same layout (the same keys in the same order at every level,
+// tensors facing tensors, nested levels facing nested levels), their tensor
+// leaves in order, into `la` and `lb` (either may be null), without building
+// a single key. False on any difference (the general path then checks and
+// names what differs). `non_tensor` is set when a non-tensor entry was
+// skipped.
+bool same_layout_leaves(const Node& a, const Node& b, std::vector<at::Tensor>* la,
+                        std::vector<at::Tensor>* lb, bool* non_tensor = nullptr) {
+  if (!a.is_memory_node() || !b.is_memory_node()) return false;
+  const auto& ma = static_cast<const detail::MemoryNode&>(a);
+  const auto& mb = static_cast<const detail::MemoryNode&>(b);
+  const auto& ea = ma.entries();
+  const auto& eb = mb.entries();
+  if (ea.size() != eb.size()) return false;
+  const bool same_keys = &ma == &mb || ma.shares_keys_with(mb);
+  for (std::size_t i = 0; i < ea.size(); ++i) {
+    if (!same_keys && ea[i].first != eb[i].first) return false;
+    const Value& va = ea[i].second;
+    const Value& vb = eb[i].second;
+    if (va.is_tensor()) {
+      if (!vb.is_tensor()) return false;
+      if (la) la->push_back(va.tensor());
+      if (lb) lb->push_back(vb.tensor());
+    } else if (va.is_tensordict()) {
+      if (!vb.is_tensordict() ||
+          !same_layout_leaves(va.tensordict().node(), vb.tensordict().node(), la, lb, non_tensor))
+        return false;
+    } else if (vb.is_tensor() || vb.is_tensordict()) {
+      return false;
+    } else if (non_tensor) {
+      *non_tensor = true;
+    }
+  }
+  return true;
+}
+
+// No leaf of `leaves` is expanded (several elements sharing memory).
+bool all_writable(const std::vector<at::Tensor>& leaves) {
+  return std::none_of(leaves.begin(), leaves.end(), [](const at::Tensor& t) {
+    return at::has_internal_overlap(t) == at::MemOverlap::Yes;
+  });
 }
 
 // The leaves of `other` under `keys`, in that order. The common case (both
@@ -176,6 +222,7 @@ std::vector<at::Tensor> operand_leaves(const TensorDictBase& a, const std::vecto
 // requires grad is refused: the per-leaf loop names the key).
 bool fusable(const std::vector<at::Tensor>& leaves,
              std::initializer_list<const std::vector<at::Tensor>*> operands, bool floating_only) {
+  if (leaves.empty()) return false;  // LibTorch's foreach refuses an empty list
   const bool grad = c10::GradMode::is_enabled();
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     const at::Tensor& t = leaves[i];
@@ -249,6 +296,23 @@ TensorDictBase& inplace_with(
     }
     return a;
   }
+  if (fused) {
+    // Same layouts in memory: the keys match by construction; anything the
+    // fast path cannot take (an expanded leaf, an integer leaf, autograd)
+    // goes the general way below, which names the leaf.
+    std::vector<at::Tensor> mine;
+    LeafOperands others(operands.size());
+    bool same = true;
+    for (std::size_t j = 0; same && j < operands.size(); ++j)
+      same =
+          same_layout_leaves(a.node(), operands[j]->node(), j == 0 ? &mine : nullptr, &others[j]);
+    bool fuse = same && all_writable(mine);
+    for (const auto& list : others) fuse = fuse && fusable(mine, {&list}, floating_only);
+    if (fuse) {
+      run_fused(name, [&] { fused(mine, others); });
+      return a;
+    }
+  }
   Leaves leaves = collect_leaves(a);
   LeafOperands others;
   for (const auto* o : operands) others.push_back(operand_leaves(a, leaves.keys, *o, name));
@@ -268,6 +332,12 @@ TensorDictBase& inplace_with(
 TensorDictBase& inplace_scalar(TensorDictBase& a, const char* name, bool floating_only,
                                const std::function<void(std::vector<at::Tensor>&)>& fused,
                                const std::function<void(at::Tensor&)>& op) {
+  std::vector<at::Tensor> mine;
+  if (same_layout_leaves(a.node(), a.node(), &mine, nullptr) && all_writable(mine) &&
+      fusable(mine, {}, floating_only)) {
+    run_fused(name, [&] { fused(mine); });
+    return a;
+  }
   Leaves leaves = collect_leaves(a);
   check_writable(a, leaves);
   if (fusable(leaves.tensors, {}, floating_only)) {
@@ -466,24 +536,33 @@ TensorDictBase& TensorDictBase::lerp_(const TensorDictBase& end, const at::Tenso
 
 TensorDictBase& TensorDictBase::copy_(const TensorDictBase& other) {
 #if TENSORDICT_HAVE_FOREACH_COPY
-  // Both in memory with the same tensor leaves in the same order and no
-  // non-tensor to update: one fused copy. Anything else is update_'s job.
-  Leaves mine, theirs;
+  // Both in memory, `other` without a non-tensor to update, and the same
+  // tensor leaves (paired by layout without building keys, or else by key):
+  // one fused copy. Anything else is update_'s job.
+  std::vector<at::Tensor> mine, theirs;
   bool non_tensor = false;
-  if (memory_leaves(*this, NestedKey(), mine) &&
-      memory_leaves(other, NestedKey(), theirs, &non_tensor) && !non_tensor &&
-      mine.keys == theirs.keys) {
+  bool paired =
+      same_layout_leaves(node(), other.node(), &mine, &theirs, &non_tensor) && !non_tensor;
+  if (!paired) {
+    Leaves here, there;
+    non_tensor = false;
+    paired = memory_leaves(*this, NestedKey(), here) &&
+             memory_leaves(other, NestedKey(), there, &non_tensor) && !non_tensor &&
+             here.keys == there.keys;
+    mine = std::move(here.tensors);
+    theirs = std::move(there.tensors);
+  }
+  if (paired && all_writable(mine)) {
     const bool grad = c10::GradMode::is_enabled();
-    bool fuse = true;
-    for (std::size_t i = 0; fuse && i < mine.tensors.size(); ++i) {
-      const at::Tensor& t = mine.tensors[i];
-      const at::Tensor& o = theirs.tensors[i];
+    bool fuse = !mine.empty();
+    for (std::size_t i = 0; fuse && i < mine.size(); ++i) {
+      const at::Tensor& t = mine[i];
+      const at::Tensor& o = theirs[i];
       fuse = o.scalar_type() == t.scalar_type() && o.device() == t.device() &&
              o.sizes().equals(t.sizes()) && !(grad && t.requires_grad());
     }
     if (fuse) {
-      check_writable(*this, mine);
-      run_fused("copy_", [&] { at::_foreach_copy_(mine.tensors, theirs.tensors); });
+      run_fused("copy_", [&] { at::_foreach_copy_(mine, theirs); });
       return *this;
     }
   }

@@ -207,3 +207,29 @@ TEST(NnTensorDictModule, GradientsFlowThroughTheWrapper) {
   }
   EXPECT_GT(net->parameters()[0].grad().abs().sum().item<float>(), 0.0f);
 }
+
+TEST(NnTensorDictModule, SoftUpdateOfATargetNetworkThroughTheWrappers) {
+  // TorchRL's target update: the parameters of two wrapped networks as
+  // tensordicts (sharing the modules' tensors), target.lerp_(online, tau).
+  auto online_net = mlp();
+  auto target_net = mlp();
+  TensorDictModule online(online_net, {"obs"}, {"q"});
+  TensorDictModule target(target_net, {"obs"}, {"q"});
+  auto online_params = td::from_module(online);
+  auto target_params = td::from_module(target);
+  std::vector<at::Tensor> before;
+  for (const auto& p : target_net->parameters()) before.push_back(p.detach().clone());
+  {
+    torch::NoGradGuard no_grad;
+    target_params.lerp_(online_params, 0.25);
+  }
+  auto on = online_net->parameters();
+  auto tg = target_net->parameters();
+  ASSERT_EQ(tg.size(), before.size());
+  for (std::size_t i = 0; i < tg.size(); ++i)
+    EXPECT_TRUE(torch::allclose(tg[i], before[i].lerp(on[i], 0.25))) << i;
+  // The target network computes with the updated parameters.
+  auto data = sample();
+  target(data);
+  EXPECT_TRUE(torch::equal(data.get("q"), target_net->forward(data.get("obs"))));
+}

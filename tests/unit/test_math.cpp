@@ -4,6 +4,8 @@
 
 #include "support/ops_test_helpers.h"
 
+#include <torch/version.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -859,6 +861,14 @@ TEST(TensorDictMath, InPlaceArithmeticAndZeroAreFusedWhereTheLeavesAllow) {
   EXPECT_EQ(ops["aten::_foreach_mul_"], 0);
   for (const auto& k : ops_test::fixture_leaves())
     EXPECT_TRUE(torch::equal(all.get(k), torch::zeros_like(all.get(k)))) << k;
+}
+
+TEST(TensorDictMath, InPlaceOpsOnTensordictsWithoutLeaves) {
+  // LibTorch's foreach calls refuse an empty list: nothing to do instead.
+  td::TensorDict empty({}, {4});
+  empty.create_nested("sub");
+  empty.lerp_(empty.clone(), 0.5).zero_().mul_(2).add_(empty.clone(), 3).copy_(empty.clone());
+  EXPECT_EQ(empty.keys(true), std::vector<td::NestedKey>{"sub"});
 }
 
 TEST(TensorDictMath, CopyIsUpdateInPlace) {

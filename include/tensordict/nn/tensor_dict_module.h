@@ -44,7 +44,11 @@ namespace tensordict::nn {
 /// in_keys() order, the outputs in out_keys() order.
 using TensorFunction = std::function<std::vector<at::Tensor>(std::vector<at::Tensor>)>;
 
-namespace detail {
+}  // namespace tensordict::nn
+
+// In the core's detail namespace: a tensordict::nn::detail would hide it from
+// every file of the component that says detail::.
+namespace tensordict::detail {
 
 /// The most tensors a module's forward() may take positionally.
 inline constexpr std::size_t kMaxForwardArity = 8;
@@ -94,8 +98,8 @@ std::vector<at::Tensor> call_positional(F& f, std::vector<at::Tensor>& in) {
 /// A TensorFunction calling `f` with `arity` tensors; empty when `f` cannot
 /// take that many (the constructor reports the arities it can take).
 template <class F>
-TensorFunction positional(F f, std::size_t arity, std::vector<std::size_t>& accepted) {
-  TensorFunction out;
+nn::TensorFunction positional(F f, std::size_t arity, std::vector<std::size_t>& accepted) {
+  nn::TensorFunction out;
   [&]<std::size_t... N>(std::index_sequence<N...>) {
     (
         [&] {
@@ -127,7 +131,9 @@ concept ModuleHolderType = requires {
 }
 &&std::is_base_of_v<torch::nn::ModuleHolder<typename H::ContainedType>, H>;
 
-}  // namespace detail
+}  // namespace tensordict::detail
+
+namespace tensordict::nn {
 
 class TensorDictModule : public TensorDictModuleBase {
  public:
