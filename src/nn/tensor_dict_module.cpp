@@ -1,6 +1,7 @@
 // TensorDictModule: a torch::nn module or a function of tensors reading and
 // writing tensordicts (docs/nn.md).
 #include <tensordict/errors.h>
+#include <tensordict/nn/model_error.h>
 #include <tensordict/nn/tensor_dict_module.h>
 
 #include <c10/util/Exception.h>
@@ -25,9 +26,10 @@ std::string join_keys(const std::vector<NestedKey>& keys) {
 }
 
 // A failure inside the wrapped module, rethrown as the tensordict error of
-// the same nature (a plain LibTorch error, usually a shape or dtype that the
-// module refuses, is a ShapeError as in the core's leaf operations), naming
-// the module and its keys. The original stays reachable as the nested
+// the same nature where LibTorch says it (c10::TypeError, ValueError,
+// IndexError), else as nn::ModelError, the error of every model of the
+// component that fails while it runs (a shape the module's ops refuse, ...),
+// naming the module and its keys. The original stays reachable as the nested
 // exception (std::rethrow_if_nested).
 [[noreturn]] void rethrow_typed(const std::string& context) {
   try {
@@ -41,9 +43,9 @@ std::string join_keys(const std::vector<NestedKey>& keys) {
   } catch (const c10::IndexError& e) {
     std::throw_with_nested(IndexError(context + e.what_without_backtrace()));
   } catch (const c10::Error& e) {
-    std::throw_with_nested(ShapeError(context + e.what_without_backtrace()));
+    std::throw_with_nested(nn::ModelError(context + e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    std::throw_with_nested(Error(context + e.what()));
+    std::throw_with_nested(nn::ModelError(context + e.what()));
   }
 }
 

@@ -3,6 +3,7 @@
 #include "pch.h"
 
 #include <tensordict/module.h>
+#include <tensordict/nn/model_error.h>
 #include <tensordict/nn/tensor_dict_module.h>
 
 namespace td = tensordict;
@@ -183,7 +184,7 @@ TEST(NnTensorDictModule, ModuleFailureIsTypedNamesTheModuleAndWritesNothing) {
   EXPECT_NE(msg.find("TensorDictModule(Sequential)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'wide'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mat1 and mat2"), std::string::npos) << msg;
-  EXPECT_THROW(m(data), td::ShapeError);
+  EXPECT_THROW(m(data), td::nn::ModelError);
   EXPECT_FALSE(data.contains("y"));
 }
 
