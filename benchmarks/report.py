@@ -66,6 +66,16 @@ HEADLINES = [
     # the module called by hand.
     ("nn", "BM_module_mlp/tensordict", 1.05, "TensorDictModule call, MLP 64-64-2"),
     ("nn", "BM_sequential2/tensordict", 1.05, "TensorDictSequential of 2 modules"),
+    # TorchScript and AOTInductor models through tensordicts <= 1.05x of the
+    # IValues / the input vector built by hand.
+    ("nn_export", "BM_script_positional/tensordict", 1.05, "TorchScript, positional"),
+    ("nn_export", "BM_script_dict/tensordict", 1.05, "TorchScript, Dict[str, Tensor]"),
+    ("nn_export", "BM_aoti_dict/tensordict", 1.05, "AOTInductor package, dict"),
+    # The batching runner: 8 actors, batches up to 32, a small MLP; throughput
+    # >= 3x that of each actor calling the module alone = time <= 1/3 of it.
+    ("nn_runner", "BM_actors8_mlp/runner", 0.33, "batching runner, 8 actors, 1 row in flight each"),
+    ("nn_runner", "BM_actors8_mlp/runner_4_in_flight", 0.33,
+     "batching runner, 8 actors, 4 rows in flight each"),
     # save >= 0.8x of raw write() bandwidth = time <= 1.25x the write() floor.
     ("checkpoint", "BM_ckpt_save_100MB/tensordict", 1.25, "checkpoint save vs write()"),
     # Comparisons of two variants (time of the first / time of the second).
