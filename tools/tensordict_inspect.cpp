@@ -17,6 +17,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -34,6 +35,10 @@ json tensor_values(const at::Tensor& t) {
       return json::array({at::real(c).item<double>(), at::imag(c).item<double>()});
     if (c.scalar_type() == at::kBool) return c.item<bool>();
     if (c.is_floating_point()) return c.item<double>();
+    // uint64 values past 2^63 do not fit item<int64_t>(): the same bits, read
+    // back as unsigned.
+    if (td::dtype_to_string(c.scalar_type()) == "torch.uint64")
+      return static_cast<std::uint64_t>(c.to(at::kLong).item<int64_t>());
     return c.item<int64_t>();
   }
   json out = json::array();
@@ -68,7 +73,8 @@ json describe(const td::TensorDictBase& data, int64_t max_values) {
         if (t.numel() <= max_values) {
           e["values"] = tensor_values(t);
         } else if (t.is_complex()) {
-          at::Tensor s = t.sum();
+          // Summed in complex128: LibTorch has no sum for complex32.
+          at::Tensor s = t.to(at::kComplexDouble).sum();
           e["sum"] = json::array({at::real(s).item<double>(), at::imag(s).item<double>()});
         } else {
           e["sum"] = t.to(at::kDouble).sum().item<double>();
@@ -157,13 +163,19 @@ int main(int argc, char** argv) {
       data = td::load_memmap(path,
                              td::LoadOptions{.writable = false, .pickled_values_as_markers = true});
     }
-    if (as_json)
-      std::cout << describe(data, max_values).dump(2) << "\n";
+    if (as_json)  // keys are UTF-8 (the loaders refuse others); replace any that is not
+      std::cout << describe(data, max_values).dump(2, ' ', false, json::error_handler_t::replace)
+                << "\n";
     else
       std::cout << data << "\n";
   } catch (const td::Error& e) {
     std::cerr << "tensordict-inspect: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {
+    // Not a refused input but a defect of this tool or the library: said so,
+    // never an abort.
+    std::cerr << "tensordict-inspect: internal error (please report it): " << e.what() << "\n";
+    return 2;
   }
   return 0;
 }

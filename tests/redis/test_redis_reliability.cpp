@@ -212,6 +212,25 @@ TEST(RedisReliability, LeavesNotStartingWithTheBatchSizeAreRefusedWhenOpening) {
   EXPECT_EQ(server.command({"STRLEN", kStore + "d:action"}), "80");
 }
 
+// Leaf paths in __keys__ that are not UTF-8, or nested deeper than 512
+// levels (found by an outside retry: accepted and printed, or a stack overflow
+// in the tree at 8,000 levels).
+TEST(RedisReliability, LeafPathsNotUtf8OrNestedTooDeepAreFormatErrors) {
+  RedisServer server;
+  td::redis::from_tensordict(sample(4), on(server, "hostile"));
+  std::string deep = "n";
+  for (int i = 0; i < 8000; ++i) deep += ".n";
+  for (const std::string path : {std::string("\xff\xfe"), std::string("b.\xc3\x28"), deep}) {
+    SCOPED_TRACE(path.substr(0, 8));
+    server.command({"SADD", kStore + "__keys__", path});
+    expect_error<td::FormatError>([&] { td::redis::from_store(on(server, "hostile")); },
+                                  kStore + "__keys__");
+    server.command({"SREM", kStore + "__keys__", path});
+  }
+  EXPECT_TRUE(
+      torch::equal(td::redis::from_store(on(server, "hostile")).get("action"), torch::arange(4)));
+}
+
 TEST(RedisReliability, AShapeWhoseByteSizeWrapsIsAFormatError) {
   RedisServer server;
   td::redis::from_tensordict(sample(4), on(server, "hostile"));

@@ -1,5 +1,7 @@
 #include "storage/redis/connection.h"
 
+#include "core/json_limits.h"
+
 #include <tensordict/errors.h>
 
 #include <pthread.h>
@@ -139,11 +141,24 @@ std::string_view text(const redisReply* r, const std::string& what) {
   return {r->str, r->len};
 }
 
-std::vector<std::string> set_members(Connection& conn, const std::string& key) {
+std::vector<std::string> leaf_paths(Connection& conn, const std::string& key) {
   Reply members = conn.call({"SMEMBERS", key}, "reading " + key);
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < members->elements; ++i)
-    out.emplace_back(text(members->element[i], key));
+  for (std::size_t i = 0; i < members->elements; ++i) {
+    std::string path(text(members->element[i], key));
+    // Keys are UTF-8 and nested at most kMaxNestingDepth levels, as the core
+    // and the other loaders require: a stored path that is not would reach
+    // key lists and printing (and a deep one the recursive tree).
+    if (auto bad = first_invalid_utf8(path))
+      throw FormatError("Redis store: '" + key +
+                        "' lists a leaf path that is not valid UTF-8 (byte " +
+                        std::to_string(*bad) + ")");
+    if (std::count(path.begin(), path.end(), '.') >= kMaxNestingDepth)
+      throw FormatError("Redis store: '" + key + "' lists a leaf path nested deeper than " +
+                        std::to_string(kMaxNestingDepth) + " levels ('" + path.substr(0, 40) +
+                        "...')");
+    out.push_back(std::move(path));
+  }
   return out;
 }
 

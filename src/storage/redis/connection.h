@@ -115,7 +115,8 @@ class Connection {
 
 /// The text of a string or status reply; FormatError naming `what` otherwise.
 std::string_view text(const redisReply* r, const std::string& what);
-/// The members of the set at `key` (one SMEMBERS round trip), as stored.
-std::vector<std::string> set_members(Connection& conn, const std::string& key);
+/// The leaf paths of a store's __keys__ set at `key` (one SMEMBERS round trip); FormatError for a
+/// path that is not UTF-8 or nested deeper than kMaxNestingDepth.
+std::vector<std::string> leaf_paths(Connection& conn, const std::string& key);
 
 }  // namespace tensordict::detail::redis

@@ -259,7 +259,7 @@ struct LazyStackState {
 
   /// Re-reads the leaf paths and their metadata (two round trips).
   void load() {
-    std::vector<std::string> paths = set_members(conn, key("__keys__"));
+    std::vector<std::string> paths = leaf_paths(conn, key("__keys__"));
     Batch b;
     for (const auto& p : paths) {
       b.add({"HGETALL", b.own(meta_key(p))});

@@ -144,7 +144,7 @@ struct Store {
 
   /// Re-reads the leaf paths and their metadata (two round trips).
   void load() {
-    std::vector<std::string> paths = set_members(conn, key("__keys__"));
+    std::vector<std::string> paths = leaf_paths(conn, key("__keys__"));
     std::sort(paths.begin(), paths.end());
     Batch b;
     for (const auto& p : paths) b.add({"HGETALL", b.own(meta_key(p))});
