@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The second LibTorch of .ci/run: Debian 12's libtorch-dev 1.13.1. Builds the
-# library, every component (HDF5, Redis, distributed), the tool, and the unit
+# library, every component (HDF5, Redis, distributed, nn without AOTInductor), the tool, and the unit
 # and distributed test programs against it, and runs those two programs
 # (docs/getting_started.md, "Supported LibTorch"). On a machine without
 # Debian's LibTorch 1.13 (Debian 13) it says so and builds nothing.
@@ -21,7 +21,7 @@ env -u CMAKE_PREFIX_PATH cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   -DTorch_DIR="$torch_dir" -DTENSORDICT_PYTHON="$VENV/bin/python" \
   -DTENSORDICT_BUILD_TESTS=ON -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF \
   -DTENSORDICT_WITH_HDF5=ON -DTENSORDICT_WITH_DISTRIBUTED=ON -DTENSORDICT_WITH_REDIS=ON >/dev/null
-cmake --build "$BUILD_DIR" -j "$JOBS" --target tensordict tensordict_hdf5 tensordict_redis \
+cmake --build "$BUILD_DIR" -j "$JOBS" --target tensordict tensordict_hdf5 tensordict_redis tensordict_nn \
   tensordict_distributed tensordict-inspect tensordict_tests tensordict_distributed_tests
 export TENSORDICT_TEST_DATA="$PWD/tests/data"
 "$BUILD_DIR"/tests/tensordict_tests --gtest_brief=1
