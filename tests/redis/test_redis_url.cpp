@@ -34,6 +34,13 @@ TEST(RedisUrl, TcpAddressesWithEveryPart) {
   EXPECT_EQ(r.db, 2);
   EXPECT_EQ(r.prefix, "rl");
 
+  // Commands are bounded by default (a server that stops answering is a
+  // TimeoutError, not a hang); the query sets both timeouts.
+  EXPECT_EQ(r.timeout, 60.0);
+  r = td::redis::parse_url("redis://host/id?timeout=2&connect_timeout=0");
+  EXPECT_EQ(r.timeout, 2.0);
+  EXPECT_EQ(r.connect_timeout, 0.0);
+
   r = td::redis::parse_url("redis://secret@[::1]:7000");
   EXPECT_EQ(r.password, "secret");
   EXPECT_TRUE(r.username.empty());
@@ -60,7 +67,8 @@ TEST(RedisUrl, BadAddressesAreValueErrorsNamingThem) {
   for (const char* bad :
        {"http://host/id", "redis://:6379/id", "redis://host:99999/id", "redis://host:port/id",
         "redis://host/a/b", "redis://host/id?db=x", "redis://host/id?color=red",
-        "redis://host/id?db", "unix://relative/path", "redis://u%4@host/id", "redis://[::1/id"}) {
+        "redis://host/id?timeout=-1", "redis://host/id?timeout=1.5x", "redis://host/id?db",
+        "unix://relative/path", "redis://u%4@host/id", "redis://[::1/id"}) {
     const std::string quoted = std::string("'") + bad + "'";
     TD_EXPECT_THROW_MSG(td::redis::parse_url(bad), td::ValueError, quoted.c_str());
   }

@@ -52,7 +52,9 @@ struct Redis {
   /// Seconds; 0 means no limit.
   double connect_timeout = 5.0;
   /// Seconds a command may take; 0 means no limit. TimeoutError beyond it.
-  double timeout = 0.0;
+  /// Bounded by default, so that a server that stops answering (stopped,
+  /// hung, a listener that is not Redis) is an error, not a hang.
+  double timeout = 60.0;
   /// Keys are "<prefix>:{<td_id>}:<suffix>".
   std::string prefix = "tensordict";
   /// The store's id; empty: a new random UUID (Python's uuid4()).
@@ -229,11 +231,12 @@ TC from_store_as(const storage::Redis& storage) {
 }
 
 /// The server and store named by an address, for command lines and config:
-/// "redis://[[user]:password@]host[:port][/td_id][?db=N&prefix=P]" (user and
+/// "redis://[[user]:password@]host[:port][/td_id][?db=N&prefix=P&timeout=S]" (user and
 /// password %-escaped; "[::1]" for IPv6) or "unix://<socket path>[/td_id]
 /// [?db=N&prefix=P]" (when the whole path is not a socket, its last component
-/// is the td_id). `td_id=` may also be given in the query. Other fields keep
-/// their defaults. ValueError naming the address and the expected forms.
+/// is the td_id). `td_id=` may also be given in the query, and `timeout=` /
+/// `connect_timeout=` in whole seconds. Other fields keep their defaults. ValueError naming the
+/// address and the expected forms.
 storage::Redis parse_url(std::string_view url);
 
 }  // namespace redis

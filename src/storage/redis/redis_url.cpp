@@ -75,8 +75,13 @@ storage::Redis parse_url(std::string_view url) {
         r.prefix = decode(url, v);
       else if (k == "td_id")
         r.td_id = decode(url, v);
+      else if (k == "timeout")  // whole seconds; 0 = no limit
+        r.timeout = to_int(url, v, "timeout", 0, 1 << 20);
+      else if (k == "connect_timeout")
+        r.connect_timeout = to_int(url, v, "connect_timeout", 0, 1 << 20);
       else
-        bad(url, "unknown query item '" + std::string(k) + "' (db, prefix, td_id are known)");
+        bad(url, "unknown query item '" + std::string(k) +
+                     "' (db, prefix, td_id, timeout, connect_timeout are known)");
     }
   }
   if (unix_socket) {
