@@ -76,7 +76,7 @@ endif()
 # One file per part (docs/architecture.md): the structure and flat buffer
 # (layout), the group's messages (channel), the buffer pool, the listening
 # receive, the two point-to-point protocols, Python's wire and the collectives.
-add_library(tensordict_distributed
+tensordict_add_library_component(tensordict_distributed distributed
   src/distributed/buffers.cpp
   src/distributed/channel.cpp
   src/distributed/collectives.cpp
@@ -85,20 +85,3 @@ add_library(tensordict_distributed
   src/distributed/listening.cpp
   src/distributed/point_to_point.cpp
   src/distributed/python_wire.cpp)
-add_library(tensordict::distributed ALIAS tensordict_distributed)
-set_target_properties(tensordict_distributed PROPERTIES
-  EXPORT_NAME distributed
-  OUTPUT_NAME tensordict_distributed
-  POSITION_INDEPENDENT_CODE ON
-  VERSION ${PROJECT_VERSION}
-  SOVERSION ${PROJECT_VERSION_MAJOR})
-target_link_libraries(tensordict_distributed PUBLIC tensordict torch)
-target_include_directories(tensordict_distributed PRIVATE ${PROJECT_SOURCE_DIR}/src)
-tensordict_project_warnings(tensordict_distributed)
-
-install(TARGETS tensordict_distributed EXPORT tensordict-distributed-targets
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(EXPORT tensordict-distributed-targets NAMESPACE tensordict::
-  DESTINATION ${TENSORDICT_INSTALL_CMAKEDIR})

@@ -15,24 +15,14 @@ int main(int argc, char** argv) {
   return 0;
 }]])
 
-add_library(tensordict_nn
+tensordict_add_library_component(tensordict_nn nn
   src/nn/tensor_dict_module_base.cpp
   src/nn/batching_runner.cpp
   src/nn/ivalue.cpp
   src/nn/script_module.cpp
   src/nn/sequential.cpp
   src/nn/tensor_dict_module.cpp)
-add_library(tensordict::nn ALIAS tensordict_nn)
-set_target_properties(tensordict_nn PROPERTIES
-  EXPORT_NAME nn
-  OUTPUT_NAME tensordict_nn
-  POSITION_INDEPENDENT_CODE ON
-  VERSION ${PROJECT_VERSION}
-  SOVERSION ${PROJECT_VERSION_MAJOR})
-target_link_libraries(tensordict_nn PUBLIC tensordict torch)
 target_link_libraries(tensordict_nn PRIVATE $<BUILD_INTERFACE:fmt::fmt-header-only>)
-target_include_directories(tensordict_nn PRIVATE ${PROJECT_SOURCE_DIR}/src)
-tensordict_project_warnings(tensordict_nn)
 if(TENSORDICT_HAVE_AOTI)
   # Users of the installed package see it too: tensordict/nn/aoti_module.h needs it.
   target_compile_definitions(tensordict_nn PUBLIC TENSORDICT_HAVE_AOTI=1)
@@ -47,10 +37,3 @@ endif()
 # writes the models Python exports: the tests and the examples' policy actors
 # read them there.
 set(TENSORDICT_NN_MODELS_DIR ${PROJECT_BINARY_DIR}/tests/nn/models)
-
-install(TARGETS tensordict_nn EXPORT tensordict-nn-targets
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(EXPORT tensordict-nn-targets NAMESPACE tensordict::
-  DESTINATION ${TENSORDICT_INSTALL_CMAKEDIR})

@@ -1,6 +1,9 @@
 // BatchingRunner: single-row calls from many threads, run as stacked batches
 // on one runner thread (docs/nn_batching.md).
+#include "nn/messages.h"
+
 #include <tensordict/nn/batching_runner.h>
+
 #include <tensordict/stack.h>
 #include <tensordict/tensor_dict.h>
 
@@ -311,15 +314,9 @@ std::exception_ptr BatchingRunner::typed(std::exception_ptr error) const {
     std::rethrow_exception(error);
   } catch (const Error&) {
     return error;
-  } catch (const c10::Error& e) {
-    try {
-      std::throw_with_nested(ModelError(name_ + ": " + e.what_without_backtrace()));
-    } catch (...) {
-      return std::current_exception();
-    }
   } catch (const std::exception& e) {
     try {
-      std::throw_with_nested(ModelError(name_ + ": " + e.what()));
+      std::throw_with_nested(ModelError(name_ + ": " + detail::runtime_message(e)));
     } catch (...) {
       return std::current_exception();
     }

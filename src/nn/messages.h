@@ -1,5 +1,7 @@
 #pragma once
-// What the error messages of tensordict::nn's modules say, shared by them.
+// What the error messages of tensordict::nn's modules say, shared by them (in
+// tensordict::detail: a tensordict::nn::detail would hide the core's detail
+// namespace from the component's headers).
 #include <tensordict/nested_key.h>
 
 #include <c10/util/Exception.h>
@@ -9,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace tensordict::nn::detail {
+namespace tensordict::detail {
 
 /// "'a', ('next', 'obs')": the keys' reprs joined by ", ".
 inline std::string join_keys(const std::vector<NestedKey>& keys) {
@@ -29,4 +31,4 @@ inline std::string runtime_message(const std::exception& e) {
   return e.what();
 }
 
-}  // namespace tensordict::nn::detail
+}  // namespace tensordict::detail

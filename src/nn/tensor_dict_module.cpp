@@ -1,5 +1,7 @@
 // TensorDictModule: a torch::nn module or a function of tensors reading and
 // writing tensordicts (docs/nn.md).
+#include "nn/messages.h"
+
 #include <tensordict/errors.h>
 #include <tensordict/nn/model_error.h>
 #include <tensordict/nn/tensor_dict_module.h>
@@ -11,17 +13,13 @@
 
 namespace tensordict::nn {
 
+using detail::join_keys;
+
 namespace {
 
 std::string join(const std::vector<std::size_t>& values) {
   std::string out;
   for (auto v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
-  return out;
-}
-
-std::string join_keys(const std::vector<NestedKey>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k.repr();
   return out;
 }
 
