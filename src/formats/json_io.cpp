@@ -181,6 +181,11 @@ ojson parse_python_json(const std::string& text, const std::string& where) {
     throw FormatError((where.empty() ? std::string("JSON") : where) + ": nested deeper than " +
                       std::to_string(kMaxNestingDepth) +
                       " levels (the limit of this library, docs/errors.md)");
+  // nlohmann's parser takes a NUL byte for the end of the input, so that
+  // "[4]\0garbage" would read as [4]; JSON text never holds one raw.
+  if (const auto nul = text.find('\0'); nul != std::string::npos)
+    throw FormatError((where.empty() ? std::string("JSON") : where) +
+                      ": is not valid JSON: a NUL byte at offset " + std::to_string(nul));
   ojson j = ojson::parse(quote_special_numbers(text));
   restore_special_numbers(j);
   return j;

@@ -84,6 +84,13 @@ def write(d):
         sid = h5py.h5s.create(h5py.h5s.SCALAR)
         did = h5py.h5d.create(f.id, b"code_point", tid, sid)
         did.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([0x110000], dtype="<u4"), mtype=tid)
+        # Tags whose item size is not the type's 4 bytes (2^32 - 1 characters,
+        # or none): not what numpy wrote.
+        for name, tag in ((b"huge_tag", b"NUMPY:<U4294967295"), (b"empty_tag", b"NUMPY:<U0")):
+            tid = h5py.h5t.create(h5py.h5t.OPAQUE, 4)
+            tid.set_tag(tag)
+            did = h5py.h5d.create(f.id, name, tid, h5py.h5s.create(h5py.h5s.SCALAR))
+            did.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([0x41], dtype="<u4"), mtype=tid)
 
 
 def hold(path, ready, go):

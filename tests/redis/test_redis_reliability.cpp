@@ -104,21 +104,27 @@ TEST(RedisReliability, ServerKilledWhileALargeValueIsUploadedIsAStorageError) {
 
 // ---- 2. CLUSTER SLOTS ------------------------------------------------------------
 
+// A listening socket on 127.0.0.1, on a port the kernel picks.
+int listen_on_loopback(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  port = ntohs(addr.sin_port);
+  ::listen(fd, 4);
+  return fd;
+}
+
 // A node answering every command with `reply`. Served from a thread of the
 // test because a real redis-server cannot be made to send a malformed
 // CLUSTER SLOTS reply.
 class FakeNode {
  public:
   explicit FakeNode(std::string reply) : reply_(std::move(reply)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    ::listen(fd_, 4);
+    fd_ = listen_on_loopback(port_);
     thread_ = std::thread([this] {
       for (;;) {
         const int c = ::accept(fd_, nullptr, nullptr);
@@ -182,12 +188,65 @@ TEST(RedisReliability, MalformedClusterSlotsRepliesAreFormatErrors) {
   expect_error<td::StorageError>([&] { td::redis::create(opts, {10}); }, "no node serves");
 }
 
+// A peer that announces a 2^62-byte bulk string and streams zeros for as long
+// as the client reads: hiredis would buffer it all (outside retry F5). The
+// client stops at max_reply_bytes with a FormatError.
+class StreamingNode {
+ public:
+  StreamingNode() {
+    fd_ = listen_on_loopback(port_);
+    thread_ = std::thread([this] {
+      const std::string header = "$4611686018427387904\r\n";
+      const std::string zeros(1 << 16, '\0');
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[4096];
+        if (::read(c, buf, sizeof buf) > 0 &&
+            ::send(c, header.data(), header.size(), MSG_NOSIGNAL) > 0)
+          while (::send(c, zeros.data(), zeros.size(), MSG_NOSIGNAL) > 0) sent_ += zeros.size();
+        ::close(c);
+      }
+    });
+  }
+  ~StreamingNode() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  std::size_t sent() const { return sent_; }
+
+ private:
+  int fd_ = -1, port_ = 0;
+  std::atomic<std::size_t> sent_{0};
+  std::thread thread_;
+};
+
+TEST(RedisReliability, AnEndlessBulkStringIsAFormatErrorAtMaxReplyBytes) {
+  StreamingNode node;
+  td::storage::Redis opts;
+  opts.host = "127.0.0.1";
+  opts.port = node.port();
+  opts.td_id = "endless";
+  opts.connect_timeout = 5;
+  opts.timeout = 20;
+  opts.max_reply_bytes = 1 << 20;
+  expect_error<td::FormatError>([&] { td::redis::from_store(opts); }, "max_reply_bytes");
+  // The client stopped reading near the cap (the socket buffers hold a few MiB
+  // more), not after the timeout had let it take hundreds of MiB.
+  EXPECT_LT(node.sent(), std::size_t{64} << 20);
+}
+
 // ---- 3-6. stored metadata ----------------------------------------------------------
 
 TEST(RedisReliability, BadBatchSizesAreFormatErrors) {
   RedisServer server;
   td::redis::create(on(server, "hostile"), {4});
-  for (const std::string bs : {"[-5]", "[2.5]", "[true]", "[18446744073709551615]", "{}", "4"}) {
+  // "[4]\0garbage": nlohmann's parser stops at a NUL (outside retry F7).
+  for (const std::string bs : {std::string("[-5]"), std::string("[2.5]"), std::string("[true]"),
+                               std::string("[18446744073709551615]"), std::string("{}"),
+                               std::string("4"), std::string("[4]\0garbage", 11)}) {
     SCOPED_TRACE(bs);
     server.command({"SET", kStore + "__batch_size__", bs});
     expect_error<td::FormatError>([&] { td::redis::from_store(on(server, "hostile")); },
@@ -220,7 +279,10 @@ TEST(RedisReliability, LeafPathsNotUtf8OrNestedTooDeepAreFormatErrors) {
   td::redis::from_tensordict(sample(4), on(server, "hostile"));
   std::string deep = "n";
   for (int i = 0; i < 8000; ++i) deep += ".n";
-  for (const std::string path : {std::string("\xff\xfe"), std::string("b.\xc3\x28"), deep}) {
+  // "obs" is a leaf: "obs.x" would make it a nested level too (F7: one of
+  // them was dropped without a word).
+  for (const std::string path :
+       {std::string("\xff\xfe"), std::string("b.\xc3\x28"), deep, std::string("obs.x")}) {
     SCOPED_TRACE(path.substr(0, 8));
     server.command({"SADD", kStore + "__keys__", path});
     expect_error<td::FormatError>([&] { td::redis::from_store(on(server, "hostile")); },
@@ -263,6 +325,17 @@ TEST(RedisReliability, NonTensorValuesNestedTooDeepOrNotUtf8AreFormatErrors) {
   expect_error<td::FormatError>(
       [&] { td::redis::from_store(on(server, "hostile")).get_non_tensor("labels"); },
       "a list of 3 values");
+}
+
+TEST(RedisReliability, AStoreTypeThisBuildDoesNotKnowIsAFormatError) {
+  RedisServer server;
+  td::redis::from_tensordict(sample(), on(server, "hostile"));
+  server.command({"SET", kStore + "__type__", "bogus"});
+  expect_error<td::FormatError>([&] { td::redis::from_store(on(server, "hostile")); },
+                                kStore + "__type__' is 'bogus'");
+  server.command({"DEL", kStore + "__type__"});
+  EXPECT_EQ(td::redis::from_store(on(server, "hostile")).batch_size().vec(),
+            std::vector<int64_t>{10});
 }
 
 TEST(RedisReliability, ADeviceOtherThanTheCpuIsRefusedWhenOpening) {
@@ -318,7 +391,27 @@ TEST(RedisReliability, ShardedManifestsOutOfRangeAreFormatErrors) {
   server.command({"SET", kStore + "__shards__", manifest});
   with("device", "\"cuda:0\"");
   EXPECT_THROW(td::redis::from_store(on(server, "hostile")), td::DeviceError);
+  // A manifest of a later format (outside retry F7), read as if it were 1.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"version", "2"}, {"version", "\"1\""}, {"layout", "\"columns\""}}) {
+    SCOPED_TRACE(field + "=" + value);
+    server.command({"SET", kStore + "__shards__", manifest});
+    with(field, value);
+    expect_error<td::FormatError>([&] { td::redis::from_store(on(server, "hostile")); },
+                                  "is not known");
+  }
   server.command({"SET", kStore + "__shards__", manifest});
+  // A block gone (F6: the store read as rows of nothing), or holding other
+  // rows than the manifest gives it (F7).
+  const std::string block1 = "tensordict:{hostile-1}:__batch_size__";
+  ASSERT_EQ(server.command({"GET", block1}), "[4]");
+  server.command({"RENAME", block1, block1 + ".saved"});
+  expect_error<td::FormatError>([&] { td::redis::from_store(on(server, "hostile")); },
+                                block1 + "' is missing");
+  server.command({"SET", block1, "[3]"});
+  expect_error<td::FormatError>([&] { td::redis::from_store(on(server, "hostile")); },
+                                block1 + "' is [3]");
+  server.command({"RENAME", block1 + ".saved", block1});
   auto store = td::redis::from_store(on(server, "hostile"));
   EXPECT_TRUE(torch::equal(store.get("action"), torch::arange(10)));
 }
@@ -358,8 +451,9 @@ TEST(RedisReliability, LazyStackCountsAndInnerBatchSizesOutOfRangeAreFormatError
 
 // ---- 7. writes: all or nothing ------------------------------------------------------
 
-// Another process replaces one leaf's bytes with a hash, or shortens them:
-// the row write fails and writes no leaf (Redis does not roll back an EXEC).
+// One leaf's bytes are replaced with a hash, or shortened, its metadata left
+// as it was: the row write fails and writes no leaf (Redis does not roll back
+// an EXEC). A retry would fail the same way: a FormatError, not a conflict.
 TEST(RedisReliability, ARowWriteInWhichOneLeafFailsWritesNoLeaf) {
   RedisServer server;
   auto store = td::redis::from_tensordict(sample(), on(server, "hostile"));
@@ -373,9 +467,10 @@ TEST(RedisReliability, ARowWriteInWhichOneLeafFailsWritesNoLeaf) {
       server.command({"SET", kStore + "d:action", "xx"});
     server.reset_stats();
     const auto before = td::redis::round_trips(store);
-    expect_error<td::ConflictError>([&] { store.index_put_({3}, sample()[0] * 0 + 7); },
-                                    "changed by another process");
-    EXPECT_EQ(td::redis::round_trips(store) - before, 1);
+    expect_error<td::FormatError>([&] { store.index_put_({3}, sample()[0] * 0 + 7); },
+                                  "the metadata is unchanged");
+    // The write's round trip, then the metadata read again (two).
+    EXPECT_EQ(td::redis::round_trips(store) - before, 3);
     EXPECT_EQ(server.command({"GET", kStore + "d:obs"}), obs);
     EXPECT_EQ(server.command({"GET", kStore + "d:next.obs"}).size(), 240u);
     EXPECT_EQ(server.command_calls()["setrange"], 0);
@@ -391,7 +486,7 @@ TEST(RedisReliability, ShardedAndLazyStackRowWritesAreAllOrNothing) {
     const std::string obs = server.command({"GET", k1 + "d:obs"});
     server.command({"DEL", k1 + "d:action"});
     server.command({"HSET", k1 + "d:action", "f", "v"});
-    EXPECT_THROW(store.index_put_({5}, sample()[0] * 0 + 7), td::ConflictError);
+    EXPECT_THROW(store.index_put_({5}, sample()[0] * 0 + 7), td::FormatError);
     EXPECT_EQ(server.command({"GET", k1 + "d:obs"}), obs);
   }
   {
@@ -403,13 +498,13 @@ TEST(RedisReliability, ShardedAndLazyStackRowWritesAreAllOrNothing) {
     EXPECT_THROW(
         stack.index_put_(
             {1}, td::TensorDict({{"x", torch::ones({4, 3})}, {"y", torch::ones({4})}}, {4})),
-        td::ConflictError);
+        td::FormatError);
     EXPECT_EQ(server.command({"GET", k + "d:x"}), x);
     // The same through set_element.
     EXPECT_THROW(
         td::redis::set_element(
             stack, 1, td::TensorDict({{"x", torch::ones({4, 3})}, {"y", torch::ones({4})}}, {4})),
-        td::StorageError);
+        td::FormatError);
     EXPECT_EQ(server.command({"GET", k + "d:x"}), x);
   }
 }
@@ -430,6 +525,49 @@ TEST(RedisReliability, ALeafReplacedByAnotherProcessIsAConflictThenReadsAfterRet
   sh_other.set("obs", torch::ones({10, 4}));
   EXPECT_THROW(sh[6].to_tensordict(), td::ConflictError);
   EXPECT_TRUE(torch::equal(sh[6].get("obs"), torch::ones({4})));
+}
+
+// The same for a row write: another handle replaced the leaf (bytes and
+// metadata); the write is a ConflictError that wrote nothing and refreshed the
+// metadata, and the retry writes the new leaf.
+TEST(RedisReliability, ARowWriteOverALeafReplacedByAnotherProcessIsAConflictThenRetries) {
+  RedisServer server;
+  auto store = td::redis::from_tensordict(sample(), on(server, "hostile"));
+  (void)store.get("obs");  // metadata cached
+  auto other = td::redis::from_store(on(server, "hostile"));
+  other.set("obs", torch::ones({10, 4}));
+  auto row = [&](std::vector<int64_t> obs) {
+    td::TensorDict r({{"obs", torch::full(obs, 7.0f)}, {"action", torch::tensor(7)}}, {});
+    r.set({"next", "obs"}, torch::full({2, 3}, 7.0f));
+    return r;
+  };
+  // A row of the shapes this handle knew.
+  expect_error<td::ConflictError>(
+      [&] {
+        store.index_put_({3}, row({2, 3}));
+      },
+      "changed by another process");
+  EXPECT_TRUE(torch::equal(other.get("action"), torch::arange(10)));  // nothing written
+  EXPECT_EQ(store.get("obs").sizes(), at::IntArrayRef({10, 4}));      // refreshed
+  store.index_put_({3}, row({4}));
+  EXPECT_TRUE(torch::equal(other[3].get("obs"), torch::full({4}, 7.0f)));
+  EXPECT_EQ(other.get("action")[3].item<int64_t>(), 7);
+}
+
+// A value missing or cut short with its metadata unchanged is no conflict: a
+// retry would read the same. FormatError, for each kind of store (found by
+// an outside retry: "changed by another process, retry" sent users round).
+TEST(RedisReliability, ALeafShorterThanItsUnchangedMetadataIsAFormatError) {
+  RedisServer server;
+  auto store = td::redis::from_tensordict(sample(), on(server, "hostile"));
+  server.command({"SET", kStore + "d:obs", "short"});
+  expect_error<td::FormatError>([&] { store[2].to_tensordict(); }, kStore + "d:obs");
+  auto sh = td::redis::from_tensordict(sample(), sharded(server, "sh3"));
+  server.command({"DEL", "tensordict:{" + td::redis::block_ids(sh)[1] + "}:d:obs"});
+  expect_error<td::FormatError>([&] { sh[6].to_tensordict(); }, "the metadata is unchanged");
+  auto stack = td::redis::from_lazy_stack(stack_of(3), on(server, "ls2"));
+  server.command({"SET", "tensordict:{ls2}:d:x", "xx"});
+  expect_error<td::FormatError>([&] { stack[1].to_tensordict(); }, "tensordict:{ls2}:d:x");
 }
 
 // A failed from_schema removes what it created.

@@ -40,6 +40,10 @@ TEST(RedisUrl, TcpAddressesWithEveryPart) {
   r = td::redis::parse_url("redis://host/id?timeout=2&connect_timeout=0");
   EXPECT_EQ(r.timeout, 2.0);
   EXPECT_EQ(r.connect_timeout, 0.0);
+  EXPECT_EQ(r.max_reply_bytes, std::int64_t{1} << 30);  // bounded by default too
+  r = td::redis::parse_url("redis://host/id?max_reply_bytes=4294967296");
+  EXPECT_EQ(r.max_reply_bytes, std::int64_t{1} << 32);
+  EXPECT_THROW(td::redis::parse_url("redis://host/id?max_reply_bytes=-1"), td::ValueError);
 
   r = td::redis::parse_url("redis://secret@[::1]:7000");
   EXPECT_EQ(r.password, "secret");

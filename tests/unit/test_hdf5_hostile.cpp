@@ -139,6 +139,8 @@ TEST_F(H5Hostile, UnreadableDatasetsAreTypedErrorsNamingTheKey) {
       {"utf8.h5", "latin1", "UTF-8"},
       {"utf8.h5", "fixed", "UTF-8"},
       {"utf8.h5", "code_point", "U+10FFFF"},
+      {"utf8.h5", "huge_tag", "does not describe its 4-byte items"},
+      {"utf8.h5", "empty_tag", "does not describe its 4-byte items"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.file) + " " + c.key);

@@ -55,6 +55,11 @@ struct Redis {
   /// Bounded by default, so that a server that stops answering (stopped,
   /// hung, a listener that is not Redis) is an error, not a hang.
   double timeout = 60.0;
+  /// The largest reply value (one bulk string) read from a server; 0 means
+  /// no limit. A peer announcing more is a FormatError once this much has
+  /// arrived, not unbounded memory. Redis stores no string over its
+  /// proto-max-bulk-len (512 MiB by default): raise this with it.
+  std::int64_t max_reply_bytes = std::int64_t{1} << 30;
   /// Keys are "<prefix>:{<td_id>}:<suffix>".
   std::string prefix = "tensordict";
   /// The store's id; empty: a new random UUID (Python's uuid4()).
@@ -234,9 +239,9 @@ TC from_store_as(const storage::Redis& storage) {
 /// "redis://[[user]:password@]host[:port][/td_id][?db=N&prefix=P&timeout=S]" (user and
 /// password %-escaped; "[::1]" for IPv6) or "unix://<socket path>[/td_id]
 /// [?db=N&prefix=P]" (when the whole path is not a socket, its last component
-/// is the td_id). `td_id=` may also be given in the query, and `timeout=` /
-/// `connect_timeout=` in whole seconds. Other fields keep their defaults. ValueError naming the
-/// address and the expected forms.
+/// is the td_id). `td_id=` may also be given in the query, `timeout=` /
+/// `connect_timeout=` in whole seconds and `max_reply_bytes=`. Other fields keep their defaults.
+/// ValueError naming the address and the expected forms.
 storage::Redis parse_url(std::string_view url);
 
 }  // namespace redis

@@ -15,6 +15,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -1002,6 +1003,18 @@ json File::read_non_tensor(const Dataset& d, const std::string& context) {
     throw FormatError(context + ": opaque dtype tag 'NUMPY:" + dt + "' is not a numpy dtype");
   const bool swap = dt[0] == '>';
   const char kind = dt[1];
+  // The tag's item size (bytes; characters for 'U') must be the opaque
+  // type's: "<U4294967295" over 4-byte items is not what numpy wrote.
+  {
+    std::uint64_t items = 0;
+    const char* first = dt.data() + 2;
+    const auto [end, ec] = std::from_chars(first, dt.data() + dt.size(), items);
+    const std::uint64_t bytes = kind == 'U' ? items * 4 : items;
+    if (ec != std::errc() || end != dt.data() + dt.size() || items == 0 ||
+        (kind == 'U' && items > (std::uint64_t{1} << 60)) || bytes != size)
+      throw FormatError(context + ": opaque dtype tag 'NUMPY:" + dt.substr(0, 40) +
+                        "' does not describe its " + std::to_string(size) + "-byte items");
+  }
   std::vector<unsigned char> buf(static_cast<std::size_t>(n) * size);
   if (n > 0)
     check(H5Dread(d.id.get(), ftype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "H5Dread",

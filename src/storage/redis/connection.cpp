@@ -159,6 +159,18 @@ std::vector<std::string> leaf_paths(Connection& conn, const std::string& key) {
                         "...')");
     out.push_back(std::move(path));
   }
+  // A path that is a leaf cannot also be a nested level ("a" and "a.x"):
+  // either would hide the other.
+  std::vector<std::string_view> sorted(out.begin(), out.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (const auto p : sorted) {
+    const std::string level = std::string(p) + ".";
+    const auto it = std::lower_bound(sorted.begin(), sorted.end(), std::string_view(level));
+    if (it != sorted.end() && it->starts_with(level))
+      throw FormatError("Redis store: '" + key + "' lists '" + std::string(p.substr(0, 100)) +
+                        "' both as a leaf and as a nested tensordict (with '" +
+                        std::string(it->substr(0, 100)) + "')");
+  }
   return out;
 }
 
@@ -202,9 +214,26 @@ class Link {
   }
   /// Reads one reply. Everything appended is flushed first (flush()), so
   /// that hiredis never writes here, outside SigpipeBlocked.
+  /// hiredis buffers a bulk string until all of it has arrived, whatever
+  /// length the server announced: the unparsed part of the buffer is capped
+  /// at options_.max_reply_bytes, so that a peer announcing 2^62 bytes and
+  /// streaming them is an error, not memory growing without bound.
   Reply read(const std::string& what) {
     void* raw = nullptr;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK) fail(what);
+    if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(what);
+    while (raw == nullptr) {
+      if (redisBufferRead(ctx_) != REDIS_OK) fail(what);
+      const std::size_t pending = ctx_->reader->len - ctx_->reader->pos;
+      if (options_.max_reply_bytes > 0 &&
+          pending > static_cast<std::size_t>(options_.max_reply_bytes)) {
+        close();
+        throw FormatError("Redis server " + address_ + ": " + what + ": a reply value over " +
+                          std::to_string(options_.max_reply_bytes) +
+                          " bytes (storage::Redis::max_reply_bytes; the server's "
+                          "proto-max-bulk-len caps what it can store)");
+      }
+      if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) fail(what);
+    }
     return Reply(static_cast<redisReply*>(raw));
   }
 
@@ -534,8 +563,8 @@ std::vector<Reply> Connection::send(const Batch& batch, const std::string& what,
   }
   if (!errors.empty()) {
     // TDSIZE: the checked row write (store.h, CheckedWrite) found a leaf
-    // another process changed; it wrote nothing.
-    if (errors.front().find(": TDSIZE ") != std::string::npos) throw ConflictError(errors.front());
+    // that is not the size its metadata gives; it wrote nothing.
+    if (errors.front().find(": TDSIZE ") != std::string::npos) throw SizeRefused(errors.front());
     throw StorageError(errors.front());
   }
   return out;

@@ -12,6 +12,7 @@
 // the commands it refused; ASK re-sends them once to the importing node after
 // ASKING. With a transaction, MULTI/EXEC wraps the commands of each slot.
 
+#include <tensordict/errors.h>
 #include <tensordict/storage/redis.h>
 
 #include <hiredis/hiredis.h>
@@ -27,6 +28,21 @@
 #include <vector>
 
 namespace tensordict::detail::redis {
+
+/// A checked row write (CheckedWrite) the server refused: a leaf is not the
+/// size its metadata gives, and nothing was written. A ConflictError to
+/// callers that look no closer; send_checked (store.h) reads the metadata
+/// again to tell a leaf another process replaced from a corrupt one.
+class SizeRefused : public ConflictError {
+ public:
+  explicit SizeRefused(std::string refusal)
+      : ConflictError(refusal + ": changed by another process; nothing was written"),
+        refusal_(std::move(refusal)) {}
+  const std::string& refusal() const noexcept { return refusal_; }
+
+ private:
+  std::string refusal_;
+};
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }

@@ -272,6 +272,12 @@ struct LazyStackState {
     keys = std::move(fresh);
     loaded = true;
   }
+  /// Whether the cached metadata still gives leaf `p` this dtype and these
+  /// bytes (used after load(): was the leaf replaced?).
+  bool same_bytes(const std::string& p, at::ScalarType dtype, int64_t bytes) const {
+    const auto it = keys.find(p);
+    return it != keys.end() && it->second.dtype == dtype && it->second.total(count) == bytes;
+  }
   void ensure_loaded() {
     if (!loaded) load();
   }
@@ -328,6 +334,21 @@ std::vector<std::pair<int64_t, int64_t>> runs_of(const KeyInfo& k,
   return out;
 }
 
+// For send_checked: reads the metadata again and says whether it still
+// gives each of `paths` the dtype and bytes it gave before.
+bool reload_unchanged(LazyStackState& s, const std::vector<std::string>& paths) {
+  std::vector<std::pair<at::ScalarType, int64_t>> before;
+  for (const auto& p : paths) {
+    const auto it = s.keys.find(p);
+    before.emplace_back(it == s.keys.end() ? at::kFloat : it->second.dtype,
+                        it == s.keys.end() ? -1 : it->second.total(s.count));
+  }
+  s.load();
+  for (std::size_t i = 0; i < paths.size(); ++i)
+    if (!s.same_bytes(paths[i], before[i].first, before[i].second)) return false;
+  return true;
+}
+
 // One round trip: per leaf a STRLEN (its size, checked against the
 // metadata) and a GETRANGE per run of elements.
 // With `count_keys`, also SCARD __keys__ in the same round trip: false when
@@ -355,10 +376,12 @@ bool fetch(LazyStackState& s, std::vector<Fetch>& fetches, bool count_keys = fal
     const redisReply* size = replies[next++].get();
     if (size->type != REDIS_REPLY_INTEGER || size->integer != want) {
       const int64_t got = size->type == REDIS_REPLY_INTEGER ? size->integer : 0;
+      const std::string message = "Redis store: '" + s.data_key(f.path) + "' has " +
+                                  std::to_string(got) + " bytes where its metadata needs " +
+                                  std::to_string(want);
+      const at::ScalarType dtype = f.info->dtype;
       s.load();  // replaced or removed by another process: refresh the cache
-      throw ConflictError("Redis store: '" + s.data_key(f.path) + "' has " + std::to_string(got) +
-                          " bytes where its metadata needs " + std::to_string(want) +
-                          ": changed by another process; metadata refreshed, retry");
+      throw_size_mismatch(message, s.same_bytes(f.path, dtype, want));
     }
     for (std::size_t k = 0; k < runs[i].size(); ++k) {  // one GETRANGE reply per run
       const redisReply* r = replies[next++].get();
@@ -677,7 +700,8 @@ class LazyStackStoreNode final : public StoreNode {
     for (std::size_t i = 0; i < mine.size(); ++i)
       add_writes(*s_, b, paths[i], s_->info(paths[i]), plan.elements, values[i], checked);
     script.add_to(b);
-    s_->conn.send(b, "writing elements of " + std::to_string(mine.size()) + " leaves");
+    send_checked(s_->conn, b, "writing elements of " + std::to_string(mine.size()) + " leaves",
+                 [&] { return reload_unchanged(*s_, paths); });
   }
 
   void create_leaves(std::span<const LeafCreate> leaves) override {
@@ -1109,8 +1133,12 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
     detail::redis::add_writes(s, b, p, it->second, {e}, keep.back(), checked);
   }
   script.add_to(b);
-  s.conn.send(b, "writing element " + std::to_string(e) + " of " + s.name(),
-              s.options.transaction && checked == nullptr);
+  std::vector<std::string> written;
+  for (const auto& [p, t] : given) written.push_back(p);
+  detail::redis::send_checked(
+      s.conn, b, "writing element " + std::to_string(e) + " of " + s.name(),
+      [&] { return detail::redis::reload_unchanged(s, written); },
+      s.options.transaction && checked == nullptr);
   for (auto& [p, k] : added) s.keys[p] = std::move(k);
 }
 

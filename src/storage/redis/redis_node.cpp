@@ -53,7 +53,7 @@ return #ARGV / 2
 // hold, the number n of its ranges, then n (offset, bytes) pairs. Every
 // length (and that each key is still a string) is checked before the first
 // SETRANGE, and a failed check is a TDSIZE error that the client reports as
-// ConflictError; the server refuses a script's first write, not a later one,
+// SizeRefused (send_checked, store.h); the server refuses a script's first write, not a later one,
 // when out of memory, so a refused script writes nothing.
 constexpr const char* kCheckedWrite = R"lua(
 local a = 1
@@ -61,13 +61,11 @@ for k = 1, #KEYS do
   local want = tonumber(ARGV[a])
   local have = redis.pcall('STRLEN', KEYS[k])
   if type(have) == 'table' then
-    return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' is no longer a string' ..
-      ': changed by another process; nothing was written')
+    return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' is no longer a string')
   end
   if have ~= want then
     return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' holds ' .. have ..
-      ' bytes where its metadata needs ' .. want ..
-      ': changed by another process; nothing was written')
+      ' bytes where its metadata needs ' .. want)
   end
   a = a + 2 + 2 * tonumber(ARGV[a + 1])
 end
@@ -477,13 +475,13 @@ class RedisNode final : public StoreNode {
       // changed on the server could ask for any size.
       const redisReply* size = replies[next++].get();
       if (size->type != REDIS_REPLY_INTEGER || size->integer != info.nbytes()) {
+        const std::string message =
+            "Redis store: '" + s_->data_key(paths[i]) + "' has " +
+            std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
+            " bytes where its metadata (" + json_list(info.shape) + ", " +
+            dtype_to_string(info.dtype) + ") needs " + std::to_string(info.nbytes());
         s_->load();  // replaced or removed by another process: refresh the cache
-        throw ConflictError("Redis store: '" + s_->data_key(paths[i]) + "' has " +
-                            std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
-                            " bytes where its metadata (" + json_list(info.shape) + ", " +
-                            dtype_to_string(info.dtype) + ") needs " +
-                            std::to_string(info.nbytes()) +
-                            ": changed by another process; metadata refreshed, retry");
+        throw_size_mismatch(message, s_->same_bytes(paths[i], info));
       }
       at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
       char* out = static_cast<char*>(t.data_ptr());
@@ -498,12 +496,12 @@ class RedisNode final : public StoreNode {
         if (static_cast<int64_t>(n) != len) {
           // Shorter than its metadata says: replaced or removed by another
           // process. Refresh the cache so that the next call sees it.
+          const std::string message = "Redis store: '" + s_->data_key(paths[i]) + "' returned " +
+                                      std::to_string(n) + " bytes where its metadata (" +
+                                      json_list(info.shape) + ", " + dtype_to_string(info.dtype) +
+                                      ") needs " + std::to_string(len);
           s_->load();
-          throw ConflictError("Redis store: '" + s_->data_key(paths[i]) + "' returned " +
-                              std::to_string(n) + " bytes where its metadata (" +
-                              json_list(info.shape) + ", " + dtype_to_string(info.dtype) +
-                              ") needs " + std::to_string(len) +
-                              ": changed by another process; metadata refreshed, retry");
+          throw_size_mismatch(message, s_->same_bytes(paths[i], info));
         }
         std::memcpy(out, r->str, n);
         out += n;
@@ -618,7 +616,14 @@ class RedisNode final : public StoreNode {
                          " selected bytes");
     }
     script.add_to(b);
-    s_->conn.send(b, "writing rows of " + std::to_string(mine.size()) + " leaves");
+    send_checked(s_->conn, b, "writing rows of " + std::to_string(mine.size()) + " leaves", [&] {
+      // Copied before load() replaces what `cached` points into.
+      std::vector<std::pair<std::string, LeafInfo>> before;
+      for (const auto& [path, info] : cached) before.emplace_back(*path, *info);
+      s_->load();
+      return std::all_of(before.begin(), before.end(),
+                         [&](const auto& leaf) { return s_->same_bytes(leaf.first, leaf.second); });
+    });
   }
 
   void create_leaves(std::span<const LeafCreate> leaves) override {
@@ -803,9 +808,16 @@ TensorDictStore from_store(const storage::Redis& storage) {
   // __type__: a LazyStackedTensorDictStore (docs/formats.md, "Redis lazy-stack stores").
   b.add({"GET", b.own(s->key("__type__"))});
   auto r = s->conn.send(b, "attaching to store " + storage.td_id);
-  if (r[3]->type == REDIS_REPLY_STRING &&
-      std::string_view(r[3]->str, r[3]->len) == detail::redis::kLazyStackType)
+  if (r[3]->type != REDIS_REPLY_NIL) {
+    // The only store type that says what it is (a plain or sharded store has
+    // no __type__): another value is a store this build cannot read.
+    const auto type = detail::redis::text(r[3].get(), s->key("__type__"));
+    if (type != detail::redis::kLazyStackType)
+      throw FormatError("Redis store: '" + s->key("__type__") + "' is '" +
+                        std::string(type.substr(0, 100)) + "', expected '" +
+                        std::string(detail::redis::kLazyStackType) + "' or no such key");
     return from_lazy_stack_store(storage);
+  }
   if (r[0]->type == REDIS_REPLY_NIL && r[2]->type != REDIS_REPLY_NIL)  // a sharded store
     return TensorDictStore(
         detail::redis::attach_sharded(storage, s->client,

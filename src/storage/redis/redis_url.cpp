@@ -27,6 +27,14 @@ int to_int(std::string_view url, std::string_view text, const char* what, int lo
   return v;
 }
 
+std::int64_t to_int64(std::string_view url, std::string_view text, const char* what) {
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 0)
+    bad(url, std::string(what) + " '" + std::string(text) + "' is not a count of bytes");
+  return v;
+}
+
 // %XX escapes, as in user names and passwords with reserved characters.
 std::string decode(std::string_view url, std::string_view s) {
   std::string out;
@@ -79,9 +87,12 @@ storage::Redis parse_url(std::string_view url) {
         r.timeout = to_int(url, v, "timeout", 0, 1 << 20);
       else if (k == "connect_timeout")
         r.connect_timeout = to_int(url, v, "connect_timeout", 0, 1 << 20);
+      else if (k == "max_reply_bytes")  // 0 = no limit
+        r.max_reply_bytes = to_int64(url, v, "max_reply_bytes");
       else
         bad(url, "unknown query item '" + std::string(k) +
-                     "' (db, prefix, td_id, timeout, connect_timeout are known)");
+                     "' (db, prefix, td_id, timeout, connect_timeout, max_reply_bytes are "
+                     "known)");
     }
   }
   if (unix_socket) {

@@ -358,12 +358,12 @@ class ShardedNode final : public StoreNode {
             const redisReply* size = replies[next++].get();
             const int64_t want = s_->count(pc.block) * row;
             if (size->type != REDIS_REPLY_INTEGER || size->integer != want) {
-              s_->head().load();
-              throw ConflictError(
+              const std::string message =
                   "sharded Redis store: '" + s_->blocks[pc.block]->data_key(paths[i]) + "' has " +
                   std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
-                  " bytes where its block needs " + std::to_string(want) +
-                  ": changed by another process; metadata refreshed, retry");
+                  " bytes where its block needs " + std::to_string(want);
+              s_->head().load();
+              throw_size_mismatch(message, s_->head().same_bytes(paths[i], info));
             }
           }
       }
@@ -373,10 +373,15 @@ class ShardedNode final : public StoreNode {
         for (const auto& pc : pieces) {  // the GETRANGEs follow the leaf's STRLENs
           const redisReply* r = replies[next++].get();
           const int64_t len = pc.count * row;
-          if (r->type != REDIS_REPLY_STRING || static_cast<int64_t>(r->len) != len)
-            throw ConflictError("sharded Redis store: '" +
-                                s_->blocks[pc.block]->data_key(paths[i]) +
-                                "' returned a short range: changed by another process, retry");
+          if (r->type != REDIS_REPLY_STRING || static_cast<int64_t>(r->len) != len) {
+            const std::string message = "sharded Redis store: '" +
+                                        s_->blocks[pc.block]->data_key(paths[i]) +
+                                        "' returned a range of " +
+                                        std::to_string(r->type == REDIS_REPLY_STRING ? r->len : 0) +
+                                        " bytes where its block needs " + std::to_string(len);
+            s_->head().load();
+            throw_size_mismatch(message, s_->head().same_bytes(paths[i], info));
+          }
           std::memcpy(out + pc.out * row, r->str, static_cast<std::size_t>(len));
         }
       }
@@ -461,7 +466,12 @@ class ShardedNode final : public StoreNode {
       }
     }
     for (auto& script : scripts) script.add_to(b);
-    s_->client->send(b, "writing rows of " + std::to_string(mine.size()) + " leaves");
+    send_checked(*s_->client, b, "writing rows of " + std::to_string(mine.size()) + " leaves", [&] {
+      s_->head().load();
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        if (!s_->head().same_bytes(paths[i], infos[i])) return false;
+      return true;
+    });
   }
 
   void create_leaves(std::span<const LeafCreate> leaves) override {
@@ -734,6 +744,14 @@ TensorDictBase attach_sharded(const storage::Redis& options, std::shared_ptr<Con
   const nlohmann::json j = parse_stored_json(manifest, where);
   std::string dev;
   try {
+    // Written by this library only (docs/formats.md, "Redis sharded stores").
+    const auto& version = j.at("version");
+    if (!version.is_number_integer() || version.get<int64_t>() != 1)
+      throw FormatError(where + ": version " + version.dump() +
+                        " is not known (this build reads 1)");
+    if (j.value("layout", std::string()) != "row_blocks")
+      throw FormatError(where + ": layout " + j.value("layout", nlohmann::json()).dump() +
+                        " is not known (this build reads \"row_blocks\")");
     s->batch = parse_sizes(j.at("batch_size").dump(), where + ": batch_size");
     const auto& rows = j.at("block_rows");
     if (!rows.is_number_integer()) throw FormatError(where + ": block_rows is not an integer");
@@ -756,6 +774,24 @@ TensorDictBase attach_sharded(const storage::Redis& options, std::shared_ptr<Con
                       std::to_string(s->block_rows) + " rows for batch size " +
                       json_list(s->batch));
   add_blocks(*s, ids);
+  // Every block exists and holds the rows the manifest gives it: a block
+  // deleted (or never written) would otherwise read as rows of nothing. One
+  // round trip per node.
+  Batch b;
+  for (const auto& block : s->blocks) b.add({"GET", b.own(block->key("__batch_size__"))});
+  const auto sizes = s->client->send(b, "opening sharded store " + s->options.td_id);
+  for (std::size_t k = 0; k < s->blocks.size(); ++k) {
+    const std::string key = s->blocks[k]->key("__batch_size__");
+    if (sizes[k]->type == REDIS_REPLY_NIL)
+      throw FormatError(where + " lists block " + std::to_string(k) + " ('" +
+                        s->blocks[k]->options.td_id + "'), whose '" + key +
+                        "' is missing: the block was deleted or never written");
+    const auto found = parse_sizes(text(sizes[k].get(), key), "sharded Redis store: '" + key + "'");
+    if (found != s->block_batch(k))
+      throw FormatError("sharded Redis store: '" + key + "' is " + json_list(found) + ", but " +
+                        where + " gives block " + std::to_string(k) + " the batch size " +
+                        json_list(s->block_batch(k)));
+  }
   s->head().load();  // each leaf starts with block 0's batch size
   // Whole-buffer sizes (rows x bytes per row) must not wrap either.
   for (const auto& [p, info] : s->head().leaves)

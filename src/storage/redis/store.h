@@ -70,6 +70,35 @@ class CheckedWrite {
   std::vector<std::vector<std::pair<std::string_view, std::string_view>>> ranges_;
 };
 
+/// A leaf's stored value is not the size its metadata gives; `message` says
+/// which key and the sizes. Called once the metadata was read again: when it
+/// now asks for other bytes (or the leaf is gone), another process replaced
+/// the leaf and a retry reads the new value (ConflictError); when it asks for
+/// the same, the value itself is truncated, missing or foreign and a retry
+/// would fail the same way (FormatError).
+[[noreturn]] inline void throw_size_mismatch(const std::string& message, bool metadata_unchanged) {
+  if (metadata_unchanged)
+    throw FormatError(message +
+                      ", and the metadata is unchanged: the stored value is missing, "
+                      "truncated or not this store's");
+  throw ConflictError(message + ": changed by another process; metadata refreshed, retry");
+}
+
+/// Sends a batch holding CheckedWrite scripts. A refusal (a leaf not the
+/// size its metadata gives; nothing written) is told apart as
+/// throw_size_mismatch does, once `reload_unchanged` has read the metadata
+/// again and said whether it still gives every written leaf the same bytes.
+template <class ReloadUnchanged>
+void send_checked(Connection& conn, const Batch& b, const std::string& what,
+                  ReloadUnchanged&& reload_unchanged, bool transaction = false) {
+  try {
+    conn.send(b, what, transaction);
+  } catch (const SizeRefused& e) {
+    const std::string refusal = e.refusal();
+    throw_size_mismatch(refusal + "; nothing was written", reload_unchanged());
+  }
+}
+
 /// Runs `f`, ignoring a tensordict error: cleanup after a failure, whose
 /// own error is the one reported.
 template <class F>
@@ -174,6 +203,13 @@ struct Store {
   }
   void ensure_loaded() {
     if (!loaded) load();
+  }
+  /// Whether the cached metadata still gives leaf `path` the bytes `before`
+  /// gave it (used after load(): was the leaf replaced?).
+  bool same_bytes(const std::string& path, const LeafInfo& before) const {
+    const auto it = leaves.find(path);
+    return it != leaves.end() && !it->second.non_tensor && it->second.dtype == before.dtype &&
+           it->second.shape == before.shape;
   }
 
   /// The keys of the level `level` ("" or "a.b.") in insertion order.
