@@ -1,0 +1,160 @@
+#include <tensordict/errors.h>
+#include <tensordict/rb/segment_tree.h>
+
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "rb/tensor_args.h"
+
+namespace tensordict::rb {
+
+namespace detail {
+
+SegmentTreeBase::SegmentTreeBase(const char* name, int64_t capacity, double neutral)
+    : name_(name), capacity_(capacity), leaf_count_(1), neutral_(neutral) {
+  if (capacity <= 0)
+    throw ValueError(std::string(name) + ": the capacity must be positive, got " +
+                     std::to_string(capacity));
+  while (leaf_count_ < capacity) leaf_count_ <<= 1;
+  nodes_.assign(static_cast<size_t>(2 * leaf_count_), neutral);
+}
+
+at::Tensor SegmentTreeBase::get(const at::Tensor& index) const {
+  const at::Tensor rows = checked_rows(index, capacity_, std::string(name_) + "::get");
+  at::Tensor out = at::empty({rows.numel()}, at::kDouble);
+  const int64_t* r = rows.data_ptr<int64_t>();
+  double* o = out.data_ptr<double>();
+  for (int64_t k = 0; k < rows.numel(); ++k) o[k] = nodes_[leaf_count_ + r[k]];
+  return out;
+}
+
+at::Tensor SegmentTreeBase::leaves() const {
+  at::Tensor out = at::empty({capacity_}, at::kDouble);
+  std::copy_n(nodes_.begin() + leaf_count_, capacity_, out.data_ptr<double>());
+  return out;
+}
+
+namespace {
+
+// NaN is never a weight; +inf only where allowed (a MinTree's unset leaf);
+// a SumTree's weights are also non-negative.
+void check_weights(const char* name, const double* v, int64_t n, bool min_tree) {
+  for (int64_t k = 0; k < n; ++k) {
+    const double x = v[k];
+    const bool ok = min_tree ? !std::isnan(x) : (x >= 0.0 && std::isfinite(x));
+    if (!ok)
+      throw ValueError(std::string(name) + ": value " + std::to_string(x) + " at position " +
+                       std::to_string(k) +
+                       (min_tree ? " is NaN" : " is not a finite non-negative weight"));
+  }
+}
+
+struct Sum {
+  double operator()(double a, double b) const noexcept { return a + b; }
+};
+struct Min {
+  double operator()(double a, double b) const noexcept { return std::min(a, b); }
+};
+
+}  // namespace
+
+template <class Combine>
+void SegmentTreeBase::set_impl(const at::Tensor& index, const at::Tensor& value, bool allow_inf,
+                               Combine combine) {
+  const std::string where = std::string(name_) + "::set";
+  const at::Tensor rows = checked_rows(index, capacity_, where);
+  const at::Tensor values = checked_values(value, rows.numel(), where);
+  const double* v = values.data_ptr<double>();
+  const bool broadcast = values.numel() == 1;
+  check_weights(where.c_str(), v, values.numel(), allow_inf);
+  const int64_t* r = rows.data_ptr<int64_t>();
+  const int64_t n = rows.numel();
+  // Leaves first, in order (the last of a repeated index wins), then each
+  // leaf's ancestors recomputed from their children: no accumulated
+  // rounding error from delta updates.
+  for (int64_t k = 0; k < n; ++k) nodes_[leaf_count_ + r[k]] = v[broadcast ? 0 : k];
+  double* nodes = nodes_.data();
+  for (int64_t k = 0; k < n; ++k) {
+    for (int64_t node = (leaf_count_ + r[k]) >> 1; node >= 1; node >>= 1)
+      nodes[node] = combine(nodes[2 * node], nodes[2 * node + 1]);
+  }
+}
+
+template <class Combine>
+void SegmentTreeBase::load_impl(const at::Tensor& leaves, bool allow_inf, Combine combine) {
+  const std::string where = std::string(name_) + "::load_leaves";
+  if (!leaves.defined() || leaves.dim() != 1 || leaves.size(0) != capacity_)
+    throw ShapeError(where + ": expected float64 leaves of shape [" + std::to_string(capacity_) +
+                     "], got " + (leaves.defined() ? c10::str(leaves.sizes()) : "undefined"));
+  if (leaves.scalar_type() != at::kDouble)
+    throw TypeError(where + ": expected float64 leaves, got " +
+                    std::string(c10::toString(leaves.scalar_type())));
+  const at::Tensor values = leaves.cpu().contiguous();
+  const double* v = values.data_ptr<double>();
+  check_weights(where.c_str(), v, capacity_, allow_inf);
+  std::copy_n(v, capacity_, nodes_.begin() + leaf_count_);
+  std::fill(nodes_.begin() + leaf_count_ + capacity_, nodes_.end(), neutral_);
+  for (int64_t node = leaf_count_ - 1; node >= 1; --node)
+    nodes_[node] = combine(nodes_[2 * node], nodes_[2 * node + 1]);
+}
+
+}  // namespace detail
+
+SumTree::SumTree(int64_t capacity) : SegmentTreeBase("SumTree", capacity, 0.0) {}
+
+void SumTree::set(const at::Tensor& index, const at::Tensor& value) {
+  set_impl(index, value, false, detail::Sum{});
+}
+
+void SumTree::load_leaves(const at::Tensor& leaves) { load_impl(leaves, false, detail::Sum{}); }
+
+at::Tensor SumTree::find_prefix_sum(const at::Tensor& mass) const {
+  const at::Tensor masses = detail::checked_values(mass, -1, "SumTree::find_prefix_sum");
+  const double total = nodes_[1];
+  if (!(total > 0.0))
+    throw ValueError("SumTree::find_prefix_sum: the tree is empty (total weight " +
+                     std::to_string(total) + ")");
+  const double* m = masses.data_ptr<double>();
+  const int64_t n = masses.numel();
+  for (int64_t k = 0; k < n; ++k) {
+    if (!(m[k] >= 0.0))
+      throw ValueError("SumTree::find_prefix_sum: mass " + std::to_string(m[k]) + " at position " +
+                       std::to_string(k) + " is negative or NaN");
+  }
+  at::Tensor out = at::empty({n}, at::kLong);
+  int64_t* o = out.data_ptr<int64_t>();
+  const double* nodes = nodes_.data();
+  const int64_t leaf_count = leaf_count_;
+  for (int64_t k = 0; k < n; ++k) {
+    double rest = m[k];
+    int64_t node = 1;
+    while (node < leaf_count) {
+      const double left = nodes[2 * node];
+      // Right only when the mass passes the left subtree and the right one
+      // has weight: a zero leaf is never chosen, even at mass >= total.
+      if (rest < left || nodes[2 * node + 1] <= 0.0) {
+        node = 2 * node;
+      } else {
+        rest -= left;
+        node = 2 * node + 1;
+      }
+    }
+    o[k] = node - leaf_count;
+  }
+  return out;
+}
+
+MinTree::MinTree(int64_t capacity)
+    : SegmentTreeBase("MinTree", capacity, std::numeric_limits<double>::infinity()) {}
+
+void MinTree::set(const at::Tensor& index, const at::Tensor& value) {
+  set_impl(index, value, true, detail::Min{});
+}
+
+void MinTree::load_leaves(const at::Tensor& leaves) { load_impl(leaves, true, detail::Min{}); }
+
+}  // namespace tensordict::rb
