@@ -233,7 +233,7 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
   s.writer.next_row(s.capacity);
   // A sampler error here would leave the row written but unknown to it: the
   // samplers only fail on rows out of range, which the writer never gives.
-  s.sampler->on_write(at::arange(r, r + 1, at::kLong));
+  s.sampler->on_write_row(r);
   return r;
 }
 
@@ -248,7 +248,8 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   const int64_t kept = std::min(n, s.capacity);
   const int64_t skip = n - kept;  // items overwritten within this same extend
   RoundRobinWriter writer = s.writer;
-  at::Tensor rows = writer.next_rows(n, s.capacity).narrow(0, skip, kept);
+  at::Tensor rows = writer.next_rows(n, s.capacity);
+  if (skip) rows = rows.narrow(0, skip, kept);
   const int64_t first = (s.writer.state().cursor + skip) % s.capacity;
   const int64_t head = std::min(kept, s.capacity - first);  // rows before the wrap
   if (s.direct) {

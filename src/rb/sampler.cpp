@@ -35,6 +35,8 @@ void check_sample_args(const Sampler& sampler, int64_t size, int64_t batch_size)
 
 }  // namespace
 
+void Sampler::on_write_row(int64_t row) { on_write(at::full({1}, row, at::kLong)); }
+
 // ---- RandomSampler -----------------------------------------------------------------
 
 SampleInfo RandomSampler::sample(int64_t size, int64_t batch_size, at::Generator* generator) {
@@ -132,6 +134,14 @@ void PrioritizedSampler::on_write(const at::Tensor& rows) {
   if (rows.numel() == 0) return;
   const double priority = std::isnan(max_priority_) ? 1.0 : max_priority_;
   update_priority(rows, at::full({1}, priority, at::kDouble));
+}
+
+void PrioritizedSampler::on_write_row(int64_t row) {
+  const double priority = std::isnan(max_priority_) ? 1.0 : max_priority_;
+  const double weight = std::pow(priority + eps_, alpha_);
+  sum_tree_.set(row, weight);  // IndexError (nothing changed) when out of range
+  min_tree_.set(row, weight);
+  max_priority_ = priority;
 }
 
 void PrioritizedSampler::on_empty() {

@@ -85,6 +85,20 @@ void SegmentTreeBase::set_impl(const at::Tensor& index, const at::Tensor& value,
 }
 
 template <class Combine>
+void SegmentTreeBase::set_one_impl(int64_t index, double value, bool allow_inf, Combine combine) {
+  const std::string where = std::string(name_) + "::set";
+  if (index < 0 || index >= capacity_)
+    throw IndexError(where + ": index " + std::to_string(index) + " is out of range [0, " +
+                     std::to_string(capacity_) + ")");
+  check_weights(where.c_str(), &value, 1, allow_inf);
+  double* nodes = nodes_.data();
+  int64_t node = leaf_count_ + index;
+  nodes[node] = value;
+  for (node >>= 1; node >= 1; node >>= 1)
+    nodes[node] = combine(nodes[2 * node], nodes[2 * node + 1]);
+}
+
+template <class Combine>
 void SegmentTreeBase::load_impl(const at::Tensor& leaves, bool allow_inf, Combine combine) {
   const std::string where = std::string(name_) + "::load_leaves";
   if (!leaves.defined() || leaves.dim() != 1 || leaves.size(0) != capacity_)
@@ -109,6 +123,8 @@ SumTree::SumTree(int64_t capacity) : SegmentTreeBase("SumTree", capacity, 0.0) {
 void SumTree::set(const at::Tensor& index, const at::Tensor& value) {
   set_impl(index, value, false, detail::Sum{});
 }
+
+void SumTree::set(int64_t index, double value) { set_one_impl(index, value, false, detail::Sum{}); }
 
 void SumTree::load_leaves(const at::Tensor& leaves) { load_impl(leaves, false, detail::Sum{}); }
 
@@ -154,6 +170,8 @@ MinTree::MinTree(int64_t capacity)
 void MinTree::set(const at::Tensor& index, const at::Tensor& value) {
   set_impl(index, value, true, detail::Min{});
 }
+
+void MinTree::set(int64_t index, double value) { set_one_impl(index, value, true, detail::Min{}); }
 
 void MinTree::load_leaves(const at::Tensor& leaves) { load_impl(leaves, true, detail::Min{}); }
 

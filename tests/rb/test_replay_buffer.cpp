@@ -336,3 +336,31 @@ TEST(ReplayBuffer, ConcurrentWritersSamplersAndUpdates) {
     EXPECT_EQ(buffer.size(), 64);
   }
 }
+
+namespace {
+
+// A user's sampler that overrides on_write() only: it must still hear of
+// every row, those of add() included (the default on_write_row()).
+class RecordingSampler : public rb::Sampler {
+ public:
+  rb::SampleInfo sample(int64_t size, int64_t batch_size, at::Generator*) override {
+    return {at::arange(batch_size, at::kLong).remainder_(size), at::Tensor()};
+  }
+  void on_write(const at::Tensor& rows) override {
+    for (int64_t i = 0; i < rows.numel(); ++i) written.push_back(rows[i].item<int64_t>());
+  }
+  std::string name() const override { return "RecordingSampler"; }
+  std::vector<int64_t> written;
+};
+
+}  // namespace
+
+TEST(ReplayBuffer, CustomSamplerHearsEveryWrite) {
+  auto sampler = std::make_shared<RecordingSampler>();
+  rb::ReplayBuffer buffer(make_storage("memory", 4), sampler);
+  buffer.add(transition(0));
+  buffer.extend(transitions(1, 5));
+  // Items 1..5 from cursor 1 into 4 rows: the last 4 (2..5) land in rows 2, 3, 0, 1.
+  EXPECT_EQ(sampler->written, (std::vector<int64_t>{0, 2, 3, 0, 1}));
+  EXPECT_EQ(ids_of(buffer.sample(3)), (std::vector<int64_t>{4, 5, 2}));
+}

@@ -36,6 +36,10 @@ class Sampler {
   virtual SampleInfo sample(int64_t size, int64_t batch_size, at::Generator* generator) = 0;
   /// The rows (int64 [n], distinct) that a write has just filled.
   virtual void on_write(const at::Tensor& rows) {}
+  /// One row just written (ReplayBuffer::add). The default calls on_write()
+  /// with a one-element tensor; samplers override it to skip making that
+  /// tensor (an add costs well under a microsecond otherwise).
+  virtual void on_write_row(int64_t row);
   /// The buffer was emptied: forget every row.
   virtual void on_empty() {}
   /// True for samplers whose sample() fills SampleInfo::weight and that
@@ -52,6 +56,7 @@ class Sampler {
 class RandomSampler : public Sampler {
  public:
   SampleInfo sample(int64_t size, int64_t batch_size, at::Generator* generator) override;
+  void on_write_row(int64_t) override {}
   std::string name() const override { return "RandomSampler"; }
 };
 
@@ -68,6 +73,7 @@ class SamplerWithoutReplacement : public Sampler {
       : drop_last_(drop_last), shuffle_(shuffle) {}
   /// ValueError also when drop_last and batch_size > size.
   SampleInfo sample(int64_t size, int64_t batch_size, at::Generator* generator) override;
+  void on_write_row(int64_t) override {}
   void on_empty() override;
   std::string name() const override { return "SamplerWithoutReplacement"; }
 
@@ -118,6 +124,7 @@ class PrioritizedSampler : public Sampler {
   SampleInfo sample(int64_t size, int64_t batch_size, at::Generator* generator) override;
   /// Gives the rows the largest priority so far (TorchRL's mark_update).
   void on_write(const at::Tensor& rows) override;
+  void on_write_row(int64_t row) override;
   /// Every row unwritten again; the largest priority forgotten.
   void on_empty() override;
   bool prioritized() const noexcept override { return true; }

@@ -47,6 +47,8 @@ class SegmentTreeBase {
   template <class Combine>
   void set_impl(const at::Tensor& index, const at::Tensor& value, bool allow_inf, Combine combine);
   template <class Combine>
+  void set_one_impl(int64_t index, double value, bool allow_inf, Combine combine);
+  template <class Combine>
   void load_impl(const at::Tensor& leaves, bool allow_inf, Combine combine);
 
   const char* name_;
@@ -76,6 +78,8 @@ class SumTree : public detail::SegmentTreeBase {
   /// infinite value, ShapeError for a length mismatch; then nothing changes.
   /// With a repeated index the last value wins.
   void set(const at::Tensor& index, const at::Tensor& value);
+  /// One leaf, without tensors (the same checks).
+  void set(int64_t index, double value);
   /// The sum of all leaves.
   double total() const noexcept { return nodes_[1]; }
   /// For each mass m (float64-convertible, [k]), the first leaf i whose
@@ -97,6 +101,8 @@ class MinTree : public detail::SegmentTreeBase {
   explicit MinTree(int64_t capacity);
   /// As SumTree::set; +inf is accepted (an unset leaf), NaN is not.
   void set(const at::Tensor& index, const at::Tensor& value);
+  /// One leaf, without tensors (the same checks).
+  void set(int64_t index, double value);
   /// The smallest leaf (+inf when none is set).
   double min() const noexcept { return nodes_[1]; }
   /// Rebuilds the tree from float64 [capacity] leaves.
