@@ -60,6 +60,7 @@ class ReplayBuffer {
   explicit ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler = nullptr,
                         std::string storage = "memory", StorageOptions options = {});
   ~ReplayBuffer();
+  /// A moved-from buffer may only be destroyed or assigned to.
   ReplayBuffer(ReplayBuffer&&) noexcept;
   ReplayBuffer& operator=(ReplayBuffer&&) noexcept;
   ReplayBuffer(const ReplayBuffer&) = delete;
