@@ -1,8 +1,9 @@
 // ReplayBuffer over real storages: in memory, a memmap directory on disk
-// (both from from_schema, written straight into their tensors) and a lazy
-// stack of in-memory rows (written through index_put_, the path of every
-// other storage). Wrap-around, overlong extends, lazy allocation, each
-// sampler through the buffer, priorities, errors, and concurrent threads.
+// (both from from_schema, written straight into their tensors), a lazy
+// stack of in-memory rows and, when the HDF5 component is built, an HDF5
+// file (both written through index_put_, the path of every other storage). Wrap-around, overlong
+// extends, lazy allocation, each sampler through the buffer, priorities, errors, and concurrent
+// threads.
 #include <tensordict/lazy_stack.h>
 #include <tensordict/rb/replay_buffer.h>
 
@@ -78,6 +79,12 @@ td::TensorDictBase make_storage(const std::string& kind, int64_t capacity) {
   if (kind == "memmap") {
     fs::path dir = fresh_dir("memmap-" + std::to_string(capacity));
     return td::from_schema(transition_schema(), {capacity}, td::storage::Memmap{dir.string()});
+  }
+  if (kind == "h5") {
+    fs::path dir = fresh_dir("h5-" + std::to_string(capacity));
+    fs::create_directories(dir);
+    return td::from_schema(transition_schema(), {capacity}, "h5",
+                           {{"filename", (dir / "buffer.h5").string()}});
   }
   std::vector<td::TensorDictBase> rows;
   td::TensorDictBase zeros = td::from_schema(transition_schema(), {capacity});
@@ -236,8 +243,14 @@ TEST_P(ReplayBufferOver, PrioritizedSamplingAndUpdates) {
   EXPECT_TRUE(torch::equal(sampler->sum_tree().leaves(), leaves));
 }
 
-INSTANTIATE_TEST_SUITE_P(Storages, ReplayBufferOver,
-                         ::testing::Values("memory", "memmap", "lazy_stack"),
+// HDF5 when its component is built (the parameter list cannot hold a #if).
+const std::vector<std::string> kStorages = {"memory", "memmap", "lazy_stack",
+#ifdef TENSORDICT_RB_TEST_HDF5
+                                            "h5"
+#endif
+};
+
+INSTANTIATE_TEST_SUITE_P(Storages, ReplayBufferOver, ::testing::ValuesIn(kStorages),
                          [](const auto& info) { return info.param; });
 
 TEST(ReplayBuffer, LazyAllocationFromTheFirstWrite) {
