@@ -73,14 +73,23 @@ void SegmentTreeBase::set_impl(const at::Tensor& index, const at::Tensor& value,
   check_weights(where.c_str(), v, values.numel(), allow_inf);
   const int64_t* r = rows.data_ptr<int64_t>();
   const int64_t n = rows.numel();
-  // Leaves first, in order (the last of a repeated index wins), then each
-  // leaf's ancestors recomputed from their children: no accumulated
-  // rounding error from delta updates.
-  for (int64_t k = 0; k < n; ++k) nodes_[leaf_count_ + r[k]] = v[broadcast ? 0 : k];
+  // Leaves first, in order (the last of a repeated index wins), then the
+  // ancestors recomputed from their children, one level at a time for all
+  // leaves: the loads of a level are independent, so their cache misses
+  // overlap. Recomputing (rather than adding deltas) accumulates no rounding
+  // error.
   double* nodes = nodes_.data();
+  std::vector<int64_t> node(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) {
-    for (int64_t node = (leaf_count_ + r[k]) >> 1; node >= 1; node >>= 1)
-      nodes[node] = combine(nodes[2 * node], nodes[2 * node + 1]);
+    node[k] = leaf_count_ + r[k];
+    nodes[node[k]] = v[broadcast ? 0 : k];
+  }
+  for (int64_t width = 1; width < leaf_count_; width <<= 1) {
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t parent = node[k] >> 1;
+      nodes[parent] = combine(nodes[2 * parent], nodes[2 * parent + 1]);
+      node[k] = parent;
+    }
   }
 }
 
@@ -142,25 +151,26 @@ at::Tensor SumTree::find_prefix_sum(const at::Tensor& mass) const {
                        std::to_string(k) + " is negative or NaN");
   }
   at::Tensor out = at::empty({n}, at::kLong);
-  int64_t* o = out.data_ptr<int64_t>();
+  int64_t* node = out.data_ptr<int64_t>();
   const double* nodes = nodes_.data();
-  const int64_t leaf_count = leaf_count_;
-  for (int64_t k = 0; k < n; ++k) {
-    double rest = m[k];
-    int64_t node = 1;
-    while (node < leaf_count) {
-      const double left = nodes[2 * node];
+  std::vector<double> rest(m, m + n);
+  std::fill_n(node, n, int64_t{1});
+  // All masses descend one level at a time: the loads of one level are
+  // independent, so the CPU overlaps their cache misses (a tree of 100,000
+  // leaves is larger than L2), where one mass after another would wait for
+  // each miss in turn.
+  for (int64_t width = 1; width < leaf_count_; width <<= 1) {
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t at = 2 * node[k];
+      const double left = nodes[at];
       // Right only when the mass passes the left subtree and the right one
       // has weight: a zero leaf is never chosen, even at mass >= total.
-      if (rest < left || nodes[2 * node + 1] <= 0.0) {
-        node = 2 * node;
-      } else {
-        rest -= left;
-        node = 2 * node + 1;
-      }
+      const bool right = !(rest[k] < left) && nodes[at + 1] > 0.0;
+      rest[k] -= right ? left : 0.0;
+      node[k] = at + (right ? 1 : 0);
     }
-    o[k] = node - leaf_count;
   }
+  for (int64_t k = 0; k < n; ++k) node[k] -= leaf_count_;
   return out;
 }
 
