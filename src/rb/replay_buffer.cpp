@@ -179,7 +179,7 @@ struct ReplayBuffer::State {
       std::vector<int64_t> shape{n};
       shape.insert(shape.end(), leaf.shape.begin(), leaf.shape.end());
       at::Tensor dst = at::empty(shape, leaf.data.options());
-      const char* from = static_cast<const char*>(leaf.data.const_data_ptr());
+      const char* from = static_cast<const char*>(leaf.data.data_ptr());
       char* to = static_cast<char*>(dst.data_ptr());
       switch (leaf.row_bytes) {
         case 1:
