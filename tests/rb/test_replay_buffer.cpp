@@ -1,11 +1,13 @@
-// ReplayBuffer over real storages: in memory, a memmap directory on disk
-// (both from from_schema, written straight into their tensors), a lazy
+// ReplayBuffer over real storages: in memory, a memmap directory on disk,
+// POSIX shared memory (all from from_schema, written straight into their
+// tensors), a lazy
 // stack of in-memory rows and, when the HDF5 component is built, an HDF5
 // file (both written through index_put_, the path of every other storage). Wrap-around, overlong
 // extends, lazy allocation, each sampler through the buffer, priorities, errors, and concurrent
 // threads.
 #include <tensordict/lazy_stack.h>
 #include <tensordict/rb/replay_buffer.h>
+#include <tensordict/storage/shared.h>
 
 #include <atomic>
 #include <filesystem>
@@ -66,16 +68,34 @@ bool unwritten_from(const td::TensorDictBase& storage, int64_t from) {
   return true;
 }
 
+// The directories made so far, removed when their test ends.
+std::vector<fs::path>& made_dirs() {
+  static std::vector<fs::path> dirs;
+  return dirs;
+}
+
 fs::path fresh_dir(const std::string& name) {
   fs::path dir =
       fs::temp_directory_path() / ("tensordict-rb-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
+  made_dirs().push_back(dir);
   return dir;
+}
+
+// The shared-memory buffers made so far, unlinked when their test ends.
+std::vector<std::string>& shared_names() {
+  static std::vector<std::string> names;
+  return names;
 }
 
 // A pre-allocated storage of `capacity` rows of each kind.
 td::TensorDictBase make_storage(const std::string& kind, int64_t capacity) {
   if (kind == "memory") return td::from_schema(transition_schema(), {capacity});
+  if (kind == "shared") {
+    td::TensorDictBase st = td::from_schema(transition_schema(), {capacity}, td::storage::Shared{});
+    shared_names().push_back(st.shared_name());
+    return st;
+  }
   if (kind == "memmap") {
     fs::path dir = fresh_dir("memmap-" + std::to_string(capacity));
     return td::from_schema(transition_schema(), {capacity}, td::storage::Memmap{dir.string()});
@@ -92,7 +112,18 @@ td::TensorDictBase make_storage(const std::string& kind, int64_t capacity) {
   return td::lazy_stack(rows);
 }
 
-class ReplayBufferOver : public ::testing::TestWithParam<std::string> {};
+// Unlinks the shared-memory buffers and removes the directories made so far.
+void remove_storages() {
+  for (const std::string& name : shared_names()) td::unlink_shared(name);
+  shared_names().clear();
+  for (const fs::path& dir : made_dirs()) fs::remove_all(dir);
+  made_dirs().clear();
+}
+
+class ReplayBufferOver : public ::testing::TestWithParam<std::string> {
+ protected:
+  void TearDown() override { remove_storages(); }
+};
 
 }  // namespace
 
@@ -244,7 +275,7 @@ TEST_P(ReplayBufferOver, PrioritizedSamplingAndUpdates) {
 }
 
 // HDF5 when its component is built (the parameter list cannot hold a #if).
-const std::vector<std::string> kStorages = {"memory", "memmap", "lazy_stack",
+const std::vector<std::string> kStorages = {"memory", "memmap", "shared", "lazy_stack",
 #ifdef TENSORDICT_RB_TEST_HDF5
                                             "h5"
 #endif
@@ -295,6 +326,7 @@ TEST(ReplayBuffer, NonContiguousInput) {
 }
 
 TEST(ReplayBuffer, ConstructorChecksAndEmpty) {
+  // (memory storages only: nothing to remove)
   EXPECT_THROW(rb::ReplayBuffer(0), td::ValueError);
   EXPECT_THROW(rb::ReplayBuffer(td::from_schema(transition_schema(), {2, 3})), td::ShapeError);
   EXPECT_THROW(rb::ReplayBuffer(make_storage("memory", 4),
@@ -348,6 +380,7 @@ TEST(ReplayBuffer, ConcurrentWritersSamplersAndUpdates) {
     EXPECT_EQ(buffer.writer_state().write_count, 1 + 2 * (100 + 100 * 7)) << kind;
     EXPECT_EQ(buffer.size(), 64);
   }
+  remove_storages();
 }
 
 namespace {
