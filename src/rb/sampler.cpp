@@ -7,11 +7,11 @@
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randperm.h>
+#include <c10/util/Optional.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <string>
 
 #include "rb/tensor_args.h"
@@ -20,8 +20,9 @@ namespace tensordict::rb {
 
 namespace {
 
-std::optional<at::Generator> maybe(at::Generator* generator) {
-  if (generator == nullptr) return std::nullopt;
+// c10::optional is not std::optional in LibTorch 1.13.
+c10::optional<at::Generator> maybe(at::Generator* generator) {
+  if (generator == nullptr) return c10::nullopt;
   return *generator;
 }
 
