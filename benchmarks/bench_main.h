@@ -5,7 +5,9 @@
 
 #include <malloc.h>
 
+#include <cstring>
 #include <utility>
+#include <vector>
 
 using BenchFn = void (*)(benchmark::State&);
 using NamedBench = std::pair<const char*, BenchFn>;
@@ -15,6 +17,17 @@ template <std::size_t N>
 void register_min_time(const NamedBench (&benchmarks)[N], double min_time) {
   for (const auto& [name, fn] : benchmarks)
     benchmark::RegisterBenchmark(name, fn)->MinTime(min_time);
+}
+
+/// The floor of a row write: the bytes of each source leaf (`rows` rows of
+/// it) copied with memcpy to row `row` of the matching destination leaf.
+inline void memcpy_rows(const std::vector<torch::Tensor>& dst,
+                        const std::vector<torch::Tensor>& src, int64_t row, int64_t rows) {
+  for (size_t k = 0; k < dst.size(); ++k) {
+    const size_t n = src[k].nbytes();
+    std::memcpy(static_cast<char*>(dst[k].data_ptr()) + row * static_cast<int64_t>(n / rows),
+                src[k].data_ptr(), n);
+  }
 }
 
 inline int run_benchmarks(int argc, char** argv, void (*register_all)()) {

@@ -78,10 +78,7 @@ void write_one(benchmark::State& state, const std::string& storage) {
   int64_t row = 0;
   for (auto _ : state) {
     if constexpr (kFloor) {
-      for (size_t k = 0; k < dst.size(); ++k) {
-        const size_t n = src[k].nbytes();
-        std::memcpy(static_cast<char*>(dst[k].data_ptr()) + row * n, src[k].data_ptr(), n);
-      }
+      memcpy_rows(dst, src, row, 1);
       row = (row + 1) % kCapacity;
     } else {
       benchmark::DoNotOptimize(rb.add(one));
@@ -99,11 +96,7 @@ void write_batch(benchmark::State& state, const std::string& storage) {
   int64_t row = 0;
   for (auto _ : state) {
     if constexpr (kFloor) {
-      for (size_t k = 0; k < dst.size(); ++k) {
-        const size_t n = src[k].nbytes();
-        std::memcpy(static_cast<char*>(dst[k].data_ptr()) + row * (n / kBatch), src[k].data_ptr(),
-                    n);
-      }
+      memcpy_rows(dst, src, row, kBatch);
       row = (row + kBatch) % kCapacity;  // kCapacity is a multiple of kBatch: no wrap
     } else {
       benchmark::DoNotOptimize(rb.extend(batch));

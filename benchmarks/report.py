@@ -66,6 +66,13 @@ HEADLINES = [
     # the module called by hand.
     ("nn", "BM_module_mlp/tensordict", 1.05, "TensorDictModule call, MLP 64-64-2"),
     ("nn", "BM_sequential2/tensordict", 1.05, "TensorDictSequential of 2 modules"),
+    # tensordict::rb (issue #35): extend, sample, prioritized sample + update
+    # within 1.3x of the same work by hand; the sum tree within 1.5x of a
+    # flat-array tree by hand.
+    ("rb", "BM_rb_extend256/tensordict", 1.3, "replay buffer extend 256"),
+    ("rb", "BM_rb_sample256/tensordict", 1.3, "replay buffer sample 256, uniform"),
+    ("rb", "BM_rb_prioritized256/tensordict", 1.3, "replay buffer sample 256 prioritized + update"),
+    ("rb", "BM_rb_sumtree256/tensordict", 1.5, "SumTree set + find 256"),
     # TorchScript and AOTInductor models through tensordicts <= 1.05x of the
     # IValues / the input vector built by hand.
     ("nn_export", "BM_script_positional/tensordict", 1.05, "TorchScript, positional"),

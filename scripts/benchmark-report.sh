@@ -21,7 +21,7 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${TD_CMAKE_ARGS[@]}" \
   -DTENSORDICT_WITH_HDF5=ON
 BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)
 [[ -f benchmarks/bench_checkpoint.cpp ]] && BENCHES+=(bench_checkpoint)
-BENCHES+=(bench_hdf5 bench_nn bench_nn_runner)
+BENCHES+=(bench_hdf5 bench_nn bench_nn_runner bench_rb)
 # bench_nn_export runs models the real Python torch writes first (TorchScript
 # and AOTInductor, ~1 minute), with the project's Python (scripts/python-env.sh).
 BENCHES+=(bench_nn_export)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The second LibTorch of .ci/run: Debian 12's libtorch-dev 1.13.1. Builds the
-# library, every component (HDF5, Redis, distributed, nn without AOTInductor), the tool, and the unit
-# and distributed test programs against it, and runs those two programs
+# library, every component (HDF5, Redis, distributed, nn without AOTInductor,
+# rb), the tool, and the unit, distributed and rb test programs against it,
+# and runs those three programs
 # (docs/getting_started.md, "Supported LibTorch"). On a machine without
 # Debian's LibTorch 1.13 (Debian 13) it says so and builds nothing.
 set -euo pipefail
@@ -22,8 +23,10 @@ env -u CMAKE_PREFIX_PATH cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   -DTENSORDICT_BUILD_TESTS=ON -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF \
   -DTENSORDICT_WITH_HDF5=ON -DTENSORDICT_WITH_DISTRIBUTED=ON -DTENSORDICT_WITH_REDIS=ON >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS" --target tensordict tensordict_hdf5 tensordict_redis tensordict_nn \
-  tensordict_distributed tensordict-inspect tensordict_tests tensordict_distributed_tests
+  tensordict_distributed tensordict_rb tensordict-inspect tensordict_tests tensordict_distributed_tests \
+  tensordict_rb_tests
 export TENSORDICT_TEST_DATA="$PWD/tests/data"
 "$BUILD_DIR"/tests/tensordict_tests --gtest_brief=1
 "$BUILD_DIR"/tests/distributed/tensordict_distributed_tests --gtest_brief=1
-echo "libtorch-1.13: library, components and two test programs built and passed"
+"$BUILD_DIR"/tests/rb/tensordict_rb_tests --gtest_brief=1
+echo "libtorch-1.13: library, components and three test programs built and passed"

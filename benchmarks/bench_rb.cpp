@@ -1,0 +1,247 @@
+// tensordict::rb next to hand-written floors, on a memory buffer of 100,000
+// tiny transitions (5 leaves: obs float[4], action int64, reward float,
+// done bool, next/obs float[4]):
+//   rb_add            ReplayBuffer::add of one transition  | memcpy of each leaf's bytes
+//   rb_extend256      extend of 256                        | memcpy of each leaf's 256 rows
+//   rb_sample256      uniform sample of 256 (+ "index")    | randint + index_select per leaf
+//   rb_prioritized256 prioritized sample of 256 + priority | flat-array sum/min trees by hand,
+//                     update of the 256 rows               | index_select per leaf, the same
+//                                                          | weights and updates
+//   rb_sumtree256     SumTree set of 256 + find_prefix_sum | a flat-array sum tree by hand
+//                     of 256                               |
+// Every buffer is filled before timing.
+#include <benchmark/benchmark.h>
+#include "bench_main.h"
+
+#include <tensordict/rb/replay_buffer.h>
+#include <tensordict/rb/segment_tree.h>
+#include <tensordict/tensordict.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace td = tensordict;
+namespace rb = tensordict::rb;
+
+namespace {
+
+constexpr int64_t kCapacity = 100'000;
+constexpr int64_t kBatch = 256;
+
+td::TensorDict transitions(int64_t n) {
+  return td::TensorDict({{"obs", torch::randn({n, 4})},
+                         {"action", torch::randint(4, {n}, torch::kLong)},
+                         {"reward", torch::randn({n})},
+                         {"done", torch::rand({n}).lt(0.02)},
+                         {"next", td::TensorDict({{"obs", torch::randn({n, 4})}}, {n})}},
+                        {n});
+}
+
+std::vector<torch::Tensor> leaves(const td::TensorDictBase& d) {
+  return {d.get("obs"), d.get("action"), d.get("reward"), d.get("done"), d.get({"next", "obs"})};
+}
+
+// The raw storage of the floors: the same 5 leaves, filled.
+std::vector<torch::Tensor> raw_storage() { return leaves(transitions(kCapacity)); }
+
+rb::ReplayBuffer filled(std::shared_ptr<rb::Sampler> sampler = nullptr) {
+  rb::ReplayBuffer buffer(kCapacity, std::move(sampler));
+  buffer.extend(transitions(kCapacity));
+  return buffer;
+}
+
+// A flat-array tree by hand: node 1 the root, leaf i at node L + i.
+struct FlatTree {
+  int64_t leaves = 1;
+  std::vector<double> sum, min;
+  explicit FlatTree(int64_t capacity) {
+    while (leaves < capacity) leaves <<= 1;
+    sum.assign(static_cast<size_t>(2 * leaves), 0.0);
+    min.assign(static_cast<size_t>(2 * leaves), std::numeric_limits<double>::infinity());
+  }
+  void set(int64_t i, double w, bool with_min) {
+    int64_t n = leaves + i;
+    sum[n] = w;
+    if (with_min) min[n] = w;
+    for (n >>= 1; n >= 1; n >>= 1) {
+      sum[n] = sum[2 * n] + sum[2 * n + 1];
+      if (with_min) min[n] = std::min(min[2 * n], min[2 * n + 1]);
+    }
+  }
+  int64_t find(double mass) const {
+    int64_t n = 1;
+    while (n < leaves) {
+      const double left = sum[2 * n];
+      if (mass < left || sum[2 * n + 1] <= 0.0) {
+        n = 2 * n;
+      } else {
+        mass -= left;
+        n = 2 * n + 1;
+      }
+    }
+    return n - leaves;
+  }
+};
+
+template <bool kFloor>
+void add_one(benchmark::State& state) {
+  rb::ReplayBuffer buffer = filled();
+  td::TensorDict one = transitions(1)[0];
+  std::vector<torch::Tensor> dst = raw_storage();
+  std::vector<torch::Tensor> src = leaves(one);
+  int64_t row = 0;
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      memcpy_rows(dst, src, row, 1);
+      row = (row + 1) % kCapacity;
+      benchmark::DoNotOptimize(row);
+    } else {
+      benchmark::DoNotOptimize(buffer.add(one));
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+template <bool kFloor>
+void extend256(benchmark::State& state) {
+  rb::ReplayBuffer buffer = filled();
+  td::TensorDict batch = transitions(kBatch);
+  std::vector<torch::Tensor> dst = raw_storage();
+  std::vector<torch::Tensor> src = leaves(batch);
+  int64_t cursor = 0;
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      // The same wrap as the buffer: a head before the end, the rest at 0.
+      const int64_t head = std::min(kBatch, kCapacity - cursor);
+      for (size_t k = 0; k < dst.size(); ++k) {
+        const size_t row = src[k].nbytes() / kBatch;
+        char* to = static_cast<char*>(dst[k].data_ptr());
+        const char* from = static_cast<const char*>(src[k].data_ptr());
+        std::memcpy(to + cursor * row, from, head * row);
+        std::memcpy(to, from + head * row, (kBatch - head) * row);
+      }
+      torch::Tensor rows =
+          torch::arange(cursor, cursor + kBatch, torch::kLong).remainder_(kCapacity);
+      cursor = (cursor + kBatch) % kCapacity;
+      benchmark::DoNotOptimize(rows);
+    } else {
+      benchmark::DoNotOptimize(buffer.extend(batch));
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+template <bool kFloor>
+void sample256(benchmark::State& state) {
+  rb::ReplayBuffer buffer = filled();
+  std::vector<torch::Tensor> src = raw_storage();
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      torch::Tensor idx = torch::randint(kCapacity, {kBatch}, torch::kLong);
+      std::vector<torch::Tensor> out;
+      out.reserve(src.size() + 1);
+      for (const auto& t : src) out.push_back(t.index_select(0, idx));
+      out.push_back(idx);
+      benchmark::DoNotOptimize(out);
+    } else {
+      td::TensorDict s = buffer.sample(kBatch);
+      benchmark::DoNotOptimize(s);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+template <bool kFloor>
+void prioritized256(benchmark::State& state) {
+  const double alpha = 0.6, beta = 0.4, eps = 1e-8;
+  rb::ReplayBuffer buffer =
+      filled(std::make_shared<rb::PrioritizedSampler>(kCapacity, alpha, beta, eps));
+  std::vector<torch::Tensor> src = raw_storage();
+  FlatTree tree(kCapacity);
+  for (int64_t i = 0; i < kCapacity; ++i) tree.set(i, std::pow(1.0 + eps, alpha), true);
+  torch::Tensor priorities = torch::rand({kBatch}, torch::kDouble) * 10;
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      const double total = tree.sum[1], smallest = tree.min[1];
+      torch::Tensor mass = torch::rand({kBatch}, torch::kDouble).mul_(total);
+      torch::Tensor idx = torch::empty({kBatch}, torch::kLong);
+      torch::Tensor weight = torch::empty({kBatch}, torch::kFloat);
+      const double* m = mass.data_ptr<double>();
+      int64_t* ix = idx.data_ptr<int64_t>();
+      float* w = weight.data_ptr<float>();
+      for (int64_t b = 0; b < kBatch; ++b) {
+        ix[b] = std::min(tree.find(m[b]), kCapacity - 1);
+        w[b] = static_cast<float>(std::pow(tree.sum[tree.leaves + ix[b]] / smallest, -beta));
+      }
+      std::vector<torch::Tensor> out;
+      out.reserve(src.size() + 2);
+      for (const auto& t : src) out.push_back(t.index_select(0, idx));
+      out.push_back(idx);
+      out.push_back(weight);
+      const double* p = priorities.data_ptr<double>();
+      for (int64_t b = 0; b < kBatch; ++b) tree.set(ix[b], std::pow(p[b] + eps, alpha), true);
+      benchmark::DoNotOptimize(out);
+    } else {
+      td::TensorDict s = buffer.sample(kBatch);
+      buffer.update_priority(s.get("index"), priorities);
+      benchmark::DoNotOptimize(s);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+template <bool kFloor>
+void sumtree256(benchmark::State& state) {
+  rb::SumTree tree(kCapacity);
+  FlatTree flat(kCapacity);
+  tree.set(torch::arange(kCapacity, torch::kLong), torch::ones({kCapacity}, torch::kDouble));
+  for (int64_t i = 0; i < kCapacity; ++i) flat.set(i, 1.0, false);
+  torch::Tensor idx = torch::randint(kCapacity, {kBatch}, torch::kLong);
+  torch::Tensor val = torch::rand({kBatch}, torch::kDouble) + 0.5;
+  torch::Tensor unit = torch::rand({kBatch}, torch::kDouble);
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      const int64_t* i = idx.data_ptr<int64_t>();
+      const double* v = val.data_ptr<double>();
+      for (int64_t k = 0; k < kBatch; ++k) flat.set(i[k], v[k], false);
+      torch::Tensor out = torch::empty({kBatch}, torch::kLong);
+      int64_t* o = out.data_ptr<int64_t>();
+      const double* u = unit.data_ptr<double>();
+      const double total = flat.sum[1];
+      for (int64_t k = 0; k < kBatch; ++k) o[k] = flat.find(u[k] * total);
+      benchmark::DoNotOptimize(out);
+    } else {
+      tree.set(idx, val);
+      torch::Tensor out = tree.find_prefix_sum(unit * tree.total());
+      benchmark::DoNotOptimize(out);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+void register_all() {
+  const NamedBench benchmarks[] = {
+      {"BM_rb_add/tensordict", add_one<false>},
+      {"BM_rb_add/floor", add_one<true>},
+      {"BM_rb_extend256/tensordict", extend256<false>},
+      {"BM_rb_extend256/floor", extend256<true>},
+      {"BM_rb_sample256/tensordict", sample256<false>},
+      {"BM_rb_sample256/floor", sample256<true>},
+      {"BM_rb_prioritized256/tensordict", prioritized256<false>},
+      {"BM_rb_prioritized256/floor", prioritized256<true>},
+      {"BM_rb_sumtree256/tensordict", sumtree256<false>},
+      {"BM_rb_sumtree256/floor", sumtree256<true>},
+  };
+  register_min_time(benchmarks, 0.3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);
+  return run_benchmarks(argc, argv, register_all);
+}

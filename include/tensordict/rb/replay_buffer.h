@@ -1,0 +1,115 @@
+#pragma once
+/// @file rb/replay_buffer.h
+/// ReplayBuffer: a fixed-capacity buffer of rows (transitions) in any
+/// tensordict storage, written round robin and read through a sampler
+/// (TorchRL's TensorDictReplayBuffer). See docs/replay_buffer_library.md.
+///
+/// @code
+///   namespace rb = tensordict::rb;
+///   rb::ReplayBuffer buffer(100'000, std::make_shared<rb::PrioritizedSampler>(100'000, 0.6, 0.4));
+///   buffer.extend(batch);                      // batch size [n]
+///   tensordict::TensorDict s = buffer.sample(256);   // + "index", "priority_weight"
+///   s.set("td_error", td_error);
+///   buffer.update_tensordict_priority(s);
+/// @endcode
+///
+/// Thread safety: every public call may be made from any thread at any time,
+/// concurrently with any other (several threads writing, several sampling,
+/// priorities updated beside them). One mutex per buffer serialises the calls,
+/// so each is atomic: a sample never sees half of a write, and the writer,
+/// sampler and storage change together. The tensordicts a sample returns are
+/// the caller's own (copies of the rows). Writing to the storage() handle or
+/// the sampler() directly bypasses that lock and is the caller's business.
+///
+/// Errors: typed tensordict:: errors, raised before anything changes (bad
+/// input writes nothing and leaves the cursor and priorities as they were):
+/// a row whose keys, shapes or dtypes differ from the storage's (KeyError,
+/// ShapeError, TypeError naming the key), a sample of an empty buffer or of
+/// batch_size <= 0 (ValueError), a priority index out of range (IndexError),
+/// a NaN/inf/negative priority (ValueError).
+
+#include <tensordict/nested_key.h>
+#include <tensordict/rb/sampler.h>
+#include <tensordict/rb/writer.h>
+#include <tensordict/schema.h>
+#include <tensordict/tensor_dict.h>
+#include <tensordict/tensor_dict_base.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tensordict::rb {
+
+class ReplayBuffer {
+ public:
+  /// A buffer over `storage`, a tensordict of batch size [capacity]
+  /// pre-allocated in any storage (from_schema: memory, memmap, shared, h5,
+  /// redis, ...), whose rows are taken as unwritten. `sampler` defaults to a
+  /// RandomSampler. ShapeError unless the storage has batch size [C], C > 0;
+  /// TypeError when it holds non-tensor entries; ValueError when a
+  /// PrioritizedSampler's capacity differs from C.
+  explicit ReplayBuffer(TensorDictBase storage, std::shared_ptr<Sampler> sampler = nullptr);
+  /// A buffer of `capacity` rows whose storage is made at the first write:
+  /// zeros shaped like the written row (or batch's rows), batch size
+  /// [capacity], in the storage named `storage` with `options` (from_schema's
+  /// names: "memory", "memmap" with {"prefix": dir}, "shared", ...; TorchRL's
+  /// LazyTensorStorage and LazyMemmapStorage). ValueError unless capacity > 0.
+  explicit ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler = nullptr,
+                        std::string storage = "memory", StorageOptions options = {});
+  ~ReplayBuffer();
+  /// A moved-from buffer may only be destroyed or assigned to.
+  ReplayBuffer(ReplayBuffer&&) noexcept;
+  ReplayBuffer& operator=(ReplayBuffer&&) noexcept;
+  ReplayBuffer(const ReplayBuffer&) = delete;
+  ReplayBuffer& operator=(const ReplayBuffer&) = delete;
+
+  /// Writes one row (batch size []) at the cursor; returns its row index.
+  int64_t add(const TensorDictBase& row);
+  /// Writes a batch (batch size [n]) at the cursor, wrapping at the end; an
+  /// extend of more than capacity rows keeps the last `capacity` (as TorchRL).
+  /// Returns the rows written (int64, one per surviving item). Rows are
+  /// written with one index_put_ per extend on storages other than memory,
+  /// memmap and shared (one round trip for Redis and HDF5).
+  at::Tensor extend(const TensorDictBase& batch);
+  /// `batch_size` rows chosen by the sampler, copied into a TensorDict of
+  /// batch size [batch_size] with "index" (int64, the rows) and, when the
+  /// sampler is prioritized, "priority_weight" (float32 importance weights).
+  /// ValueError when the buffer is empty or batch_size <= 0.
+  TensorDict sample(int64_t batch_size);
+  /// New priorities of rows (int64 index, real priority; one priority is
+  /// broadcast). A no-op for samplers without priorities, as in TorchRL, after
+  /// the same index checks (IndexError outside [0, capacity)).
+  void update_priority(const at::Tensor& index, const at::Tensor& priority);
+  /// update_priority(sampled["index"], sampled[priority_key]); a priority
+  /// with more dims than [B] is reduced by its max over them (TorchRL's
+  /// default reduction). KeyError when either key is missing.
+  void update_tensordict_priority(const TensorDictBase& sampled,
+                                  const NestedKey& priority_key = "td_error");
+
+  /// Rows filled so far: min(write_count, capacity).
+  int64_t size() const;
+  int64_t capacity() const;
+  /// The storage (undefined before the first write of a buffer made with a
+  /// capacity). A handle to the same data, not a copy.
+  TensorDictBase storage() const;
+  WriterState writer_state() const;
+  /// Resumes at `state` (e.g. from a checkpoint): ValueError unless
+  /// 0 <= cursor < capacity and write_count >= 0. The storage must already
+  /// hold the rows written.
+  void load_writer_state(const WriterState& state);
+  std::shared_ptr<Sampler> sampler() const;
+  /// Seeds the buffer's random generator (every sample draws from it).
+  void manual_seed(uint64_t seed);
+  /// Forgets every row (TorchRL's empty()): cursor and write_count 0, the
+  /// sampler's on_empty(). The storage keeps its (now unreachable) data.
+  void empty();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tensordict::rb

@@ -1,0 +1,413 @@
+#include <tensordict/errors.h>
+#include <tensordict/rb/replay_buffer.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rb/tensor_args.h"
+
+namespace tensordict::rb {
+
+namespace {
+
+using at::indexing::Slice;
+
+// One tensor leaf of the storage: its key, element shape and dtype.
+struct Leaf {
+  NestedKey key;
+  std::vector<int64_t> shape;  // without the batch dim
+  at::ScalarType dtype;
+  at::Tensor data;        // the storage's tensor (direct storages only)
+  int64_t row_bytes = 0;  // bytes of one row of `data`
+};
+
+// One level of the storage (the root is the empty key) and its entry count:
+// a written row must have the same entries, no more.
+struct Level {
+  NestedKey key;
+  std::size_t entries;
+};
+
+std::string key_repr(const NestedKey& key) { return key.repr(); }
+
+bool is_memory_level(const TensorDictBase& td) { return td.node().is_memory_node(); }
+
+}  // namespace
+
+struct ReplayBuffer::State {
+  std::mutex mutex;
+  TensorDictBase storage;  // undefined until the first write of a lazy buffer
+  int64_t capacity = 0;
+  std::string lazy_storage;
+  StorageOptions lazy_options;
+  std::shared_ptr<Sampler> sampler;
+  RoundRobinWriter writer;
+  at::Generator generator;
+  std::vector<Leaf> leaves;
+  std::vector<Level> levels;
+  // The storage keeps its tensors in this process (memory, memmap, shared):
+  // rows are copied straight into them, without going through index_put_.
+  bool direct = false;
+
+  int64_t size() const { return std::min(writer.state().write_count, capacity); }
+
+  // Reads the storage's structure; the checks of the constructor.
+  void adopt(TensorDictBase td) {
+    if (!td.defined()) throw ValueError("ReplayBuffer: the storage is an undefined tensordict");
+    if (td.batch_dims() != 1 || td.batch_size()[0] <= 0)
+      throw ShapeError(
+          "ReplayBuffer: the storage must have batch size [capacity] with capacity "
+          "> 0, got " +
+          c10::str(td.batch_size()));
+    std::vector<Leaf> found;
+    std::vector<Level> levels{{NestedKey(), td.num_keys()}};
+    bool direct = is_memory_level(td);
+    for (const auto& [key, value] : td.items(/*include_nested=*/true, /*leaves_only=*/false)) {
+      if (value.is_tensordict()) {
+        levels.push_back({key, value.tensordict().num_keys()});
+        direct = direct && is_memory_level(value.tensordict());
+      } else if (value.is_tensor()) {
+        const at::Tensor& t = value.tensor();
+        Leaf leaf{key, std::vector<int64_t>(t.sizes().begin() + 1, t.sizes().end()),
+                  t.scalar_type(), t, 0};
+        direct = direct && t.device().is_cpu() && t.is_contiguous();
+        leaf.row_bytes = t.size(0) > 0 ? static_cast<int64_t>(t.nbytes()) / t.size(0) : 0;
+        found.push_back(std::move(leaf));
+      } else {
+        throw TypeError("ReplayBuffer: the storage entry " + key_repr(key) +
+                        " is not a tensor; a replay buffer stores tensors only");
+      }
+    }
+    if (found.empty()) throw ValueError("ReplayBuffer: the storage has no tensor to store rows in");
+    if (!direct)
+      for (Leaf& leaf : found) leaf.data = at::Tensor();  // read through the storage instead
+    capacity = td.batch_size()[0];
+    storage = std::move(td);
+    leaves = std::move(found);
+    this->levels = std::move(levels);
+    this->direct = direct;
+  }
+
+  // Names the first key where `data`'s level `level` and the storage's differ.
+  [[noreturn]] void throw_key_mismatch(const char* where, const TensorDictBase& data,
+                                       const Level& level) const {
+    const TensorDictBase mine = level.key.empty() ? storage : storage.get_tensordict(level.key);
+    const TensorDictBase theirs = level.key.empty() ? data : data.get_tensordict(level.key);
+    for (const NestedKey& k : theirs.keys())
+      if (!mine.contains(k))
+        throw KeyError(std::string(where) + ": key " + key_repr(level.key + k) +
+                       " is not in the storage (its keys are fixed when it is made)");
+    for (const NestedKey& k : mine.keys())
+      if (!theirs.contains(k))
+        throw KeyError(std::string(where) + ": the data has no key " + key_repr(level.key + k) +
+                       ", which the storage has");
+    throw KeyError(std::string(where) + ": the keys under " + key_repr(level.key) +
+                   " differ from the storage's");
+  }
+
+  // The data's tensor for each leaf, checked against the storage's layout:
+  // same keys, element shapes and dtypes; `lead` the data's batch dims
+  // (0 for a row, 1 for a batch of `n`).
+  void check(const char* where, const TensorDictBase& data, int64_t lead, int64_t n,
+             std::vector<at::Tensor>& out) const {
+    for (const Level& level : levels) {
+      const std::size_t count =
+          level.key.empty() ? data.num_keys() : data.get_tensordict(level.key).num_keys();
+      if (count != level.entries) throw_key_mismatch(where, data, level);
+    }
+    out.clear();
+    out.reserve(leaves.size());
+    for (const Leaf& leaf : leaves) {
+      at::Tensor t = data.get(leaf.key);
+      const int64_t dims = static_cast<int64_t>(leaf.shape.size());
+      bool shape_ok = t.dim() == lead + dims && (lead == 0 || t.size(0) == n);
+      for (int64_t d = 0; shape_ok && d < dims; ++d) shape_ok = t.size(lead + d) == leaf.shape[d];
+      if (!shape_ok) {
+        std::vector<int64_t> expected(leaf.shape);
+        if (lead) expected.insert(expected.begin(), n);
+        throw ShapeError(std::string(where) + ": " + key_repr(leaf.key) + " has shape " +
+                         c10::str(t.sizes()) + ", the storage expects " +
+                         c10::str(at::IntArrayRef(expected)));
+      }
+      if (t.scalar_type() != leaf.dtype)
+        throw TypeError(std::string(where) + ": " + key_repr(leaf.key) + " is " +
+                        std::string(c10::toString(t.scalar_type())) + ", the storage holds " +
+                        std::string(c10::toString(leaf.dtype)));
+      out.push_back(std::move(t));
+    }
+  }
+
+  // Makes the storage of a lazy buffer from the first data written.
+  void allocate_like(const TensorDictBase& data, int64_t lead) {
+    Schema schema;
+    for (const auto& [key, value] : data.items(/*include_nested=*/true, /*leaves_only=*/false)) {
+      if (value.is_tensordict()) continue;
+      if (!value.is_tensor())
+        throw TypeError("ReplayBuffer: entry " + key_repr(key) +
+                        " is not a tensor; a replay buffer stores tensors only");
+      const at::Tensor& t = value.tensor();
+      if (t.dim() < lead)
+        throw ShapeError("ReplayBuffer: entry " + key_repr(key) + " has shape " +
+                         c10::str(t.sizes()) + ", shorter than the batch");
+      schema.add(key, FieldSpec{std::vector<int64_t>(t.sizes().begin() + lead, t.sizes().end()),
+                                t.scalar_type()});
+    }
+    if (schema.empty()) throw ValueError("ReplayBuffer: the data written has no tensor");
+    adopt(from_schema(schema, {capacity}, lazy_storage, lazy_options));
+  }
+
+  // The rows `index` (int64, checked) of a direct storage, copied leaf by
+  // leaf with one load and store per row: for the small rows of RL
+  // transitions this is cheaper than an index_select per leaf, whose fixed
+  // cost is most of the time at 256 rows.
+  TensorDict gather(const at::Tensor& index) const {
+    const int64_t n = index.numel();
+    const int64_t* rows = index.data_ptr<int64_t>();
+    TensorDict out(std::vector<int64_t>{n});
+    for (const Leaf& leaf : leaves) {
+      std::vector<int64_t> shape{n};
+      shape.insert(shape.end(), leaf.shape.begin(), leaf.shape.end());
+      at::Tensor dst = at::empty(shape, leaf.data.options());
+      const char* from = static_cast<const char*>(leaf.data.data_ptr());
+      char* to = static_cast<char*>(dst.data_ptr());
+      switch (leaf.row_bytes) {
+        case 1:
+          copy_rows<uint8_t>(to, from, rows, n);
+          break;
+        case 2:
+          copy_rows<uint16_t>(to, from, rows, n);
+          break;
+        case 4:
+          copy_rows<uint32_t>(to, from, rows, n);
+          break;
+        case 8:
+          copy_rows<uint64_t>(to, from, rows, n);
+          break;
+        case 16:
+          copy_rows<Bytes16>(to, from, rows, n);
+          break;
+        default:
+          for (int64_t b = 0; b < n; ++b)
+            std::memcpy(to + b * leaf.row_bytes, from + rows[b] * leaf.row_bytes,
+                        static_cast<size_t>(leaf.row_bytes));
+      }
+      out.set(leaf.key, dst);
+    }
+    return out;
+  }
+
+  struct Bytes16 {
+    uint64_t low, high;
+  };
+  template <class Word>
+  static void copy_rows(char* to, const char* from, const int64_t* rows, int64_t n) {
+    for (int64_t b = 0; b < n; ++b)
+      std::memcpy(to + b * sizeof(Word), from + rows[b] * sizeof(Word), sizeof(Word));
+  }
+
+  void prepare(const char* where, const TensorDictBase& data, int64_t lead) {
+    if (!data.defined()) throw ValueError(std::string(where) + ": the data is undefined");
+    if (data.batch_dims() != lead)
+      throw ShapeError(std::string(where) +
+                       (lead ? ": expected a batch (batch size [n]), got "
+                             : ": expected one row (batch size []), got ") +
+                       "batch size " + c10::str(data.batch_size()));
+    if (!storage.defined()) allocate_like(data, lead);
+  }
+};
+
+ReplayBuffer::ReplayBuffer(TensorDictBase storage, std::shared_ptr<Sampler> sampler)
+    : state_(std::make_unique<State>()) {
+  state_->adopt(std::move(storage));
+  state_->sampler = sampler ? std::move(sampler) : std::make_shared<RandomSampler>();
+  if (auto* p = dynamic_cast<PrioritizedSampler*>(state_->sampler.get());
+      p && p->capacity() != state_->capacity)
+    throw ValueError("ReplayBuffer: the PrioritizedSampler holds " + std::to_string(p->capacity()) +
+                     " rows, the storage " + std::to_string(state_->capacity));
+  state_->generator = at::make_generator<at::CPUGeneratorImpl>(std::random_device{}());
+}
+
+ReplayBuffer::ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler, std::string storage,
+                           StorageOptions options)
+    : state_(std::make_unique<State>()) {
+  if (capacity <= 0)
+    throw ValueError("ReplayBuffer: the capacity must be positive, got " +
+                     std::to_string(capacity));
+  state_->capacity = capacity;
+  state_->lazy_storage = std::move(storage);
+  state_->lazy_options = std::move(options);
+  state_->sampler = sampler ? std::move(sampler) : std::make_shared<RandomSampler>();
+  if (auto* p = dynamic_cast<PrioritizedSampler*>(state_->sampler.get());
+      p && p->capacity() != capacity)
+    throw ValueError("ReplayBuffer: the PrioritizedSampler holds " + std::to_string(p->capacity()) +
+                     " rows, the buffer " + std::to_string(capacity));
+  state_->generator = at::make_generator<at::CPUGeneratorImpl>(std::random_device{}());
+}
+
+ReplayBuffer::~ReplayBuffer() = default;
+ReplayBuffer::ReplayBuffer(ReplayBuffer&&) noexcept = default;
+ReplayBuffer& ReplayBuffer::operator=(ReplayBuffer&&) noexcept = default;
+
+int64_t ReplayBuffer::add(const TensorDictBase& row) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.prepare("ReplayBuffer::add", row, 0);
+  thread_local std::vector<at::Tensor> src;
+  s.check("ReplayBuffer::add", row, 0, 0, src);
+  const int64_t r = s.writer.state().cursor;
+  if (s.direct) {
+    for (size_t k = 0; k < src.size(); ++k) {
+      const Leaf& leaf = s.leaves[k];
+      const at::Tensor& t = src[k];
+      if (t.is_contiguous() && t.device().is_cpu())
+        std::memcpy(static_cast<char*>(leaf.data.data_ptr()) + r * leaf.row_bytes, t.data_ptr(),
+                    static_cast<size_t>(leaf.row_bytes));
+      else
+        leaf.data.select(0, r).copy_(t);
+    }
+  } else {
+    s.storage.index_put_({r}, row);
+  }
+  src.clear();  // do not keep the caller's tensors alive
+  s.writer.next_row(s.capacity);
+  // A sampler error here would leave the row written but unknown to it: the
+  // samplers only fail on rows out of range, which the writer never gives.
+  s.sampler->on_write_row(r);
+  return r;
+}
+
+at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.prepare("ReplayBuffer::extend", batch, 1);
+  const int64_t n = batch.batch_size()[0];
+  thread_local std::vector<at::Tensor> src;
+  s.check("ReplayBuffer::extend", batch, 1, n, src);
+  if (n == 0) return at::empty({0}, at::kLong);
+  const int64_t kept = std::min(n, s.capacity);
+  const int64_t skip = n - kept;  // items overwritten within this same extend
+  RoundRobinWriter writer = s.writer;
+  at::Tensor rows = writer.next_rows(n, s.capacity);
+  if (skip) rows = rows.narrow(0, skip, kept);
+  const int64_t first = (s.writer.state().cursor + skip) % s.capacity;
+  const int64_t head = std::min(kept, s.capacity - first);  // rows before the wrap
+  if (s.direct) {
+    for (size_t k = 0; k < src.size(); ++k) {
+      const Leaf& leaf = s.leaves[k];
+      const at::Tensor& t = src[k];
+      if (t.is_contiguous() && t.device().is_cpu()) {
+        const char* from = static_cast<const char*>(t.data_ptr()) + skip * leaf.row_bytes;
+        char* to = static_cast<char*>(leaf.data.data_ptr());
+        std::memcpy(to + first * leaf.row_bytes, from, static_cast<size_t>(head * leaf.row_bytes));
+        std::memcpy(to, from + head * leaf.row_bytes,
+                    static_cast<size_t>((kept - head) * leaf.row_bytes));
+      } else {
+        leaf.data.narrow(0, first, head).copy_(t.narrow(0, skip, head));
+        if (head < kept)
+          leaf.data.narrow(0, 0, kept - head).copy_(t.narrow(0, skip + head, kept - head));
+      }
+    }
+  } else {
+    const TensorDictBase items = skip ? batch.index({Slice(skip, n)}) : batch;
+    // One index_put_: a slice when the rows do not wrap, else the row list.
+    if (head == kept)
+      s.storage.index_put_({Slice(first, first + kept)}, items);
+    else
+      s.storage.index_put_({rows}, items);
+  }
+  src.clear();
+  s.writer = writer;
+  s.sampler->on_write(rows);
+  return rows;
+}
+
+TensorDict ReplayBuffer::sample(int64_t batch_size) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (batch_size <= 0)
+    throw ValueError("ReplayBuffer::sample: the batch size must be positive, got " +
+                     std::to_string(batch_size));
+  if (s.size() == 0) throw ValueError("ReplayBuffer::sample: the buffer is empty");
+  SampleInfo info = s.sampler->sample(s.size(), batch_size, &s.generator);
+  TensorDict out;
+  if (s.direct) {
+    // The sampler may be the user's: its rows are checked before they are
+    // used as raw offsets.
+    info.index = detail::checked_rows(info.index, s.size(), s.sampler->name() + "::sample");
+    out = s.gather(info.index);
+  } else {
+    TensorDictBase rows = s.storage.index({info.index});
+    out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
+  }
+  out.set("index", info.index);
+  if (info.weight.defined()) out.set("priority_weight", info.weight);
+  return out;
+}
+
+void ReplayBuffer::update_priority(const at::Tensor& index, const at::Tensor& priority) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const at::Tensor rows = detail::checked_rows(index, s.capacity, "ReplayBuffer::update_priority");
+  detail::checked_values(priority, rows.numel(), "ReplayBuffer::update_priority");
+  s.sampler->update_priority(rows, priority);
+}
+
+void ReplayBuffer::update_tensordict_priority(const TensorDictBase& sampled,
+                                              const NestedKey& priority_key) {
+  const at::Tensor index = sampled.get("index");
+  at::Tensor priority = sampled.get(priority_key);
+  if (priority.dim() > 1) priority = priority.reshape({priority.size(0), -1}).amax(1);
+  update_priority(index, priority);
+}
+
+int64_t ReplayBuffer::size() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->size();
+}
+
+int64_t ReplayBuffer::capacity() const { return state_->capacity; }
+
+TensorDictBase ReplayBuffer::storage() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->storage;
+}
+
+WriterState ReplayBuffer::writer_state() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->writer.state();
+}
+
+void ReplayBuffer::load_writer_state(const WriterState& state) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->writer.load_state(state, state_->capacity);
+}
+
+std::shared_ptr<Sampler> ReplayBuffer::sampler() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->sampler;
+}
+
+void ReplayBuffer::manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::lock_guard<std::mutex> generator_lock(state_->generator.mutex());
+  state_->generator.set_current_seed(seed);
+}
+
+void ReplayBuffer::empty() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->writer.reset();
+  state_->sampler->on_empty();
+}
+
+}  // namespace tensordict::rb

@@ -1,0 +1,204 @@
+#include <tensordict/errors.h>
+#include <tensordict/rb/sampler.h>
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randperm.h>
+#include <c10/util/Optional.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "rb/tensor_args.h"
+
+namespace tensordict::rb {
+
+namespace {
+
+// c10::optional is not std::optional in LibTorch 1.13.
+c10::optional<at::Generator> maybe(at::Generator* generator) {
+  if (generator == nullptr) return c10::nullopt;
+  return *generator;
+}
+
+void check_sample_args(const Sampler& sampler, int64_t size, int64_t batch_size) {
+  if (batch_size <= 0)
+    throw ValueError(sampler.name() + "::sample: the batch size must be positive, got " +
+                     std::to_string(batch_size));
+  if (size <= 0)
+    throw ValueError(sampler.name() + "::sample: nothing to sample, the buffer is empty");
+}
+
+}  // namespace
+
+void Sampler::on_write_row(int64_t row) { on_write(at::full({1}, row, at::kLong)); }
+
+// ---- RandomSampler -----------------------------------------------------------------
+
+SampleInfo RandomSampler::sample(int64_t size, int64_t batch_size, at::Generator* generator) {
+  check_sample_args(*this, size, batch_size);
+  return {at::randint(size, {batch_size}, maybe(generator), at::kLong), at::Tensor()};
+}
+
+// ---- SamplerWithoutReplacement ------------------------------------------------------
+
+void SamplerWithoutReplacement::start_epoch(int64_t size, at::Generator* generator) {
+  order_ = shuffle_ ? at::randperm(size, maybe(generator), at::kLong) : at::arange(size, at::kLong);
+  epoch_size_ = size;
+  next_ = 0;
+}
+
+SampleInfo SamplerWithoutReplacement::sample(int64_t size, int64_t batch_size,
+                                             at::Generator* generator) {
+  check_sample_args(*this, size, batch_size);
+  if (drop_last_ && batch_size > size)
+    throw ValueError("SamplerWithoutReplacement::sample: with drop_last, a batch of " +
+                     std::to_string(batch_size) + " cannot be drawn without repetition from " +
+                     std::to_string(size) + " rows");
+  if (!order_.defined() || epoch_size_ != size) start_epoch(size, generator);
+  const int64_t take = std::min(batch_size, order_.numel() - next_);
+  at::Tensor index = order_.narrow(0, next_, take).clone();
+  next_ += take;
+  const int64_t left = order_.numel() - next_;
+  ran_out_ = left == 0 || (drop_last_ && left < batch_size);
+  if (ran_out_) start_epoch(size, generator);
+  return {index, at::Tensor()};
+}
+
+void SamplerWithoutReplacement::on_empty() {
+  order_ = at::Tensor();
+  epoch_size_ = 0;
+  next_ = 0;
+  ran_out_ = false;
+}
+
+// ---- PrioritizedSampler -------------------------------------------------------------
+
+namespace {
+
+void check_exponents(const char* where, double alpha, double beta, double eps) {
+  if (!(alpha >= 0.0) || !std::isfinite(alpha) || !(beta >= 0.0) || !std::isfinite(beta) ||
+      !(eps >= 0.0) || !std::isfinite(eps))
+    throw ValueError(
+        std::string(where) + ": alpha, beta and eps must be finite and non-negative, got alpha " +
+        std::to_string(alpha) + ", beta " + std::to_string(beta) + ", eps " + std::to_string(eps));
+}
+
+}  // namespace
+
+PrioritizedSampler::PrioritizedSampler(int64_t capacity, double alpha, double beta, double eps)
+    : sum_tree_(capacity),
+      min_tree_(capacity),
+      alpha_(alpha),
+      beta_(beta),
+      eps_(eps),
+      max_priority_(std::numeric_limits<double>::quiet_NaN()) {
+  check_exponents("PrioritizedSampler", alpha, beta, eps);
+}
+
+void PrioritizedSampler::set_beta(double beta) {
+  check_exponents("PrioritizedSampler::set_beta", alpha_, beta, eps_);
+  beta_ = beta;
+}
+
+SampleInfo PrioritizedSampler::sample(int64_t size, int64_t batch_size, at::Generator* generator) {
+  check_sample_args(*this, size, batch_size);
+  const double total = sum_tree_.total();
+  const double smallest = min_tree_.min();
+  if (!(total > 0.0) || !(smallest > 0.0) || !std::isfinite(smallest))
+    throw ValueError("PrioritizedSampler::sample: the rows have no positive weight (sum " +
+                     std::to_string(total) + ", min " + std::to_string(smallest) +
+                     "); write rows or give positive priorities (or eps > 0)");
+  at::Tensor mass = at::rand({batch_size}, maybe(generator), at::kDouble).mul_(total);
+  at::Tensor index = sum_tree_.find_prefix_sum(mass);
+  at::Tensor weight = at::empty({batch_size}, at::kFloat);
+  int64_t* idx = index.data_ptr<int64_t>();
+  float* w = weight.data_ptr<float>();
+  const double* leaves = sum_tree_.leaf_data();
+  for (int64_t b = 0; b < batch_size; ++b) {
+    int64_t i = std::min(idx[b], size - 1);
+    // Rows past `size` are never drawn (they have no weight unless a state
+    // was loaded over a smaller buffer): step back to a row with weight.
+    while (i > 0 && leaves[i] <= 0.0) --i;
+    idx[b] = i;
+    w[b] = static_cast<float>(std::pow(leaves[i] / smallest, -beta_));
+  }
+  return {index, weight};
+}
+
+void PrioritizedSampler::on_write(const at::Tensor& rows) {
+  if (rows.numel() == 0) return;
+  const double priority = std::isnan(max_priority_) ? 1.0 : max_priority_;
+  update_priority(rows, at::full({1}, priority, at::kDouble));
+}
+
+void PrioritizedSampler::on_write_row(int64_t row) {
+  const double priority = std::isnan(max_priority_) ? 1.0 : max_priority_;
+  const double weight = std::pow(priority + eps_, alpha_);
+  sum_tree_.set(row, weight);  // IndexError (nothing changed) when out of range
+  min_tree_.set(row, weight);
+  max_priority_ = priority;
+}
+
+void PrioritizedSampler::on_empty() {
+  sum_tree_ = SumTree(capacity());
+  min_tree_ = MinTree(capacity());
+  max_priority_ = std::numeric_limits<double>::quiet_NaN();
+}
+
+void PrioritizedSampler::update_priority(const at::Tensor& index, const at::Tensor& priority) {
+  const char* where = "PrioritizedSampler::update_priority";
+  const at::Tensor rows = detail::checked_rows(index, capacity(), where);
+  const at::Tensor values = detail::checked_values(priority, rows.numel(), where);
+  const int64_t n = rows.numel();
+  if (n == 0) return;
+  const double* p = values.data_ptr<double>();
+  double largest = -1.0;
+  for (int64_t k = 0; k < values.numel(); ++k) {
+    if (!(p[k] >= 0.0) || !std::isfinite(p[k]))
+      throw ValueError(std::string(where) + ": priority " + std::to_string(p[k]) + " at position " +
+                       std::to_string(k) + " is not finite and non-negative");
+    largest = std::max(largest, p[k]);
+  }
+  at::Tensor weights = at::empty({values.numel()}, at::kDouble);
+  double* w = weights.data_ptr<double>();
+  for (int64_t k = 0; k < values.numel(); ++k) w[k] = std::pow(p[k] + eps_, alpha_);
+  sum_tree_.set(rows, weights);
+  min_tree_.set(rows, weights);
+  if (std::isnan(max_priority_) || largest > max_priority_) max_priority_ = largest;
+}
+
+PrioritizedSamplerState PrioritizedSampler::state() const {
+  return {alpha_, beta_, eps_, max_priority_, capacity(), sum_tree_.leaves(), min_tree_.leaves()};
+}
+
+void PrioritizedSampler::load_state(const PrioritizedSamplerState& state) {
+  const char* where = "PrioritizedSampler::load_state";
+  if (state.max_capacity != capacity())
+    throw ValueError(std::string(where) + ": the state is for " +
+                     std::to_string(state.max_capacity) + " rows, this sampler holds " +
+                     std::to_string(capacity()));
+  check_exponents(where, state.alpha, state.beta, state.eps);
+  if (!std::isnan(state.max_priority) &&
+      (!(state.max_priority >= 0.0) || !std::isfinite(state.max_priority)))
+    throw ValueError(std::string(where) + ": max_priority " + std::to_string(state.max_priority) +
+                     " is not NaN (none yet) nor finite and non-negative");
+  // Loaded into copies first: a bad leaf tensor leaves this sampler as it was.
+  SumTree sums(capacity());
+  MinTree mins(capacity());
+  sums.load_leaves(state.sum_leaves);
+  mins.load_leaves(state.min_leaves);
+  sum_tree_ = std::move(sums);
+  min_tree_ = std::move(mins);
+  alpha_ = state.alpha;
+  beta_ = state.beta;
+  eps_ = state.eps;
+  max_priority_ = state.max_priority;
+}
+
+}  // namespace tensordict::rb
