@@ -9,7 +9,8 @@
 #     and the real Python tensordict, h5py and redis, the tests' peers;
 #  3. TorchRL's environment, $TD_TORCHRL_VENV (default .venv-torchrl), from
 #     scripts/torchrl-requirements.txt: torchrl with the same torch, which
-#     the replay buffer tests exchange checkpoints with.
+#     the replay buffer tests exchange checkpoints with (its segment trees
+#     are compiled against that torch: python3-dev).
 # Idempotent: what is present is not installed again (apt-get update runs
 # only when a package is missing). Needs root (or sudo) for step 1.
 # TD_SKIP_VENV=1 skips steps 2 and 3.
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 . /etc/os-release
 PACKAGES=(
-  build-essential cmake git ccache python3 python3-venv clang-format clang
+  build-essential cmake git ccache python3 python3-venv python3-dev clang-format clang
   nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libfmt-dev
