@@ -17,6 +17,14 @@ derived from i (expected_rows), so that after N writes slot s holds the last
 i < N with i % C == s. `write` prints a JSON summary on stdout; `check` exits
 with status 1 and a message naming what differed.
 
+A checkpoint given to `check` must come from the procedure `write` follows:
+rows 0..N-1 written by extends of up to CHUNK rows; then SAMPLES samples of
+BATCH rows (so a without-replacement sampler has drawn an order for the full
+storage); then, prioritized, every filled slot s given the raw priority
+slot_priority(s) = 0.5 + (s % 7) / 4 with ALPHA, BETA, EPS. Rows:
+  obs = i + [0, 0.25, 0.5, 0.75] (float32[4]), action = 10 i + 1 (int64),
+  reward = i / 2 - 3 (float32), done = (i % 3 == 0), next.obs = obs + 1.
+
 The prioritized sampler needs TorchRL's compiled segment trees. The 0.14.1
 wheel's library was built against another torch and does not load under torch
 2.13; scripts/torchrl-env.sh compiles the wheel's own sources of it against
