@@ -12,7 +12,8 @@ float32, done bool, ("next", "obs") float32[4]. Each row is timed over calls
 repeated for at least --min-time seconds, after one untimed warm-up round, and
 that --repeats times; it prints one JSON object per line on stdout:
 {"name": "BM_<op>/torchrl", "us_per_call": <median of the repeats>,
-"min_us_per_call": ..., "repeats": ..., "calls_per_repeat": ...}; a row that
+"min_us_per_call": ..., "repeats": ..., "calls_per_repeat": ...,
+"torch_threads": ...}; a row that
 cannot run prints "us_per_call": null and the reason in "skipped".
 
 Names follow benchmarks/README.md ("BM_<op>/<variant>"), so that a C++ row
@@ -178,6 +179,7 @@ def main(argv=None):
             "min_us_per_call": round(min(per_call) * 1e6, 3),
             "repeats": args.repeats,
             "calls_per_repeat": number,
+            "torch_threads": torch.get_num_threads(),
             "what": what,
         }), flush=True)
         for i, t in enumerate(per_call):
