@@ -245,7 +245,7 @@ def segment_trees(choice="auto"):
 
 
 def expected_rows(i):
-    """Rows number i (int64 tensor), exact in float32 for i < 2**20."""
+    """The rows numbered i (an int64 tensor); exact in float32 for i < 2**20."""
     base = i.to(torch.float32)
     obs = base[:, None] + torch.tensor([0.0, 0.25, 0.5, 0.75])
     return TensorDict(
