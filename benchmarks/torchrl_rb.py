@@ -1,86 +1,212 @@
-"""TorchRL's replay buffer on the work of bench_rb.cpp, for the side-by-side rows.
+#!/usr/bin/env python
+"""TorchRL's side of the replay buffer benchmarks: the same operations the C++
+rows time (tensordict::rb next to its hand-written floors), done by TorchRL on
+the same machine and the same torch. Run it with TorchRL's environment
+(scripts/torchrl-env.sh):
 
-Run with a Python environment where torchrl imports (it needs its own: torchrl
-0.14 pins tensordict < 0.15), one intra-op thread as bench_rb:
+    .venv-torchrl/bin/python benchmarks/torchrl_rb.py [--repeats 9] [--benchmark-out FILE]
 
-    python benchmarks/torchrl_rb.py [--min-time 0.3]
+Every buffer is ReplayBuffer(storage=LazyTensorStorage(100,000)) with
+RoundRobinWriter and rows of 5 leaves: obs float32[4], action int64, reward
+float32, done bool, ("next", "obs") float32[4]. Each row is timed over calls
+repeated for at least --min-time seconds, after one untimed warm-up round, and
+that --repeats times; it prints one JSON object per line on stdout:
+{"name": "BM_<op>/torchrl", "us_per_call": <median of the repeats>,
+"min_us_per_call": ..., "repeats": ..., "calls_per_repeat": ...,
+"torch_threads": ...}; a row that
+cannot run prints "us_per_call": null and the reason in "skipped".
 
-Prints one line per operation: the best of 5 timings (ns per call) of the same
-operations as bench_rb on a LazyTensorStorage of 100,000 tiny transitions
-(obs float[4], action int64, reward float, done bool, next/obs float[4]).
-The prioritized row is skipped (and says so) when TorchRL's C++ segment
-trees do not load under the installed torch.
+Names follow benchmarks/README.md ("BM_<op>/<variant>"), so that a C++ row
+BM_<op>/floor of the same op pairs with them. --benchmark-out writes the rows
+as a Google Benchmark JSON document as well (times in ns, one entry per
+repeat), the shape benchmarks/run.py reads.
 """
-from __future__ import annotations
-
 import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
 import time
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import (LazyTensorStorage, PrioritizedSampler, RandomSampler,
-                          TensorDictReplayBuffer)
+from torchrl.data import (
+    LazyTensorStorage,
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    RoundRobinWriter,
+)
+from torchrl.data.replay_buffers.samplers import prioritized as torchrl_prioritized
+
+logging.getLogger("torchrl").setLevel(logging.WARNING)  # it logs on stdout
 
 CAPACITY = 100_000
 BATCH = 256
+ALPHA, BETA = 0.7, 0.5
 
 
-def transitions(n: int) -> TensorDict:
-    return TensorDict({"obs": torch.randn(n, 4), "action": torch.randint(4, (n,)),
-                       "reward": torch.randn(n), "done": torch.rand(n) < 0.02,
-                       "next": TensorDict({"obs": torch.randn(n, 4)}, [n])}, [n])
+def transitions(n):
+    """n rows of the 5-leaf transition (batch [] when n is None)."""
+    shape = [] if n is None else [n]
+    return TensorDict(
+        {
+            "obs": torch.randn(*shape, 4),
+            "action": torch.randint(0, 4, shape),
+            "reward": torch.randn(shape),
+            "done": torch.rand(shape) < 0.02,
+            "next": {"obs": torch.randn(*shape, 4)},
+        },
+        batch_size=shape,
+    )
 
 
-def timed(fn, min_time: float) -> float:
-    """Best of 5 runs of at least min_time / 5 seconds each: ns per call."""
-    best = float("inf")
-    for _ in range(5):
-        calls, start = 0, time.perf_counter()
-        while True:
-            fn()
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time / 5:
-                break
-        best = min(best, elapsed / calls * 1e9)
-    return best
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--min-time", type=float, default=1.0)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-
-    def buffer(sampler):
-        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(CAPACITY), sampler=sampler,
-                                    batch_size=BATCH)
+def buffer(sampler=None, fill=True):
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(CAPACITY),
+        sampler=sampler if sampler is not None else RandomSampler(),
+        writer=RoundRobinWriter(),
+    )
+    if fill:
         rb.extend(transitions(CAPACITY))
-        return rb
+    return rb
 
-    rb = buffer(RandomSampler())
-    one = transitions(1)[0]
-    batch = transitions(BATCH)
-    rows = {
-        "BM_rb_add": lambda: rb.add(one),
-        "BM_rb_extend256": lambda: rb.extend(batch),
-        "BM_rb_sample256": lambda: rb.sample(),
-    }
-    try:
-        prb = buffer(PrioritizedSampler(CAPACITY, alpha=0.6, beta=0.4))
-        priority = torch.rand(BATCH, dtype=torch.float64) * 10
 
-        def prioritized():
-            s = prb.sample()
-            prb.update_priority(s["index"], priority)
+def timed(call, min_time, repeats):
+    """Per-call times (s) of `repeats` rounds, each of as many calls as fill
+    min_time, after one untimed warm-up round."""
+    number, start = 1, time.perf_counter()
+    while True:  # warm-up, and the number of calls per round
+        for _ in range(number):
+            call()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            break
+        number = max(number * 2, int(number * min_time / max(elapsed, 1e-9)) + 1)
+        start = time.perf_counter()
+    per_call = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        per_call.append((time.perf_counter() - start) / number)
+    return per_call, number
 
-        rows["BM_rb_prioritized256"] = prioritized
-    except RuntimeError as err:
-        print(f"BM_rb_prioritized256/torchrl skipped: {err}")
-    for name, fn in rows.items():
-        print(f"{name}/torchrl {timed(fn, args.min_time):12.0f} ns")
+
+def prioritized_unavailable():
+    if torchrl_prioritized.SumSegmentTreeFp32 is None:
+        return ("TorchRL's compiled segment trees do not load under this torch "
+                "(scripts/torchrl-env.sh compiles them from torchrl's own sources)")
+    return None
+
+
+def cases():
+    """(op, what it times, setup returning the call) of every row."""
+
+    def add_one():
+        rb, row = buffer(fill=False), transitions(None)
+        return lambda: rb.add(row)
+
+    def extend():
+        rb, rows = buffer(fill=False), transitions(BATCH)
+        return lambda: rb.extend(rows)
+
+    def sample_uniform():
+        rb = buffer()
+        return lambda: rb.sample(BATCH)
+
+    def sample_prioritized_update():
+        rb = buffer(PrioritizedSampler(CAPACITY, alpha=ALPHA, beta=BETA))
+        priority = torch.rand(BATCH) + 0.1
+
+        def call():
+            _, info = rb.sample(BATCH, return_info=True)
+            rb.update_priority(info["index"], priority)
+
+        return call
+
+    def sum_tree():
+        # TorchRL's compiled SumSegmentTreeFp32 alone: set 256 leaves, then
+        # find 256 prefix sums.
+        tree = torchrl_prioritized.SumSegmentTreeFp32(CAPACITY)
+        tree[torch.arange(CAPACITY)] = torch.rand(CAPACITY) + 0.1
+        index = torch.randint(0, CAPACITY, (BATCH,))
+        value = torch.rand(BATCH) + 0.1
+        total = tree.query(0, CAPACITY)
+        mass = torch.rand(BATCH) * total * 0.999
+
+        def call():
+            tree[index] = value
+            tree.scan_lower_bound(mass)
+
+        return call
+
+    return [
+        ("rb_add_one", "add one transition", add_one, None),
+        ("rb_extend256", "extend by 256 transitions", extend, None),
+        ("rb_sample256_uniform", "sample 256 (RandomSampler)", sample_uniform, None),
+        ("rb_sample256_prioritized_update",
+         "sample 256 (PrioritizedSampler) and update their 256 priorities",
+         sample_prioritized_update, prioritized_unavailable()),
+        ("sum_tree_update_sample256", "SumSegmentTreeFp32: set 256 leaves, 256 prefix sums",
+         sum_tree, prioritized_unavailable()),
+    ]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--min-time", type=float, default=0.2,
+                        help="seconds of calls per repeat (default 0.2)")
+    parser.add_argument("--filter", default="", help="only the ops containing this text")
+    parser.add_argument("--benchmark-out", help="also write a Google Benchmark JSON document")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    gbench = []
+    for op, what, setup, skipped in cases():
+        if args.filter not in op:
+            continue
+        name = f"BM_{op}/torchrl"
+        if skipped:
+            print(json.dumps({"name": name, "us_per_call": None, "skipped": skipped}), flush=True)
+            continue
+        per_call, number = timed(setup(), args.min_time, args.repeats)
+        print(json.dumps({
+            "name": name,
+            "us_per_call": round(statistics.median(per_call) * 1e6, 3),
+            "min_us_per_call": round(min(per_call) * 1e6, 3),
+            "repeats": args.repeats,
+            "calls_per_repeat": number,
+            "torch_threads": torch.get_num_threads(),
+            "what": what,
+        }), flush=True)
+        for i, t in enumerate(per_call):
+            gbench.append({
+                "name": name, "run_name": name, "run_type": "iteration",
+                "repetitions": args.repeats, "repetition_index": i,
+                "iterations": number, "real_time": t * 1e9, "cpu_time": t * 1e9,
+                "time_unit": "ns",
+            })
+    if args.benchmark_out:
+        import tensordict
+        import torchrl
+        context = {
+            "executable": "benchmarks/torchrl_rb.py",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "host_name": platform.node(),
+            "num_cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "torchrl": torchrl.__version__,
+            "tensordict": tensordict.__version__,
+            "torch_num_threads": torch.get_num_threads(),
+            "load_avg": list(os.getloadavg()),
+        }
+        with open(args.benchmark_out, "w") as out:
+            json.dump({"context": context, "benchmarks": gbench}, out, indent=2)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,9 +7,11 @@
 #  - otherwise the LibTorch inside the torch wheel of the project's Python
 #    environment ($TD_VENV, made by scripts/python-env.sh), given as its
 #    prefix (the folder holding lib/ and share/).
-# The tests' Python is always that environment's.
+# The tests' Python is always that environment's, and their TorchRL the one
+# of $TD_TORCHRL_VENV (default .venv-torchrl, made by scripts/torchrl-env.sh).
 _td_venv=${TD_VENV:-$PWD/.venv}
-TD_CMAKE_ARGS=("-DTENSORDICT_PYTHON=$_td_venv/bin/python")
+TD_CMAKE_ARGS=("-DTENSORDICT_PYTHON=$_td_venv/bin/python"
+  "-DTENSORDICT_TORCHRL_PYTHON=${TD_TORCHRL_VENV:-$PWD/.venv-torchrl}/bin/python")
 if [[ -n "${Torch_DIR:-}" ]]; then
   TD_CMAKE_ARGS+=("-DTorch_DIR=$Torch_DIR")
 elif [[ -z "${CMAKE_PREFIX_PATH:-}" ]]; then

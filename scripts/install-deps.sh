@@ -6,16 +6,20 @@
 #  2. the project's own Python environment, $TD_VENV (default .venv in the
 #     checkout, ignored by git), from scripts/python-requirements.txt: the
 #     CPU build of torch 2.13.0, whose LibTorch the scripts build against,
-#     and the real Python tensordict, h5py and redis, the tests' peers.
+#     and the real Python tensordict, h5py and redis, the tests' peers;
+#  3. TorchRL's environment, $TD_TORCHRL_VENV (default .venv-torchrl), from
+#     scripts/torchrl-requirements.txt: torchrl with the same torch, which
+#     the replay buffer tests exchange checkpoints with (its segment trees
+#     are compiled against that torch: python3-dev).
 # Idempotent: what is present is not installed again (apt-get update runs
 # only when a package is missing). Needs root (or sudo) for step 1.
-# TD_SKIP_VENV=1 skips step 2.
+# TD_SKIP_VENV=1 skips steps 2 and 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . /etc/os-release
 PACKAGES=(
-  build-essential cmake git ccache python3 python3-venv clang-format clang
+  build-essential cmake git ccache python3 python3-venv python3-dev clang-format clang
   nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libfmt-dev
@@ -45,3 +49,4 @@ fi
 
 [[ "${TD_SKIP_VENV:-0}" == 1 ]] && exit 0
 bash scripts/python-env.sh
+bash scripts/torchrl-env.sh

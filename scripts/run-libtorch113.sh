@@ -17,9 +17,11 @@ export CCACHE_BASEDIR="$PWD"
 BUILD_DIR=${BUILD_DIR_113:-build-libtorch113}
 JOBS=${JOBS:-$(nproc)}
 VENV=${TD_VENV:-$PWD/.venv}
+TORCHRL_VENV=${TD_TORCHRL_VENV:-$PWD/.venv-torchrl}
 # Torch_DIR alone: the wheel's LibTorch must stay out of this build.
 env -u CMAKE_PREFIX_PATH cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   -DTorch_DIR="$torch_dir" -DTENSORDICT_PYTHON="$VENV/bin/python" \
+  -DTENSORDICT_TORCHRL_PYTHON="$TORCHRL_VENV/bin/python" \
   -DTENSORDICT_BUILD_TESTS=ON -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=OFF \
   -DTENSORDICT_WITH_HDF5=ON -DTENSORDICT_WITH_DISTRIBUTED=ON -DTENSORDICT_WITH_REDIS=ON >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS" --target tensordict tensordict_hdf5 tensordict_redis tensordict_nn \
