@@ -6,6 +6,7 @@
 // was; another capacity, sampler kind or storage layout refused. The
 // exchanges with the real TorchRL are python/torchrl_interop.sh.
 #include <tensordict/errors.h>
+#include <tensordict/lazy_stack.h>
 #include <tensordict/rb/replay_buffer.h>
 #include <tensordict/schema.h>
 
@@ -185,6 +186,39 @@ TEST_F(Checkpoint, LoadsIntoAPreallocatedMemmapStorageAndOverAWrittenBuffer) {
   rb::ReplayBuffer written = filled("prioritized", 4);
   written.loads(root_ / "ckpt");
   EXPECT_EQ(check_loaded(written, "prioritized", kCapacity, 23), "");
+}
+
+TEST_F(Checkpoint, ThroughStoragesWrittenByIndexPutAndMadeOnDisk) {
+  // A lazy stack of rows is written and read through index_put_ / get, not
+  // memcpy: dumps saves it as a plain tensordict of batch [C], and loads
+  // copies the rows back in the same way.
+  td::TensorDictBase zeros = td::from_schema(td::Schema{{"obs", {{4}, at::kFloat}},
+                                                        {"action", {{}, at::kLong}},
+                                                        {"reward", {{}, at::kFloat}},
+                                                        {"done", {{}, at::kBool}},
+                                                        {{"next", "obs"}, {{4}, at::kFloat}}},
+                                             {kCapacity});
+  const auto stack_of_rows = [&] {
+    std::vector<td::TensorDictBase> rows;
+    for (int64_t i = 0; i < kCapacity; ++i) rows.push_back(zeros[i].clone());
+    return td::lazy_stack(rows);
+  };
+  rb::ReplayBuffer stacked(stack_of_rows(), make_sampler("without_replacement", kCapacity));
+  fill(stacked, 23);
+  stacked.dumps(root_ / "ckpt");
+  EXPECT_FALSE(fs::exists(root_ / "ckpt" / "storage" / "0"));  // not a lazy-stack layout
+  rb::ReplayBuffer other_stack(stack_of_rows(), make_sampler("without_replacement", kCapacity));
+  other_stack.loads(root_ / "ckpt");
+  EXPECT_EQ(check_loaded(other_stack, "without_replacement", kCapacity, 23), "");
+  // A buffer made with a capacity and the memmap storage makes its storage
+  // on disk from the checkpoint's files.
+  td::StorageOptions options;
+  options["prefix"] = (root_ / "lazy").string();
+  rb::ReplayBuffer on_disk(kCapacity, make_sampler("without_replacement", kCapacity), "memmap",
+                           options);
+  on_disk.loads(root_ / "ckpt");
+  EXPECT_TRUE(fs::exists(root_ / "lazy" / "meta.json"));
+  EXPECT_EQ(check_loaded(on_disk, "without_replacement", kCapacity, 23), "");
 }
 
 TEST_F(Checkpoint, ReadsTorchRLSpellings) {
