@@ -9,5 +9,6 @@ tensordict_add_library_component(tensordict_rb rb
   src/rb/segment_tree.cpp
   src/rb/writer.cpp
   src/rb/sampler.cpp
-  src/rb/replay_buffer.cpp)
+  src/rb/replay_buffer.cpp
+  src/rb/checkpoint.cpp)
 message(STATUS "tensordict: rb component (replay buffers)")

@@ -1,5 +1,6 @@
 #include <tensordict/errors.h>
 #include <tensordict/rb/replay_buffer.h>
+#include <tensordict/storage/memmap.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/amax.h>
@@ -15,7 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "rb/checkpoint_io.h"
 #include "rb/tensor_args.h"
+#include "storage/memmap/mapped_file.h"
 
 namespace tensordict::rb {
 
@@ -149,7 +152,11 @@ struct ReplayBuffer::State {
   }
 
   // Makes the storage of a lazy buffer from the first data written.
-  void allocate_like(const TensorDictBase& data, int64_t lead) {
+  void allocate_like(const TensorDictBase& data, int64_t lead) { adopt(make_like(data, lead)); }
+
+  // A new storage of `capacity` rows shaped like `data`'s, in the storage
+  // the lazy buffer was given.
+  TensorDictBase make_like(const TensorDictBase& data, int64_t lead) const {
     Schema schema;
     for (const auto& [key, value] : data.items(/*include_nested=*/true, /*leaves_only=*/false)) {
       if (value.is_tensordict()) continue;
@@ -164,7 +171,21 @@ struct ReplayBuffer::State {
                                 t.scalar_type()});
     }
     if (schema.empty()) throw ValueError("ReplayBuffer: the data written has no tensor");
-    adopt(from_schema(schema, {capacity}, lazy_storage, lazy_options));
+    return from_schema(schema, {capacity}, lazy_storage, lazy_options);
+  }
+
+  // Every slot of the storage as a TensorDict (the storage's own tensors
+  // when they are in this process), for a checkpoint.
+  TensorDict all_rows() const {
+    TensorDict out(std::vector<int64_t>{capacity});
+    for (const Leaf& leaf : leaves) out.set(leaf.key, direct ? leaf.data : storage.get(leaf.key));
+    return out;
+  }
+
+  // Copies `rows` (batch [capacity], the storage's layout, checked) into
+  // every slot of `target`.
+  static void copy_all(TensorDictBase& target, const TensorDictBase& rows, int64_t capacity) {
+    target.index_put_({Slice(0, capacity)}, rows);
   }
 
   // The rows `index` (int64, checked) of a direct storage, copied leaf by
@@ -408,6 +429,190 @@ void ReplayBuffer::empty() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->writer.reset();
   state_->sampler->on_empty();
+}
+
+// ---- checkpoints (TorchRL's dumps/loads layout) ----------------------------------------
+
+namespace fs = std::filesystem;
+using detail::field;
+using detail::format_error;
+using detail::integer_value;
+using detail::ojson;
+
+void ReplayBuffer::dumps(const fs::path& dir) const {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.storage.defined())
+    throw ValueError(
+        "ReplayBuffer::dumps: nothing to save, the buffer has never been written (its storage "
+        "is made at the first write)");
+  fs::path root = fs::absolute(dir).lexically_normal();
+  if (!root.has_filename()) root = root.parent_path();  // "dir/"
+  std::error_code ec;
+  const auto st = fs::status(root, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      throw StorageError("ReplayBuffer::dumps: " + root.string() +
+                         " exists and is not a directory");
+    // The checkpoint replaces the whole directory: never one that is not a checkpoint.
+    if (!fs::is_empty(root, ec) && !fs::exists(root / "buffer_metadata.json", ec))
+      throw StorageError("ReplayBuffer::dumps: refusing to replace " + root.string() +
+                         ": the directory is not empty and holds no buffer_metadata.json (it is "
+                         "not a replay buffer checkpoint)");
+  }
+  fs::path created_from;
+  const fs::path stage =
+      tensordict::detail::make_stage(root, "rbsave", "ReplayBuffer::dumps", created_from);
+  try {
+    MemmapOptions durable;
+    durable.durable = true;
+    s.all_rows().save((stage / "storage").string(), durable);
+    detail::write_json_file(
+        stage / "storage" / "storage_metadata.json",
+        ojson{{"metadata", ojson::object()}, {"is_pytree", false}, {"len", s.size()}});
+    fs::create_directory(stage / "writer");
+    detail::write_json_file(
+        stage / "writer" / "metadata.json",
+        ojson{{"cursor", s.writer.state().cursor}, {"write_count", s.writer.state().write_count}});
+    // The library's buffers have no batch size of their own (sample(n) takes it).
+    detail::write_json_file(stage / "buffer_metadata.json",
+                            ojson{{"batch_size", nullptr}, {"consume_after_n_samples", nullptr}});
+    s.sampler->dumps(stage / "sampler");
+    at::Tensor rng;
+    {
+      std::lock_guard<std::mutex> generator_lock(s.generator.mutex());
+      rng = s.generator.get_state();
+    }
+    TensorDict rng_state(std::vector<int64_t>{});
+    rng_state.set("rng_state", rng);
+    rng_state.save((stage / "rng_state").string(), durable);
+    tensordict::detail::sync_tree_dirs(stage, 0);
+    tensordict::detail::install_dir(stage, root);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
+  }
+  tensordict::detail::sync_after_install(root, created_from);
+}
+
+void ReplayBuffer::loads(const fs::path& dir) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const fs::path root = fs::absolute(dir).lexically_normal();
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    throw FormatError("ReplayBuffer::loads: " + root.string() +
+                      " is not a directory (a replay buffer checkpoint)");
+
+  const fs::path buffer_file = root / "buffer_metadata.json";
+  const ojson buffer_meta = detail::read_json_object(buffer_file);
+  if (const ojson& b = field(buffer_meta, "batch_size", buffer_file); !b.is_null()) {
+    if (integer_value(b, "batch_size", buffer_file) <= 0)
+      format_error(buffer_file, "\"batch_size\" must be positive or null, got " + b.dump());
+  }
+  if (buffer_meta.contains("consume_after_n_samples") &&
+      !buffer_meta["consume_after_n_samples"].is_null())
+    format_error(buffer_file,
+                 "\"consume_after_n_samples\" is set: a consuming buffer, which this library "
+                 "does not have");
+  if (fs::exists(root / "transform.t", ec))
+    format_error(root / "transform.t",
+                 "the state of a transform, which this library's buffers do not have");
+
+  const fs::path writer_file = root / "writer" / "metadata.json";
+  const ojson writer_meta = detail::read_json_object(writer_file);
+  WriterState writer;
+  writer.cursor = integer_value(field(writer_meta, "cursor", writer_file), "cursor", writer_file);
+  for (const char* name : {"generation_shape", "generation_dtype"})
+    if (writer_meta.contains(name))
+      format_error(writer_file, std::string("\"") + name +
+                                    "\": a writer tracking generations, which this library "
+                                    "does not have");
+  const bool has_count = writer_meta.contains("write_count");
+  if (has_count)
+    writer.write_count = integer_value(writer_meta["write_count"], "write_count", writer_file);
+
+  const fs::path storage_dir = root / "storage";
+  const fs::path storage_file = storage_dir / "storage_metadata.json";
+  const ojson storage_meta = detail::read_json_object(storage_file);
+  const ojson& pytree = field(storage_meta, "is_pytree", storage_file);
+  if (!pytree.is_boolean())
+    format_error(storage_file, "\"is_pytree\" must be true or false, got " + pytree.dump());
+  if (pytree.get<bool>())
+    format_error(storage_file,
+                 "\"is_pytree\" is true: a storage of non-tensordict data, which this "
+                 "library does not read");
+  const int64_t len = integer_value(field(storage_meta, "len", storage_file), "len", storage_file);
+
+  if (!fs::exists(storage_dir / "meta.json", ec))
+    format_error(storage_dir / "meta.json", "missing (the storage's rows are saved there)");
+  const TensorDictBase rows = load_memmap(storage_dir.string());
+  if (rows.batch_dims() != 1)
+    format_error(storage_dir / "meta.json", "expected a tensordict of batch size [capacity], got " +
+                                                c10::str(rows.batch_size()));
+  const int64_t capacity = rows.batch_size()[0];
+  if (capacity != s.capacity)
+    throw ValueError("ReplayBuffer::loads: " + (storage_dir / "meta.json").string() + " holds " +
+                     std::to_string(capacity) + " rows, this buffer " + std::to_string(s.capacity) +
+                     " (a checkpoint loads into a buffer of the same capacity)");
+  if (len < 0 || len > capacity)
+    format_error(storage_file, "\"len\" " + std::to_string(len) + " is not in [0, " +
+                                   std::to_string(capacity) + "]");
+  if (!has_count) writer.write_count = len;  // older checkpoints: as many rows as filled
+  if (writer.cursor < 0 || writer.cursor >= capacity)
+    format_error(writer_file, "\"cursor\" " + std::to_string(writer.cursor) + " is not in [0, " +
+                                  std::to_string(capacity) + ")");
+  if (writer.write_count < 0 || std::min(writer.write_count, capacity) != len)
+    format_error(writer_file, "\"write_count\" " + std::to_string(writer.write_count) +
+                                  " does not fit the storage's \"len\" " + std::to_string(len) +
+                                  " (expected min(write_count, capacity) = len)");
+  for (const auto& [key, value] : rows.items(/*include_nested=*/true, /*leaves_only=*/false))
+    if (!value.is_tensor() && !value.is_tensordict())
+      format_error(storage_dir, "the entry " + key.repr() +
+                                    " is not a tensor; a replay buffer stores tensors only");
+  const std::string where = "ReplayBuffer::loads: " + storage_dir.string();
+  if (s.storage.defined()) {
+    std::vector<at::Tensor> checked;
+    s.check(where.c_str(), rows, 1, capacity, checked);
+  }
+
+  at::Tensor rng;
+  if (fs::exists(root / "rng_state", ec)) {
+    const TensorDictBase saved = load_memmap((root / "rng_state").string());
+    const fs::path rng_file = root / "rng_state" / "meta.json";
+    if (!saved.contains("rng_state") || !saved.at("rng_state").is_tensor())
+      format_error(rng_file, "the entry \"rng_state\" is missing or not a tensor");
+    rng = saved.get("rng_state");
+    std::lock_guard<std::mutex> generator_lock(s.generator.mutex());
+    const at::Tensor mine = s.generator.get_state();
+    if (rng.scalar_type() != at::kByte || rng.sizes() != mine.sizes())
+      format_error(rng_file, "\"rng_state\" must be uint8 " + c10::str(mine.sizes()) +
+                                 " (a CPU generator's state), got " +
+                                 std::string(c10::toString(rng.scalar_type())) + " " +
+                                 c10::str(rng.sizes()));
+    rng = rng.clone();
+  }
+
+  // A buffer not written yet gets a storage made from the files, filled
+  // before it is adopted.
+  TensorDictBase fresh;
+  if (!s.storage.defined()) {
+    fresh = s.make_like(rows, 1);
+    State::copy_all(fresh, rows, capacity);
+  }
+  s.sampler->loads(root / "sampler");  // all or nothing itself; the last check
+  if (fresh.defined()) {
+    s.adopt(std::move(fresh));
+  } else if (s.direct) {
+    for (const Leaf& leaf : s.leaves) leaf.data.copy_(rows.get(leaf.key));
+  } else {
+    State::copy_all(s.storage, rows, capacity);
+  }
+  s.writer.load_state(writer, capacity);
+  if (rng.defined()) {
+    std::lock_guard<std::mutex> generator_lock(s.generator.mutex());
+    s.generator.set_state(rng);
+  }
 }
 
 }  // namespace tensordict::rb

@@ -142,6 +142,7 @@ void PrioritizedSampler::on_write_row(int64_t row) {
   const double weight = std::pow(priority + eps_, alpha_);
   sum_tree_.set(row, weight);  // IndexError (nothing changed) when out of range
   min_tree_.set(row, weight);
+  if (std::isnan(max_priority_)) max_priority_slot_ = row;
   max_priority_ = priority;
 }
 
@@ -149,6 +150,7 @@ void PrioritizedSampler::on_empty() {
   sum_tree_ = SumTree(capacity());
   min_tree_ = MinTree(capacity());
   max_priority_ = std::numeric_limits<double>::quiet_NaN();
+  max_priority_slot_ = -1;
 }
 
 void PrioritizedSampler::update_priority(const at::Tensor& index, const at::Tensor& priority) {
@@ -159,22 +161,38 @@ void PrioritizedSampler::update_priority(const at::Tensor& index, const at::Tens
   if (n == 0) return;
   const double* p = values.data_ptr<double>();
   double largest = -1.0;
+  int64_t largest_at = 0;
   for (int64_t k = 0; k < values.numel(); ++k) {
     if (!(p[k] >= 0.0) || !std::isfinite(p[k]))
       throw ValueError(std::string(where) + ": priority " + std::to_string(p[k]) + " at position " +
                        std::to_string(k) + " is not finite and non-negative");
-    largest = std::max(largest, p[k]);
+    if (p[k] > largest) {
+      largest = p[k];
+      largest_at = k;
+    }
   }
   at::Tensor weights = at::empty({values.numel()}, at::kDouble);
   double* w = weights.data_ptr<double>();
   for (int64_t k = 0; k < values.numel(); ++k) w[k] = std::pow(p[k] + eps_, alpha_);
   sum_tree_.set(rows, weights);
   min_tree_.set(rows, weights);
-  if (std::isnan(max_priority_) || largest > max_priority_) max_priority_ = largest;
+  // The row holding the largest priority is kept for the checkpoints
+  // (TorchRL's _max_priority is the pair).
+  if (std::isnan(max_priority_) || largest > max_priority_) {
+    max_priority_ = largest;
+    max_priority_slot_ = rows.data_ptr<int64_t>()[largest_at];
+  }
 }
 
 PrioritizedSamplerState PrioritizedSampler::state() const {
-  return {alpha_, beta_, eps_, max_priority_, capacity(), sum_tree_.leaves(), min_tree_.leaves()};
+  return {alpha_,
+          beta_,
+          eps_,
+          max_priority_,
+          max_priority_slot_,
+          capacity(),
+          sum_tree_.leaves(),
+          min_tree_.leaves()};
 }
 
 void PrioritizedSampler::load_state(const PrioritizedSamplerState& state) {
@@ -188,6 +206,10 @@ void PrioritizedSampler::load_state(const PrioritizedSamplerState& state) {
       (!(state.max_priority >= 0.0) || !std::isfinite(state.max_priority)))
     throw ValueError(std::string(where) + ": max_priority " + std::to_string(state.max_priority) +
                      " is not NaN (none yet) nor finite and non-negative");
+  if (state.max_priority_slot < -1 || state.max_priority_slot >= capacity())
+    throw ValueError(std::string(where) + ": max_priority_slot " +
+                     std::to_string(state.max_priority_slot) +
+                     " is not -1 (none) nor a row below " + std::to_string(capacity()));
   // Loaded into copies first: a bad leaf tensor leaves this sampler as it was.
   SumTree sums(capacity());
   MinTree mins(capacity());
@@ -199,6 +221,7 @@ void PrioritizedSampler::load_state(const PrioritizedSamplerState& state) {
   beta_ = state.beta;
   eps_ = state.eps;
   max_priority_ = state.max_priority;
+  max_priority_slot_ = std::isnan(state.max_priority) ? -1 : state.max_priority_slot;
 }
 
 }  // namespace tensordict::rb

@@ -38,6 +38,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -106,6 +107,32 @@ class ReplayBuffer {
   /// Forgets every row (TorchRL's empty()): cursor and write_count 0, the
   /// sampler's on_empty(). The storage keeps its (now unreachable) data.
   void empty();
+
+  /// Saves the buffer as a checkpoint directory in TorchRL's
+  /// ReplayBuffer.dumps layout (docs/formats.md, "TorchRL replay buffer
+  /// checkpoints"): storage/ (every slot as a memory-mapped tensordict of
+  /// batch [capacity], whatever the storage, and storage_metadata.json),
+  /// writer/metadata.json, buffer_metadata.json, the sampler's files
+  /// (Sampler::dumps) and rng_state/ (the buffer's generator). All or
+  /// nothing and durable: written into a sibling directory, fsync()ed, then
+  /// put in place of `dir` in one rename, so an earlier checkpoint there is
+  /// replaced whole or, on error, left as it was. ValueError before the first
+  /// write of a buffer made with a capacity (there is no storage to save);
+  /// StorageError when `dir` exists and is not a checkpoint, or on an I/O
+  /// failure; UnsupportedError for a sampler that cannot be saved.
+  void dumps(const std::filesystem::path& dir) const;
+  /// Loads a checkpoint written by dumps() or by TorchRL into this buffer,
+  /// which must have the same capacity and kind of sampler (ValueError
+  /// otherwise). The rows are copied into this buffer's storage, whose keys,
+  /// shapes and dtypes must be the checkpoint's (KeyError, ShapeError,
+  /// TypeError), or which is made from the files when the buffer has not
+  /// been written yet; the writer, the sampler and the generator take the
+  /// saved state. Every missing, malformed, truncated or foreign file is a
+  /// FormatError naming the file and the field, and so is what the library
+  /// does not hold (a transform's state, a writer's generations, a pytree
+  /// storage). Everything is checked before the buffer changes: on error it
+  /// is as it was.
+  void loads(const std::filesystem::path& dir);
 
  private:
   struct State;

@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace tensordict::rb {
@@ -50,6 +51,19 @@ class Sampler {
   virtual void update_priority(const at::Tensor& index, const at::Tensor& priority) {}
   /// The class name, for messages ("RandomSampler", ...).
   virtual std::string name() const = 0;
+
+  /// Writes the sampler's state under `dir`, the sampler/ directory of a
+  /// checkpoint (TorchRL's Sampler.dumps; ReplayBuffer::dumps calls it). A
+  /// sampler with state creates `dir`; one without writes nothing. The base
+  /// throws UnsupportedError naming the sampler: a sampler of one's own is
+  /// checkpointed only when it overrides dumps() and loads().
+  virtual void dumps(const std::filesystem::path& dir) const;
+  /// Reads what dumps() wrote under `dir` (which may not exist for a sampler
+  /// that writes nothing). All or nothing: FormatError naming the file and
+  /// field for a malformed, truncated or missing file, ValueError when the
+  /// files are another sampler's or of another capacity; the sampler is
+  /// unchanged then. The base throws UnsupportedError, as dumps().
+  virtual void loads(const std::filesystem::path& dir);
 };
 
 /// Uniform sampling with replacement over the filled rows.
@@ -58,6 +72,10 @@ class RandomSampler : public Sampler {
   SampleInfo sample(int64_t size, int64_t batch_size, at::Generator* generator) override;
   void on_write_row(int64_t) override {}
   std::string name() const override { return "RandomSampler"; }
+  /// Writes nothing (RandomSampler has no state).
+  void dumps(const std::filesystem::path& dir) const override;
+  /// ValueError when `dir` holds another sampler's state.
+  void loads(const std::filesystem::path& dir) override;
 };
 
 /// Epochs without replacement (TorchRL's SamplerWithoutReplacement): an epoch
@@ -76,6 +94,14 @@ class SamplerWithoutReplacement : public Sampler {
   void on_write_row(int64_t) override {}
   void on_empty() override;
   std::string name() const override { return "SamplerWithoutReplacement"; }
+  /// A memory-mapped tensordict of batch [] under `dir`: len_storage (int64,
+  /// the rows the current epoch was drawn for), _sample_list (int64 [k], the
+  /// rows still to draw, in order; a non-tensor null before the first
+  /// sample), drop_last and _ran_out (bool), as TorchRL.
+  void dumps(const std::filesystem::path& dir) const override;
+  /// Takes the epoch and drop_last from the files (shuffle is not saved);
+  /// the next sample goes on with the saved order.
+  void loads(const std::filesystem::path& dir) override;
 
   bool drop_last() const noexcept { return drop_last_; }
   bool shuffle() const noexcept { return shuffle_; }
@@ -104,6 +130,9 @@ struct PrioritizedSamplerState {
   /// The largest priority given so far; NaN while none was (TorchRL's None,
   /// in which case written rows get priority 1).
   double max_priority = 0;
+  /// The row max_priority was given to (TorchRL's second _max_priority
+  /// entry); -1 while there is none.
+  int64_t max_priority_slot = -1;
   int64_t max_capacity = 0;
   at::Tensor sum_leaves;  ///< float64 [max_capacity]: (p + eps)^alpha per row, 0 if unwritten
   at::Tensor min_leaves;  ///< float64 [max_capacity]: the same, +inf if unwritten
@@ -134,6 +163,14 @@ class PrioritizedSampler : public Sampler {
   /// ShapeError for a length mismatch.
   void update_priority(const at::Tensor& index, const at::Tensor& priority) override;
   std::string name() const override { return "PrioritizedSampler"; }
+  /// sampler_metadata.json (_alpha, _beta, _eps, _max_priority as
+  /// [value, slot] or [null, null], _max_capacity, _schema_version 1) and
+  /// sumtree.memmap / mintree.memmap (float64 [capacity] leaves), as TorchRL.
+  void dumps(const std::filesystem::path& dir) const override;
+  /// Replaces alpha, beta, eps, the largest priority and both trees with
+  /// the files' (load_state()). ValueError when _max_capacity differs from
+  /// this sampler's capacity.
+  void loads(const std::filesystem::path& dir) override;
 
   int64_t capacity() const noexcept { return sum_tree_.capacity(); }
   double alpha() const noexcept { return alpha_; }
@@ -143,12 +180,14 @@ class PrioritizedSampler : public Sampler {
   void set_beta(double beta);
   /// The largest priority given so far (NaN while none).
   double max_priority() const noexcept { return max_priority_; }
+  /// The row the largest priority was given to (-1 while none).
+  int64_t max_priority_slot() const noexcept { return max_priority_slot_; }
   const SumTree& sum_tree() const noexcept { return sum_tree_; }
   const MinTree& min_tree() const noexcept { return min_tree_; }
 
   PrioritizedSamplerState state() const;
-  /// Replaces alpha, beta, eps, the largest priority and both trees.
-  /// ValueError when max_capacity differs from this sampler's capacity or a
+  /// Replaces alpha, beta, eps, the largest priority (and its slot) and both
+  /// trees. ValueError when max_capacity differs from this sampler's capacity or a
   /// value is out of range; ShapeError/TypeError for leaves that are not
   /// float64 [capacity]. Nothing changes on error.
   void load_state(const PrioritizedSamplerState& state);
@@ -158,6 +197,7 @@ class PrioritizedSampler : public Sampler {
   MinTree min_tree_;
   double alpha_, beta_, eps_;
   double max_priority_;
+  int64_t max_priority_slot_ = -1;
 };
 
 }  // namespace tensordict::rb

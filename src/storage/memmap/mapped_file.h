@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,27 @@ void fsync_fd(int fd, const std::string& path, const std::string& op);
 /// Opens the file or directory `path` and fsync()s it (a directory: the
 /// names created, removed or renamed in it); StorageError naming it.
 void fsync_path(const std::string& path, const std::string& op);
+
+/// A fresh name beside `root` (".<name>.<what>-<pid>-<n>") for a staging
+/// directory that no other save uses.
+std::filesystem::path sibling(const std::filesystem::path& root, const char* what);
+/// Creates the directories above `root` and a fresh, empty staging
+/// directory beside it (sibling(root, what)), which it returns; sets
+/// `created_from` to the deepest ancestor of `root` that existed before (for
+/// sync_after_install). StorageError prefixed by `op`.
+std::filesystem::path make_stage(const std::filesystem::path& root, const char* what,
+                                 const std::string& op, std::filesystem::path& created_from);
+/// Puts the complete directory `stage` at `root` in one step (rename, or an
+/// atomic exchange with an existing `root` whose old content is then
+/// deleted): a reader sees the old directory or the new one, never a mix.
+/// StorageError when it cannot.
+void install_dir(const std::filesystem::path& stage, const std::filesystem::path& root);
+/// fsync() of every directory of the tree at `stage`, `stage` last.
+void sync_tree_dirs(const std::filesystem::path& stage, int num_threads);
+/// After install_dir: fsync() of the directory holding `root` and of each
+/// directory created between `created_from` (which existed) and it.
+void sync_after_install(const std::filesystem::path& root,
+                        const std::filesystem::path& created_from);
 
 /// msync(MS_SYNC) of the whole file mapping behind `tensor` when it is
 /// mapped shared (writes reach the file); false when there is nothing to

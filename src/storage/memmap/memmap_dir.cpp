@@ -342,6 +342,11 @@ void map_jobs(std::vector<LeafJob>& jobs) {
   }
 }
 
+}  // namespace
+
+// The durable directory replacement below is shared with the replay buffer
+// checkpoints (declared in storage/memmap/mapped_file.h).
+
 // A name beside `root` that no other save uses.
 fs::path sibling(const fs::path& root, const char* what) {
   static std::atomic<uint64_t> counter{0};
@@ -349,7 +354,7 @@ fs::path sibling(const fs::path& root, const char* what) {
                                std::to_string(::getpid()) + "-" + std::to_string(counter++));
 }
 
-std::string errno_message() { return std::strerror(errno); }
+static std::string errno_message() { return std::strerror(errno); }
 
 // Puts the complete staging directory at `root` in one step, so a reader
 // sees the old save or the new one, never a mix: rename(2) when `root` is
@@ -385,6 +390,26 @@ void install_dir(const fs::path& stage, const fs::path& root) {
   fs::remove_all(old, ec);
 }
 
+fs::path make_stage(const fs::path& root, const char* what, const std::string& op,
+                    fs::path& created_from) {
+  std::error_code ec;
+  // The deepest ancestor that exists: directories created below it are new
+  // names in it, synced with the save when it is durable.
+  created_from = root.parent_path();
+  while (!created_from.empty() && created_from != created_from.root_path() &&
+         !fs::exists(created_from, ec))
+    created_from = created_from.parent_path();
+  fs::create_directories(root.parent_path(), ec);
+  if (ec)
+    throw StorageError(op + ": cannot create directory " + root.parent_path().string() + ": " +
+                       ec.message());
+  const fs::path stage = sibling(root, what);
+  if (!fs::create_directory(stage, ec) || ec)
+    throw StorageError(op + ": cannot create the staging directory " + stage.string() + ": " +
+                       (ec ? ec.message() : std::string("it exists")));
+  return stage;
+}
+
 // fsync() of every directory of the tree at `stage` (on `num_threads`
 // threads: each waits for the disk), `stage` itself last.
 void sync_tree_dirs(const fs::path& stage, int num_threads) {
@@ -414,6 +439,8 @@ void sync_after_install(const fs::path& root, const fs::path& created_from) {
                        " holds the new save, but its rename may not survive a power loss)");
   }
 }
+
+namespace {
 
 // Writes `td` (and `extra` files: path under `root` -> text) as a complete
 // directory beside `prefix`, then installs it at `prefix`: a save over an
@@ -463,20 +490,8 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
     }
   }
   for (const auto& [rel, text] : extra) texts.emplace_back(root / rel, text);
-  // The deepest ancestor that exists: directories created below it are new
-  // names in it, synced with the save when it is durable.
-  fs::path created_from = root.parent_path();
-  while (!created_from.empty() && created_from != created_from.root_path() &&
-         !fs::exists(created_from, ec))
-    created_from = created_from.parent_path();
-  fs::create_directories(root.parent_path(), ec);
-  if (ec)
-    throw StorageError("memmap: cannot create directory " + root.parent_path().string() + ": " +
-                       ec.message());
-  const fs::path stage = sibling(root, "tdsave");
-  if (!fs::create_directory(stage, ec) || ec)
-    throw StorageError("memmap: cannot create the staging directory " + stage.string() + ": " +
-                       (ec ? ec.message() : std::string("it exists")));
+  fs::path created_from;
+  const fs::path stage = make_stage(root, "tdsave", "memmap", created_from);
   try {
     for (const auto& [file, text] : texts) {
       fs::create_directories(staged(file, root, stage).parent_path(), ec);

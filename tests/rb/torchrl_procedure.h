@@ -1,0 +1,148 @@
+#pragma once
+// The C++ side of the procedure of tests/rb/python/torchrl_checkpoint.py
+// (its docstring): the same buffer, rows, samples and priorities, and the
+// same checks of a loaded checkpoint, so that a directory written by either
+// side can be checked by the other.
+#include <tensordict/rb/replay_buffer.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tensordict::rb::test {
+
+inline constexpr int64_t kBatch = 4;    // every sample drawn
+inline constexpr int64_t kSamples = 3;  // samples after the writes
+inline constexpr int64_t kChunk = 7;    // rows per extend
+inline constexpr double kAlpha = 0.7, kBeta = 0.5, kEps = 1e-8;
+
+/// The rows numbered `i` (int64 [n]): obs = i + [0, .25, .5, .75],
+/// action = 10 i + 1, reward = i / 2 - 3, done = i % 3 == 0,
+/// next.obs = obs + 1.
+inline TensorDict expected_rows(const at::Tensor& i) {
+  const at::Tensor base = i.to(at::kFloat);
+  const at::Tensor obs = base.unsqueeze(1) + at::tensor({0.0f, 0.25f, 0.5f, 0.75f});
+  return TensorDict({{"obs", obs},
+                     {"action", i * 10 + 1},
+                     {"reward", base * 0.5 - 3.0},
+                     {"done", i.remainder(3).eq(0)},
+                     {"next", TensorDict({{"obs", obs + 1.0}}, {i.numel()})}},
+                    {i.numel()});
+}
+
+/// The raw priority given to slot s: 0.5 + (s % 7) / 4.
+inline at::Tensor slot_priority(const at::Tensor& slot) {
+  return slot.remainder(7).to(at::kFloat) * 0.25 + 0.5;
+}
+
+inline std::shared_ptr<Sampler> make_sampler(const std::string& name, int64_t capacity) {
+  if (name == "random") return std::make_shared<RandomSampler>();
+  if (name == "without_replacement") return std::make_shared<SamplerWithoutReplacement>();
+  if (name == "prioritized")
+    return std::make_shared<PrioritizedSampler>(capacity, kAlpha, kBeta, kEps);
+  throw std::invalid_argument("unknown sampler " + name);
+}
+
+/// Rows 0..rows-1 by extends of kChunk, kSamples samples of kBatch, then
+/// (prioritized) every filled slot given slot_priority(s).
+inline void fill(ReplayBuffer& buffer, int64_t rows) {
+  for (int64_t start = 0; start < rows; start += kChunk)
+    buffer.extend(expected_rows(at::arange(start, std::min(start + kChunk, rows), at::kLong)));
+  for (int64_t k = 0; k < kSamples; ++k) buffer.sample(kBatch);
+  if (buffer.sampler()->prioritized()) {
+    const at::Tensor slots = at::arange(buffer.size(), at::kLong);
+    buffer.update_priority(slots, slot_priority(slots));
+  }
+}
+
+/// What differs between a buffer loaded from a checkpoint of `rows` rows
+/// made by this procedure and what it must hold; empty when nothing does.
+/// Samples from the buffer (as TorchRL's check does).
+inline std::string check_loaded(ReplayBuffer& buffer, const std::string& sampler, int64_t capacity,
+                                int64_t rows) {
+  std::ostringstream err;
+  const int64_t length = std::min(rows, capacity);
+  if (buffer.size() != length) err << "len " << buffer.size() << ", expected " << length << "; ";
+  const WriterState w = buffer.writer_state();
+  if (w.cursor != rows % capacity || w.write_count != rows)
+    err << "writer " << w.cursor << "/" << w.write_count << ", expected " << rows % capacity << "/"
+        << rows << "; ";
+  const TensorDictBase storage = buffer.storage();
+  const at::Tensor slots = at::arange(length, at::kLong);
+  // The last row number i < rows landing in slot s.
+  const at::Tensor written = slots + capacity * (rows - 1 - slots).div(capacity, "floor");
+  const TensorDict want = expected_rows(written);
+  for (const NestedKey& key : want.keys(/*include_nested=*/true, /*leaves_only=*/true)) {
+    if (!storage.contains(key)) {
+      err << "storage has no " << key.repr() << "; ";
+      continue;
+    }
+    const at::Tensor got = storage.get(key).narrow(0, 0, length);
+    const at::Tensor expected = want.get(key);
+    if (got.scalar_type() != expected.scalar_type() || !got.sizes().equals(expected.sizes()) ||
+        !got.equal(expected))
+      err << key.repr() << " differs from the rows' formula; ";
+  }
+  if (sampler == "without_replacement") {
+    auto* s = dynamic_cast<SamplerWithoutReplacement*>(buffer.sampler().get());
+    if (s == nullptr) return err.str() + "not a SamplerWithoutReplacement";
+    if (s->drop_last()) err << "drop_last set; ";
+    if (s->remaining() <= 0 || s->remaining() > length)
+      err << "remaining " << s->remaining() << " not in [1, " << length << "]; ";
+    // The saved order goes on: the next batches drain it, distinct rows.
+    const int64_t left = s->remaining();
+    std::vector<bool> seen(static_cast<std::size_t>(length), false);
+    for (int64_t drawn = 0; drawn < left;) {
+      const at::Tensor index = buffer.sample(kBatch).get("index");
+      const int64_t* r = index.data_ptr<int64_t>();
+      for (int64_t k = 0; k < index.numel(); ++k, ++drawn) {
+        if (r[k] < 0 || r[k] >= length || seen[static_cast<std::size_t>(r[k])]) {
+          err << "the saved order repeats or leaves the rows (" << r[k] << "); ";
+          drawn = left;
+          break;
+        }
+        seen[static_cast<std::size_t>(r[k])] = true;
+      }
+    }
+  } else if (sampler == "prioritized") {
+    auto* s = dynamic_cast<PrioritizedSampler*>(buffer.sampler().get());
+    if (s == nullptr) return err.str() + "not a PrioritizedSampler";
+    if (s->alpha() != kAlpha || s->beta() != kBeta || s->eps() != kEps)
+      err << "alpha/beta/eps " << s->alpha() << "/" << s->beta() << "/" << s->eps() << "; ";
+    const double want_max = std::max(
+        1.0,
+        slot_priority(at::arange(std::min<int64_t>(length, 7), at::kLong)).max().item<double>());
+    if (!(std::fabs(s->max_priority() - want_max) <= 1e-6))
+      err << "max_priority " << s->max_priority() << ", expected " << want_max << "; ";
+    const PrioritizedSamplerState st = s->state();
+    if (st.max_capacity != capacity) err << "max_capacity " << st.max_capacity << "; ";
+    const at::Tensor weights = (slot_priority(slots).to(at::kDouble) + kEps).pow(kAlpha);
+    // TorchRL's trees hold float32: compare at that precision.
+    for (const at::Tensor& leaves : {st.sum_leaves, st.min_leaves})
+      if (!at::allclose(leaves.narrow(0, 0, length), weights, 1e-6, 0))
+        err << "tree leaves differ from (p + eps)^alpha; ";
+    if (st.sum_leaves.narrow(0, length, capacity - length).ne(0).any().item<bool>())
+      err << "sum leaves past len are not 0; ";
+    if (st.min_leaves.narrow(0, length, capacity - length)
+            .lt(std::numeric_limits<float>::max())
+            .any()
+            .item<bool>())
+      err << "min leaves past len are not empty; ";
+    const at::Tensor w = buffer.sample(kBatch).get("priority_weight");
+    if (!(w.gt(0).all().item<bool>() && w.le(1 + 1e-6).all().item<bool>()))
+      err << "priority weights not in (0, 1]; ";
+  }
+  const TensorDict sample = buffer.sample(kBatch);
+  const at::Tensor index = sample.get("index");
+  if (index.lt(0).any().item<bool>() || index.ge(length).any().item<bool>())
+    err << "a sample reads rows past len; ";
+  return err.str();
+}
+
+}  // namespace tensordict::rb::test
