@@ -37,6 +37,8 @@ class TensorDict;
 enum class EntryProjection : std::uint8_t { Key, KeyValue };
 template <EntryProjection P>
 class EntriesView;
+class KeyList;
+class ItemList;
 
 /// The kind of one entry. NonTensor is a NonTensorData (one value for the
 /// whole batch), NonTensorStack one value per batch element.
@@ -160,13 +162,19 @@ class TensorDictBase {
   TensorDictBase& clear_device_();
 
   // ---- keys and iteration -----------------------------------------------
-  std::vector<NestedKey> keys(bool include_nested = false, bool leaves_only = false) const;
-  std::vector<NestedKey> keys(const KeysOptions& options) const;
+  /// The keys, in insertion order (see KeysOptions). A KeyList is an
+  /// immutable list: the top-level keys of an in-memory level are built once
+  /// per key set and shared by every call (and by the results of indexing),
+  /// so listing them costs about what copying a shared_ptr does.
+  KeyList keys(bool include_nested = false, bool leaves_only = false) const;
+  KeyList keys(const KeysOptions& options) const;
   std::vector<Value> values(bool include_nested = false, bool leaves_only = false) const;
   std::vector<Value> values(const KeysOptions& options) const;
-  std::vector<std::pair<NestedKey, Value>> items(bool include_nested = false,
-                                                 bool leaves_only = false) const;
-  std::vector<std::pair<NestedKey, Value>> items(const KeysOptions& options) const;
+  /// The (key, value) pairs (see KeysOptions and ItemList: a view of the
+  /// level's values, as Python's items(); convert it to a std::vector for a
+  /// copy that outlives changes of the tensordict).
+  ItemList items(bool include_nested = false, bool leaves_only = false) const;
+  ItemList items(const KeysOptions& options) const;
   /// (key, value) of every non-tensor entry (a NonTensorStack gives its
   /// nested list, as get_non_tensor).
   std::vector<std::pair<NestedKey, nlohmann::json>> non_tensor_items(
@@ -240,6 +248,10 @@ class TensorDictBase {
   /// same object; otherwise a shallow copy with our batch size is stored.
   /// LockedError when locked.
   TensorDictBase& set(const NestedKey& key, Value value);
+  /// set() of a tensor at a top-level key: the same checks and errors, with a
+  /// fast path for replacing a tensor of an in-memory level (no key or entry
+  /// is built), the usual write of a training loop.
+  TensorDictBase& set(const char* key, const at::Tensor& value);
   /// With inplace=true: copies into the existing tensor when key exists (as
   /// set_), otherwise adds it (as set). Python's set(..., inplace=True).
   TensorDictBase& set(const NestedKey& key, Value value, bool inplace);
@@ -702,6 +714,145 @@ class EntriesView {
  private:
   std::shared_ptr<const void> keep_alive_;
   const std::vector<Entry>* entries_;
+};
+
+/// The list TensorDictBase::keys() returns: an immutable, shared list of
+/// keys. Iterates as a `const std::vector<NestedKey>` does and converts to
+/// one (`std::vector<NestedKey> ks = td.keys();`) for a list to modify.
+class KeyList {
+ public:
+  using value_type = NestedKey;
+  using const_iterator = std::vector<NestedKey>::const_iterator;
+  using iterator = const_iterator;
+  using size_type = std::size_t;
+
+  KeyList() = default;
+  explicit KeyList(std::shared_ptr<const std::vector<NestedKey>> keys) : keys_(std::move(keys)) {}
+  explicit KeyList(std::vector<NestedKey> keys)
+      : keys_(std::make_shared<const std::vector<NestedKey>>(std::move(keys))) {}
+
+  const_iterator begin() const noexcept { return list().begin(); }
+  const_iterator end() const noexcept { return list().end(); }
+  std::size_t size() const noexcept { return keys_ ? keys_->size() : 0; }
+  bool empty() const noexcept { return size() == 0; }
+  const NestedKey& operator[](std::size_t i) const { return list()[i]; }
+  const NestedKey& front() const { return list().front(); }
+  const NestedKey& back() const { return list().back(); }
+  /// True when `key` is in the list (a scan).
+  bool contains(const NestedKey& key) const;
+  std::vector<NestedKey> to_vector() const { return list(); }
+  operator std::vector<NestedKey>() const { return list(); }  // NOLINT(implicit)
+
+  friend bool operator==(const KeyList& a, const KeyList& b) { return a.list() == b.list(); }
+  friend bool operator==(const KeyList& a, const std::vector<NestedKey>& b) {
+    return a.list() == b;
+  }
+
+ private:
+  const std::vector<NestedKey>& list() const noexcept {
+    static const std::vector<NestedKey> none;
+    return keys_ ? *keys_ : none;
+  }
+  std::shared_ptr<const std::vector<NestedKey>> keys_;
+};
+
+/// The list TensorDictBase::items() returns. Each element is a
+/// `std::pair<const NestedKey&, const Value&>` (bind it as `const auto& [k, v]`
+/// or `auto [k, v]`).
+///
+/// The top-level items of an in-memory level (TensorDict, memory-mapped,
+/// shared memory) are a view, as Python's items() is: no key or value is
+/// copied, a value is read when the iteration reaches it, and replacing a
+/// value while iterating is seen by the iteration. Adding or removing a key of
+/// that level while iterating makes the next step throw tensordict::Error
+/// (Python's "changed size during iteration") instead of reading a moved
+/// entry. Nested walks (include_nested, leaves_only, sort) and the other
+/// storages give a snapshot taken by the call. Convert to
+/// `std::vector<std::pair<NestedKey, Value>>` for a copy.
+class ItemList {
+ public:
+  using Item = std::pair<const NestedKey&, const Value&>;
+  using Entries = std::vector<std::pair<std::string, Value>>;
+  using Owned = std::vector<std::pair<NestedKey, Value>>;
+
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Item;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Item*;
+    using reference = const Item&;
+    iterator() = default;
+    iterator(const ItemList* list, std::size_t i) : list_(list), i_(i) {}
+    // The element is built in the iterator (range-for binds `auto&` to it);
+    // copies start without one.
+    iterator(const iterator& o) : list_(o.list_), i_(o.i_) {}
+    iterator& operator=(const iterator& o) {
+      list_ = o.list_;
+      i_ = o.i_;
+      item_.reset();
+      return *this;
+    }
+    const Item& operator*() const {
+      item_.emplace(list_->at(i_));
+      return *item_;
+    }
+    const Item* operator->() const { return &**this; }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    iterator operator++(int) {
+      iterator old(*this);
+      ++i_;
+      return old;
+    }
+    bool operator==(const iterator& o) const noexcept { return i_ == o.i_; }
+    bool operator!=(const iterator& o) const noexcept { return i_ != o.i_; }
+
+   private:
+    const ItemList* list_ = nullptr;
+    std::size_t i_ = 0;
+    mutable std::optional<Item> item_;
+  };
+  using const_iterator = iterator;
+
+  ItemList() = default;
+  /// A view of a level's entries: `keys` is its key list (same order),
+  /// `entries` its entries, owned by `keep_alive`; `key_changes` counts the
+  /// level's key-set changes.
+  ItemList(KeyList keys, std::shared_ptr<const void> keep_alive, const Entries* entries,
+           const std::uint64_t* key_changes)
+      : keys_(std::move(keys)),
+        keep_alive_(std::move(keep_alive)),
+        entries_(entries),
+        key_changes_(key_changes),
+        key_changes_seen_(key_changes ? *key_changes : 0) {}
+  /// A snapshot.
+  explicit ItemList(Owned items) : owned_(std::make_shared<const Owned>(std::move(items))) {}
+
+  iterator begin() const { return iterator(this, 0); }
+  iterator end() const { return iterator(this, size()); }
+  std::size_t size() const noexcept { return owned_ ? owned_->size() : keys_.size(); }
+  bool empty() const noexcept { return size() == 0; }
+  Item operator[](std::size_t i) const { return at(i); }
+  Owned to_vector() const;
+  operator Owned() const { return to_vector(); }  // NOLINT(implicit)
+
+ private:
+  Item at(std::size_t i) const {
+    if (owned_) return {(*owned_)[i].first, (*owned_)[i].second};
+    if (*key_changes_ != key_changes_seen_) throw_keys_changed();
+    return {keys_[i], (*entries_)[i].second};
+  }
+  [[noreturn]] static void throw_keys_changed();
+
+  KeyList keys_;
+  std::shared_ptr<const void> keep_alive_;
+  const Entries* entries_ = nullptr;
+  const std::uint64_t* key_changes_ = nullptr;
+  std::uint64_t key_changes_seen_ = 0;
+  std::shared_ptr<const Owned> owned_;
 };
 
 // Arithmetic and comparison operators; see the named methods.

@@ -367,52 +367,91 @@ void sort_by_joined_key(std::vector<T>& items, KeyOf key_of) {
 }
 }  // namespace
 
-void TensorDictBase::for_each(const std::function<void(const NestedKey&, const Value&)>& fn,
-                              const KeysOptions& options) const {
-  if (!options.sort) {
-    visit(node(), NestedKey(), options, fn);
-    return;
-  }
-  auto all = items(
-      KeysOptions{options.include_nested, options.leaves_only, options.non_tensor_leaves, true});
-  for (const auto& [k, v] : all) fn(k, v);
-}
-
-std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(const KeysOptions& options) const {
+namespace {
+std::vector<std::pair<NestedKey, Value>> collect_items(const Node& node,
+                                                       const KeysOptions& options) {
   std::vector<std::pair<NestedKey, Value>> out;
   KeysOptions unsorted = options;
   unsorted.sort = false;
-  visit(node(), NestedKey(), unsorted,
+  visit(node, NestedKey(), unsorted,
         [&](const NestedKey& k, const Value& v) { out.emplace_back(k, v); });
   if (options.sort)
     sort_by_joined_key(out, [](const auto& item) -> const NestedKey& { return item.first; });
   return out;
 }
 
-std::vector<std::pair<NestedKey, Value>> TensorDictBase::items(bool include_nested,
-                                                               bool leaves_only) const {
+bool top_level_only(const KeysOptions& options) {
+  return !options.include_nested && !options.leaves_only && !options.sort;
+}
+}  // namespace
+
+void TensorDictBase::for_each(const std::function<void(const NestedKey&, const Value&)>& fn,
+                              const KeysOptions& options) const {
+  if (!options.sort) {
+    visit(node(), NestedKey(), options, fn);
+    return;
+  }
+  auto all = collect_items(node(), KeysOptions{options.include_nested, options.leaves_only,
+                                               options.non_tensor_leaves, true});
+  for (const auto& [k, v] : all) fn(k, v);
+}
+
+ItemList TensorDictBase::items(const KeysOptions& options) const {
+  const Node& n = node();
+  if (top_level_only(options) && n.is_memory_node()) {
+    const auto& mem = static_cast<const detail::MemoryNode&>(n);
+    return ItemList(KeyList(mem.key_list()), node_, &mem.entries(), mem.key_changes());
+  }
+  return ItemList(collect_items(n, options));
+}
+
+ItemList TensorDictBase::items(bool include_nested, bool leaves_only) const {
   return items(KeysOptions{include_nested, leaves_only});
 }
 
-std::vector<NestedKey> TensorDictBase::keys(const KeysOptions& options) const {
-  if (!options.include_nested && !options.leaves_only && !options.sort) {
+KeyList TensorDictBase::keys(const KeysOptions& options) const {
+  const Node& n = node();
+  if (top_level_only(options)) {
+    if (n.is_memory_node()) return KeyList(static_cast<const detail::MemoryNode&>(n).key_list());
     std::vector<NestedKey> out;
-    for (auto& k : node().keys()) out.emplace_back(std::move(k));
-    return out;
+    auto names = n.keys();
+    out.reserve(names.size());
+    for (auto& k : names) out.emplace_back(std::move(k));
+    return KeyList(std::move(out));
   }
   std::vector<NestedKey> out;
   KeysOptions unsorted = options;
   unsorted.sort = false;
   visit(
-      node(), NestedKey(), unsorted, [&](const NestedKey& k, const Value&) { out.push_back(k); },
+      n, NestedKey(), unsorted, [&](const NestedKey& k, const Value&) { out.push_back(k); },
       /*need_values=*/false);
   if (options.sort)
     sort_by_joined_key(out, [](const NestedKey& k) -> const NestedKey& { return k; });
+  return KeyList(std::move(out));
+}
+
+KeyList TensorDictBase::keys(bool include_nested, bool leaves_only) const {
+  return keys(KeysOptions{include_nested, leaves_only});
+}
+
+bool KeyList::contains(const NestedKey& key) const {
+  for (const auto& k : list())
+    if (k == key) return true;
+  return false;
+}
+
+ItemList::Owned ItemList::to_vector() const {
+  Owned out;
+  out.reserve(size());
+  for (const auto& [k, v] : *this) out.emplace_back(k, v);
   return out;
 }
 
-std::vector<NestedKey> TensorDictBase::keys(bool include_nested, bool leaves_only) const {
-  return keys(KeysOptions{include_nested, leaves_only});
+void ItemList::throw_keys_changed() {
+  throw Error(
+      "the keys of a tensordict level changed (a key was added or removed) while its items() "
+      "were being iterated; iterate a copy to change the keys in the loop: "
+      "std::vector<std::pair<NestedKey, Value>> items = td.items()");
 }
 
 std::vector<Value> TensorDictBase::values(const KeysOptions& options) const {
@@ -806,6 +845,25 @@ void set_inplace_impl(const std::shared_ptr<Node>& root, const NestedKey& key,
 TensorDictBase& TensorDictBase::set(const NestedKey& key, Value value) {
   set_impl(node_ ? node_ : throw ValueError("null handle"), key, std::move(value), true);
   return *this;
+}
+
+TensorDictBase& TensorDictBase::set(const char* key, const at::Tensor& value) {
+  Node& n = node_ ? *node_ : throw ValueError("null handle");
+  if (n.is_memory_node() && !n.locked() && value.defined()) {
+    auto& mem = static_cast<detail::MemoryNode&>(n);
+    Value* slot = mem.peek_mut(key);
+    // An existing tensor (its key was checked when it was added) replaced by
+    // one that needs no move and has the batch dims: everything else takes
+    // the general path, which also reports the errors.
+    const auto batch = mem.batch_size();
+    if (slot && slot->is_tensor() && (!mem.device() || value.device() == *mem.device()) &&
+        value.dim() >= static_cast<int64_t>(batch.size()) &&
+        value.sizes().slice(0, batch.size()).equals(batch)) {
+      std::get<0>(slot->variant()) = value;
+      return *this;
+    }
+  }
+  return set(NestedKey(key), Value(value));
 }
 
 TensorDictBase& TensorDictBase::set(const NestedKey& key, Value value, bool inplace) {

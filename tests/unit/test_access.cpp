@@ -438,6 +438,63 @@ TEST(TensorDictItems, PairsKeysWithTheirValues) {
   EXPECT_EQ(sorted[0].first, td::NestedKey("label"));
 }
 
+TEST(TensorDictKeys, TopLevelListIsSharedUntilTheKeysChange) {
+  auto t = make_td();
+  auto first = t.keys();
+  auto second = t.keys();
+  // Built once per key set: both lists are the same object.
+  EXPECT_EQ(&first[0], &second[0]);
+  // Indexing shares the key set, and so the list.
+  EXPECT_EQ(&t[0].keys()[0], &first[0]);
+  // Replacing a value keeps it; adding a key gives a new list and leaves the
+  // old one as it was.
+  t.set("obs", torch::zeros({4, 3}));
+  EXPECT_EQ(&t.keys()[0], &first[0]);
+  t.set("extra", torch::zeros({4}));
+  EXPECT_EQ(first, (Keys{"obs", "next", "label"}));
+  EXPECT_EQ(t.keys(), (Keys{"obs", "next", "label", "extra"}));
+  t.del_("next");
+  EXPECT_EQ(t.keys(), (Keys{"obs", "label", "extra"}));
+  std::vector<td::NestedKey> copy = t.keys();
+  copy.emplace_back("more");
+  EXPECT_EQ(t.keys().size(), 3u);
+  EXPECT_TRUE(t.keys().contains("label"));
+  EXPECT_FALSE(t.keys().contains("next"));
+  EXPECT_TRUE(td::TensorDict(Shape{2}).keys().empty());
+}
+
+TEST(TensorDictItems, TopLevelItemsAreAViewOfTheValues) {
+  auto t = make_td();
+  auto items = t.items();
+  // A replaced value is seen by a list taken before; a copy keeps the old one.
+  std::vector<std::pair<td::NestedKey, td::Value>> copy = items;
+  torch::Tensor replacement = torch::ones({4, 3});
+  t.set("obs", replacement);
+  EXPECT_TRUE(items[0].second.tensor().is_same(replacement));
+  EXPECT_FALSE(copy[0].second.tensor().is_same(replacement));
+  // Replacing values inside the loop is allowed.
+  for (const auto& [k, v] : t.items())
+    if (v.is_tensor()) t.set(k, v.tensor() * 2);
+  EXPECT_TRUE(t.get("obs").equal(replacement * 2));
+  // Adding or removing a key while iterating is an error, not a read of a
+  // moved entry; the key set is as the loop left it.
+  EXPECT_THROW(
+      {
+        for (const auto& [k, v] : t.items())
+          if (k == td::NestedKey("obs")) t.set("added", torch::zeros({4}));
+      },
+      td::Error);
+  EXPECT_TRUE(t.contains("added"));
+  auto list = t.items();
+  t.del_("added");
+  EXPECT_THROW((void)list[0], td::Error);
+  // Iterating a copy may change the keys.
+  std::vector<std::pair<td::NestedKey, td::Value>> all = t.items();
+  for (const auto& [k, v] : all)
+    if (v.is_tensor()) t.set(k.join() + "_again", v.tensor());
+  EXPECT_EQ(t.keys(), (Keys{"obs", "next", "label", "obs_again"}));
+}
+
 TEST(TensorDictKeysView, TopLevelKeysInOrderWithoutCopies) {
   auto t = make_td();
   std::vector<std::string> seen;

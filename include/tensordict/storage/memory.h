@@ -10,9 +10,11 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,6 +75,12 @@ class MemoryNode final : public Node {
     return pos == npos ? nullptr : &entries_[pos].second;
   }
   const Entries& entries() const { return entries_; }
+  /// The keys as a shared list, built once per key set (and shared with the
+  /// nodes sharing this key index).
+  std::shared_ptr<const std::vector<NestedKey>> key_list() const;
+  /// Counts the key-set changes of this level (a key added or removed), for
+  /// views that must notice them (ItemList).
+  const std::uint64_t* key_changes() const noexcept { return &key_changes_; }
   /// True when both nodes share one key index: the same keys at the same
   /// positions (e.g. a tensordict and the results of indexing it), so their
   /// entries can be paired by position without looking keys up.
@@ -159,6 +167,17 @@ class MemoryNode final : public Node {
     std::vector<std::int32_t> slots;  // power of two; -1 = empty
     std::size_t slot_mask = 0;        // slots.size() - 1; 0 while slots is empty
     unsigned slot_shift = 64;         // 64 - log2(slots.size())
+    // keys() of the nodes sharing this index, built by the first call (under
+    // key_list_mutex: readers may call it concurrently) and dropped when the
+    // index is modified (own_index()). Not copied with the index.
+    mutable std::shared_ptr<const std::vector<NestedKey>> key_list;
+    mutable std::atomic<bool> has_key_list{false};
+    mutable std::mutex key_list_mutex;
+
+    KeyIndex() = default;
+    KeyIndex(const KeyIndex& o)
+        : tags(o.tags), slots(o.slots), slot_mask(o.slot_mask), slot_shift(o.slot_shift) {}
+    KeyIndex& operator=(const KeyIndex&) = delete;
   };
   KeyIndex& own_index();        // index_, unshared (copied or created if needed)
   void cache_index() noexcept;  // copies index_'s fields below
@@ -168,6 +187,7 @@ class MemoryNode final : public Node {
   c10::SmallVector<int64_t, 5> batch_size_;
   std::optional<at::Device> device_;
   Entries entries_;
+  std::uint64_t key_changes_ = 0;
   std::shared_ptr<KeyIndex> index_;  // null until the first key
   // index_'s arrays and fields, read by position() without going through
   // index_ (a lookup is inlined into every get()).

@@ -74,11 +74,35 @@ void MemoryNode::cache_index() noexcept {
 }
 
 MemoryNode::KeyIndex& MemoryNode::own_index() {
-  if (!index_)
+  if (!index_) {
     index_ = std::make_shared<KeyIndex>();
-  else if (index_.use_count() > 1)
+  } else if (index_.use_count() > 1) {
     index_ = std::make_shared<KeyIndex>(*index_);
+  } else if (index_->has_key_list.load(std::memory_order_relaxed)) {
+    // About to be modified: the list no longer describes it. (Writers are
+    // exclusive: no reader runs concurrently.)
+    index_->key_list.reset();
+    index_->has_key_list.store(false, std::memory_order_relaxed);
+  }
   return *index_;
+}
+
+std::shared_ptr<const std::vector<NestedKey>> MemoryNode::key_list() const {
+  if (!index_) {
+    static const auto none = std::make_shared<const std::vector<NestedKey>>();
+    return none;
+  }
+  const KeyIndex& ix = *index_;
+  if (ix.has_key_list.load(std::memory_order_acquire)) return ix.key_list;
+  std::lock_guard<std::mutex> lock(ix.key_list_mutex);
+  if (!ix.has_key_list.load(std::memory_order_relaxed)) {
+    auto list = std::make_shared<std::vector<NestedKey>>();
+    list->reserve(entries_.size());
+    for (const auto& e : entries_) list->emplace_back(e.first);
+    ix.key_list = std::move(list);
+    ix.has_key_list.store(true, std::memory_order_release);
+  }
+  return ix.key_list;
 }
 
 void MemoryNode::reserve(std::size_t n) {
@@ -120,6 +144,7 @@ void MemoryNode::write(std::string_view key, Value value) {
     return;
   }
   KeyIndex& ix = own_index();
+  ++key_changes_;
   entries_.emplace_back(std::string(key), std::move(value));
   ix.tags.push_back(tag_of(key));
   cache_index();
@@ -138,6 +163,7 @@ void MemoryNode::write_(std::string_view key, const at::Tensor& value) {
 void MemoryNode::remove(std::string_view key) {
   auto pos = position(key);
   if (pos == npos) return;
+  ++key_changes_;
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(pos));
   auto& tags = own_index().tags;
   tags.erase(tags.begin() + static_cast<std::ptrdiff_t>(pos));
