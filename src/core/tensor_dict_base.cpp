@@ -311,10 +311,16 @@ TensorDictBase& TensorDictBase::set_batch_size(at::IntArrayRef new_size) {
 
 namespace {
 
+[[noreturn]] void throw_keys_changed_in_loop() {
+  throw Error(
+      "the keys of a tensordict level changed (a key was added or removed) while its entries "
+      "were being iterated (items(), for_each); iterate a copy to change the keys in the loop: "
+      "std::vector<std::pair<NestedKey, Value>> items = td.items()");
+}
+
 void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
            const std::function<void(const NestedKey&, const Value&)>& fn, bool need_values = true) {
-  auto emit_entry = [&](const std::string& k, const Value& v) {
-    NestedKey key = path.empty() ? NestedKey(k) : path.child(k);
+  auto emit = [&](const NestedKey& key, const Value& v) {
     switch (v.kind()) {
       case EntryKind::Tensor:
         fn(key, v);
@@ -329,7 +335,26 @@ void visit(const Node& node, const NestedKey& path, const KeysOptions& opt,
         break;
     }
   };
-  if (node.holds_values()) {
+  auto emit_entry = [&](const std::string& k, const Value& v) {
+    emit(path.empty() ? NestedKey(k) : path.child(k), v);
+  };
+  if (node.is_memory_node()) {
+    // The level's entries in place; at the top, the shared key list instead
+    // of a NestedKey per entry.
+    // A callback that adds or removes a key of this level ends the walk with
+    // the error of ItemList (entries are read by position).
+    const auto& mem = static_cast<const detail::MemoryNode&>(node);
+    const auto& entries = mem.entries();
+    const std::uint64_t key_changes = *mem.key_changes();
+    const auto keys = path.empty() ? mem.key_list() : nullptr;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (*mem.key_changes() != key_changes) throw_keys_changed_in_loop();
+      if (keys)
+        emit((*keys)[i], entries[i].second);
+      else
+        emit_entry(entries[i].first, entries[i].second);
+    }
+  } else if (node.holds_values()) {
     for (const auto& k : node.keys()) emit_entry(k, *node.peek(k));
   } else {
     for (const auto& k : node.keys()) {
@@ -447,12 +472,7 @@ ItemList::Owned ItemList::to_vector() const {
   return out;
 }
 
-void ItemList::throw_keys_changed() {
-  throw Error(
-      "the keys of a tensordict level changed (a key was added or removed) while its items() "
-      "were being iterated; iterate a copy to change the keys in the loop: "
-      "std::vector<std::pair<NestedKey, Value>> items = td.items()");
-}
+void ItemList::throw_keys_changed() { throw_keys_changed_in_loop(); }
 
 std::vector<Value> TensorDictBase::values(const KeysOptions& options) const {
   std::vector<Value> out;

@@ -586,3 +586,29 @@ TEST(TensorDictForEach, PassesTheStoredValues) {
       td::KeysOptions{.include_nested = true, .leaves_only = true});
   EXPECT_EQ(tensors, 3);
 }
+
+TEST(TensorDictForEach, AKeyAddedByTheCallbackEndsTheWalkWithAnError) {
+  auto t = make_td();
+  int calls = 0;
+  EXPECT_THROW(t.for_each([&](const td::NestedKey&, const td::Value&) {
+    if (++calls == 1) t.set("added", torch::zeros({4}));
+  }),
+               td::Error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(t.contains("added"));
+  // In a nested level too.
+  calls = 0;
+  EXPECT_THROW(t.for_each(
+                   [&](const td::NestedKey& k, const td::Value&) {
+                     if (k == td::NestedKey{"next", "reward"})
+                       t.get_tensordict("next").set("more", torch::zeros({4}));
+                     ++calls;
+                   },
+                   td::KeysOptions{.include_nested = true}),
+               td::Error);
+  // Replacing values is allowed.
+  t.for_each([&](const td::NestedKey& k, const td::Value& v) {
+    if (v.is_tensor()) t.set(k, v.tensor() + 1);
+  });
+  EXPECT_TRUE(t.get("added").equal(torch::ones({4})));
+}
