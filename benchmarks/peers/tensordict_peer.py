@@ -560,6 +560,8 @@ def gloo_peer(store_path):
         if mode == 0:
             break
         target = send_td(nbytes, True)
+        if mode == SEND_MODES["consolidated"]:
+            target = target.consolidate()  # recv(consolidated=True) writes into its buffer
         for _ in range(iterations):
             target.recv(0, consolidated=mode == SEND_MODES["consolidated"])
             dist.send(ack, 0, tag=ACK_TAG)
@@ -583,8 +585,13 @@ def gloo_group():
 def gloo_stop():
     if "peer" in _GLOO:
         import torch.distributed as dist
-        dist.send(torch.zeros(3, dtype=torch.long), 1, tag=COMMAND_TAG)
-        _GLOO.pop("peer").wait(timeout=60)
+        peer = _GLOO.pop("peer")
+        try:
+            dist.send(torch.zeros(3, dtype=torch.long), 1, tag=COMMAND_TAG)
+            peer.wait(timeout=60)
+        except Exception:  # the peer failed: its rows already say so
+            peer.kill()
+            peer.wait()
         dist.destroy_process_group()
         shutil.rmtree(_GLOO.pop("tmp"), ignore_errors=True)
 
@@ -594,6 +601,8 @@ def send_row(nbytes, mode):
         import torch.distributed as dist
         gloo_group()
         src, ack = send_td(nbytes, False), torch.empty(1, dtype=torch.long)
+        if mode == "consolidated":
+            src = src.consolidate()  # send(consolidated=True) sends the consolidated buffer
 
         def call():  # src.send(1) (or consolidated=True); rank 1: target.recv(0); ack back
             src.send(1, consolidated=mode == "consolidated")
@@ -609,12 +618,6 @@ def send_row(nbytes, mode):
     return setup
 
 
-for _size, _bytes in (("1MB", 1 * MB), ("100MB", 100 * MB)):
-    row("distributed", f"BM_send_{_size}/python", min_time=0.5)(send_row(_bytes, "default"))
-    row("distributed", f"BM_send_{_size}/python_consolidated", min_time=0.5)(
-        send_row(_bytes, "consolidated"))
-
-
 def map_score(chunk):
     return TensorDict({"score": chunk["obs"].pow(2).sum(-1) + chunk["reward"]},
                       batch_size=chunk.batch_size)
@@ -625,10 +628,179 @@ def map_rows():
     n = 1000 * 1000
     td = TensorDict({"obs": torch.randn(n, 8), "reward": torch.randn(n)}, batch_size=[n])
     import multiprocessing as mp
-    pool = mp.get_context("fork").Pool(2)
+    pool = mp.get_context("spawn").Pool(2)
+    # spawned workers: a pool forked after other rows had started threads (memmap's
+    # writers, Gloo) hung.
     # td.map(score, num_workers=2) with a pool made once (as the C++ floor's threads are
     # cheap to start, a Python pool is not): the rows go to the workers in shared memory
     return (lambda: td.map(map_score, pool=pool)), (lambda: (pool.close(), pool.join()))
+
+
+for _size, _bytes in (("1MB", 1 * MB), ("100MB", 100 * MB)):
+    row("distributed", f"BM_send_{_size}/python", min_time=0.5)(send_row(_bytes, "default"))
+    row("distributed", f"BM_send_{_size}/python_consolidated", min_time=0.5)(
+        send_row(_bytes, "consolidated"))
+
+
+# ---------------------------------------------------------------------------------------------
+# parity: bench_parity.cpp. The rows no other binary has, on bench_ops' data (10 leaves,
+# batch 100,000) nested as there or flat; scaling over leaves and depth; memory per leaf.
+
+_PARITY = {}
+
+
+def parity_data():
+    if "nested" not in _PARITY:
+        nested = ops_data()["td"]
+        _PARITY["nested"] = nested
+        # the same 10 tensors, each under the last part of its key, at the root
+        _PARITY["flat"] = TensorDict(
+            {(k if isinstance(k, str) else k[-1]): v for k, v in nested.items(True, True)},
+            batch_size=nested.batch_size)
+    return _PARITY
+
+
+@row("parity", "BM_to_float64/python")
+def parity_to():
+    td = parity_data()["nested"]
+    return lambda: td.to(torch.float64)  # td.to(torch.float64)
+
+
+@row("parity", "BM_consolidate/python")
+def parity_consolidate():
+    td = parity_data()["nested"]
+    return lambda: td.consolidate()  # td.consolidate()
+
+
+@row("parity", "BM_from_consolidated/python")
+def parity_from_consolidated():
+    td, path = parity_data()["nested"], bench_dir() / "consolidated.bin"
+    td.consolidate(filename=path)
+    return lambda: TensorDict.from_consolidated(path)  # TensorDict.from_consolidated(path)
+
+
+@row("parity", "BM_state_dict_save/python")
+def parity_state_dict_save():
+    td, path = parity_data()["nested"], bench_dir() / "state_dict.pt"
+    return lambda: torch.save(td.state_dict(), path)  # torch.save(td.state_dict(), path)
+
+
+@row("parity", "BM_state_dict_load/python")
+def parity_state_dict_load():
+    td, path = parity_data()["nested"], bench_dir() / "state_dict_load.pt"
+    torch.save(td.state_dict(), path)
+    target = td.clone()
+    # target.load_state_dict(torch.load(path)); torch.load's default weights_only=True
+    # refuses the metadata of tensordict's state dict, so it is turned off
+    return lambda: target.load_state_dict(torch.load(path, weights_only=False))
+
+
+@row("parity", "BM_index_int_flat/python")
+def parity_index_int_flat():
+    td, i = parity_data()["flat"], [0]
+
+    def call():  # td[i % 100_000], the 10 leaves at the root
+        i[0] += 1
+        return td[i[0] % OPS_BATCH]
+
+    return call
+
+
+@row("parity", "BM_index_long256_flat/python")
+def parity_index_long_flat():
+    td, idx = parity_data()["flat"], torch.randint(0, OPS_BATCH, (256,), dtype=torch.long)
+    return lambda: td[idx]  # td[idx], 256 random rows
+
+
+@row("parity", "BM_stack64_flat/python")
+def parity_stack_flat():
+    td = parity_data()["flat"]
+    rows = [td[i * 7] for i in range(64)]
+    return lambda: torch.stack(rows, 0)  # torch.stack([td[7 i] for i in range(64)], 0)
+
+
+SCALE_ROWS = 1000
+
+
+def scaled_td(leaves, depth):
+    """`leaves` leaves of float32[1000, 4], each under the chain n1/.../n<depth-1>."""
+    td = TensorDict(batch_size=[SCALE_ROWS])
+    chain = tuple(f"n{level}" for level in range(1, depth))
+    for i in range(leaves):
+        td[chain + (f"leaf{i}",)] = torch.randn(SCALE_ROWS, 4)
+    return td
+
+
+def scaling_rows(kind, args, make):
+    def index_int(arg):
+        def setup():
+            td, i = make(arg), [0]
+
+            def call():  # td[i % 1000]
+                i[0] += 1
+                return td[i[0] % SCALE_ROWS]
+
+            return call
+        return setup
+
+    def update(arg):
+        def setup():
+            dest, src = make(arg), make(arg)
+            return lambda: dest.update(src)  # dest.update(src)
+        return setup
+
+    def stack64(arg):
+        def setup():
+            td = make(arg)
+            rows = [td[i * 7] for i in range(64)]
+            return lambda: torch.stack(rows, 0)  # torch.stack([td[7 i] ...], 0)
+        return setup
+
+    for op, setup in (("index_int", index_int), ("update", update), ("stack64", stack64)):
+        for arg in args:
+            row("parity", f"BM_{op}_{kind}/python/{arg}")(setup(arg))
+
+
+scaling_rows("leaves", (10, 100, 1000), lambda n: scaled_td(n, 1))
+scaling_rows("depth", (1, 3, 8), lambda d: scaled_td(10, d))
+
+MEMORY_LEAVES = 10_000
+MEMORY_COPIES = 10
+
+
+def resident_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@row("parity", "BM_leaf_memory_10k/python")
+def parity_leaf_memory():
+    import gc
+    import tracemalloc
+    leaves = [torch.zeros(4) for _ in range(MEMORY_LEAVES)]
+    keys = [f"leaf{i}" for i in range(MEMORY_LEAVES)]
+
+    def build():  # td = TensorDict(batch_size=[4]); td.set(key, leaf) for 10,000 leaves
+        td = TensorDict(batch_size=[4])
+        for k, v in zip(keys, leaves):
+            td.set(k, v)
+        return td
+
+    # 10 tensordicts built and kept, so that memory freed earlier and reused counts less
+    gc.collect()
+    rss0 = resident_bytes()
+    kept = [build() for _ in range(MEMORY_COPIES)]
+    rss1 = resident_bytes()
+    tracemalloc.start()
+    heap0 = tracemalloc.get_traced_memory()[0]
+    kept_traced = [build() for _ in range(MEMORY_COPIES)]
+    heap1 = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    per_leaf = MEMORY_LEAVES * MEMORY_COPIES
+    build.counters = {"rss_bytes_per_leaf": (rss1 - rss0) / per_leaf,
+                      "heap_bytes_per_leaf": (heap1 - heap0) / per_leaf}
+    del kept, kept_traced
+    return build
 
 
 # ---------------------------------------------------------------------------------------------
@@ -686,6 +858,7 @@ def run_row(r, repetitions, family_index):
                 "repetitions": repetitions, "repetition_index": rep, "threads": 1,
                 "iterations": n, "real_time": wall / n * 1e9, "cpu_time": cpu / n * 1e9,
                 "time_unit": "ns", "torch_num_threads": torch.get_num_threads(),
+                **getattr(call, "counters", {}),
             })
     except Exception as e:
         results.append(error_row(r, family_index, e))
