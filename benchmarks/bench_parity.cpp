@@ -452,7 +452,7 @@ void register_all() {
       {"BM_stack64_leaves/floor", stack64_scaled_floor<leaves_td>},
   };
   for (const auto& [name, fn] : leaves)
-    benchmark::RegisterBenchmark(name, fn)->Arg(10)->Arg(100)->Arg(1000)->MinTime(kMinTime);
+    run_length(benchmark::RegisterBenchmark(name, fn)->Arg(10)->Arg(100)->Arg(1000), kMinTime);
   const NamedBench depth[] = {
       {"BM_index_int_depth/tensordict", index_int_td<depth_td>},
       {"BM_index_int_depth/floor", index_int_floor<depth_td>},
@@ -462,7 +462,7 @@ void register_all() {
       {"BM_stack64_depth/floor", stack64_scaled_floor<depth_td>},
   };
   for (const auto& [name, fn] : depth)
-    benchmark::RegisterBenchmark(name, fn)->Arg(1)->Arg(3)->Arg(8)->MinTime(kMinTime);
+    run_length(benchmark::RegisterBenchmark(name, fn)->Arg(1)->Arg(3)->Arg(8), kMinTime);
 }
 
 }  // namespace
