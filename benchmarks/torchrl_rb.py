@@ -205,6 +205,9 @@ def peer_main(args):
         name = f"BM_{BENCH_RB_OPS[op]}/torchrl"
         if (args.suite and "rb" not in args.suite) or (pattern and not pattern.search(name)):
             continue
+        if args.list:
+            print(f"rb\t{name}")
+            continue
         print(f"torchrl_rb: {name}", file=sys.stderr, flush=True)
         base = {"name": name, "run_name": name, "run_type": "iteration",
                 "family_index": index, "per_family_instance_index": 0}
@@ -217,6 +220,8 @@ def peer_main(args):
                          "threads": 1, "iterations": number, "real_time": t * 1e9,
                          "cpu_time": t * 1e9, "time_unit": "ns", "what": what,
                          "torch_num_threads": torch.get_num_threads()})
+    if args.list:
+        return 0
     text = json.dumps({"context": context(), "benchmarks": rows}, indent=2) + "\n"
     if args.out:
         with open(args.out, "w") as out:
@@ -232,6 +237,8 @@ def main(argv=None):
                         help="the one-JSON-object-per-line output (default without "
                         "--benchmark-out: one Google Benchmark document)")
     parser.add_argument("--out", help="where the Google Benchmark document goes (default stdout)")
+    parser.add_argument("--list", action="store_true",
+                        help="print the rows of the Google Benchmark document (suite and name)")
     parser.add_argument("--suite", action="append",
                         help="the binary whose rows are wanted (rows exist for rb only)")
     parser.add_argument("--repetitions", type=int, default=1,
