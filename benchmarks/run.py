@@ -272,7 +272,8 @@ def pair(rows: list[dict], metric: str) -> tuple[list[dict], list[str]]:
         })
         for peer in PEERS:
             p = peers.get((op, peer, args))
-            if p is not None and t > 0:
+            # tensordict variants only: another variant (torch_save) is not the tensordict
+            if p is not None and t > 0 and variant.startswith("tensordict"):
                 # how many times faster the tensordict is than the peer
                 ratios[-1][f"{peer}_ns"] = ns(p)
                 ratios[-1][f"vs_{peer}"] = ns(p) / t

@@ -74,6 +74,8 @@ def main(argv=None) -> int:
         times = {r["name"]: r["real_time"] for r in rows}
         ratios, _ = run.pair(rows, "real_time")
         for r in ratios:
+            if not r["variant"].startswith("tensordict"):
+                continue  # the peer column is the tensordict's (not torch_save's)
             for peer in run.PEERS:
                 peer_name = "/".join(filter(None, (f"BM_{r['operation']}", peer, r["args"])))
                 if peer_name not in times:
