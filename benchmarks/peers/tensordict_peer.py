@@ -775,6 +775,7 @@ def resident_bytes():
 
 @row("parity", "BM_leaf_memory_10k/python")
 def parity_leaf_memory():
+    import ctypes
     import gc
     import tracemalloc
     leaves = [torch.zeros(4) for _ in range(MEMORY_LEAVES)]
@@ -786,8 +787,11 @@ def parity_leaf_memory():
             td.set(k, v)
         return td
 
-    # 10 tensordicts built and kept, so that memory freed earlier and reused counts less
+    # 10 tensordicts built and kept, so that memory freed earlier and reused counts less;
+    # the free heap returned to the system first (malloc_trim), as the C++ row does, or the
+    # pages earlier rows freed would absorb the growth
     gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     rss0 = resident_bytes()
     kept = [build() for _ in range(MEMORY_COPIES)]
     rss1 = resident_bytes()
