@@ -5,6 +5,7 @@
 
 #include <malloc.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -12,11 +13,22 @@
 using BenchFn = void (*)(benchmark::State&);
 using NamedBench = std::pair<const char*, BenchFn>;
 
+/// Runs `b` for `min_time` seconds, or for exactly $TENSORDICT_BENCH_ITERATIONS
+/// iterations when that is set: benchmarks/callgrind.py counts instructions
+/// over two fixed iteration counts (this Google Benchmark has no
+/// --benchmark_min_time=<N>x, and a registered MinTime wins over the flag).
+inline benchmark::internal::Benchmark* run_length(benchmark::internal::Benchmark* b,
+                                                  double min_time) {
+  if (const char* n = std::getenv("TENSORDICT_BENCH_ITERATIONS"))
+    return b->Iterations(std::strtoll(n, nullptr, 10));
+  return b->MinTime(min_time);
+}
+
 /// Registers every (name, function) pair with the same minimum time.
 template <std::size_t N>
 void register_min_time(const NamedBench (&benchmarks)[N], double min_time) {
   for (const auto& [name, fn] : benchmarks)
-    benchmark::RegisterBenchmark(name, fn)->MinTime(min_time);
+    run_length(benchmark::RegisterBenchmark(name, fn), min_time);
 }
 
 /// The floor of a row write: the bytes of each source leaf (`rows` rows of

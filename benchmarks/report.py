@@ -108,6 +108,14 @@ HEADLINES = [
 ]
 
 
+# The peers of benchmarks/run.py --peer: variant -> column label.
+PEERS = {"python": "Python", "torchrl": "TorchRL"}
+# Issue #36's goals against the peers: per-call operations at least 10x faster than the
+# peer, bulk ones never slower. A row is bulk when its hand-written floor takes at least
+# BULK_FLOOR_NS (the tensor work, I/O or transfer then dominates), per-call otherwise.
+PER_CALL_GOAL, BULK_GOAL, BULK_FLOOR_NS = 10.0, 1.0, 1e6
+
+
 def load_reports(results: Path) -> dict[str, dict]:
     reports = {}
     for f in sorted(results.glob("*.json")):
@@ -169,6 +177,63 @@ def machine_line(ctx: dict) -> str:
             f"{ctx.get('mhz_per_cpu', '?')} MHz{load_s}")
 
 
+def peer_summary(reports: dict[str, dict]) -> list[str]:
+    """The 'vs Python' (and 'vs TorchRL') summary: every row with a peer time, against the
+    per-call or the bulk goal."""
+    out = []
+    for peer, label in PEERS.items():
+        rows = [(rep, r) for rep, data in reports.items() for r in data["ratios"]
+                if f"vs_{peer}" in r and r["variant"] == "tensordict"]
+        if not rows:
+            continue
+        per_call = [(rep, r) for rep, r in rows if r["floor_ns"] < BULK_FLOOR_NS]
+        bulk = [(rep, r) for rep, r in rows if r["floor_ns"] >= BULK_FLOOR_NS]
+        met = sum(r[f"vs_{peer}"] >= PER_CALL_GOAL for _, r in per_call) + \
+            sum(r[f"vs_{peer}"] >= BULK_GOAL for _, r in bulk)
+        out += [
+            "",
+            f"## vs {label}",
+            "",
+            f"vs {label} = {label} time / tensordict time: how many times faster the C++",
+            f"tensordict is than the same operation on the same data in {label} (run by",
+            "`benchmarks/run.py --peer`, alternating with the C++ binary round by round). Goals",
+            f"(issue #36): per-call operations >= {PER_CALL_GOAL:.0f}x, bulk operations >= "
+            f"{BULK_GOAL:.0f}x; a row counts as bulk when its hand-written floor takes at least "
+            f"{fmt_ns(BULK_FLOOR_NS)}. {met} of {len(rows)} rows meet their goal.",
+            "",
+            f"| report | benchmark | kind | tensordict | {label} | vs {label} | goal | met |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for kind, group, goal in (("per call", per_call, PER_CALL_GOAL),
+                                  ("bulk", bulk, BULK_GOAL)):
+            for rep, r in group:
+                vs = r[f"vs_{peer}"]
+                out.append(f"| {rep} | `{r['name']}` | {kind} | {fmt_ns(r['tensordict_ns'])} | "
+                           f"{fmt_ns(r[f'{peer}_ns'])} | {vs:.1f}x | >= {goal:.0f}x | "
+                           f"{'yes' if vs >= goal else '**no**'} |")
+    return out
+
+
+def counters_table(data: dict) -> list[str]:
+    """Counters per leaf (bench_parity's memory rows), the median of the repetitions."""
+    found: dict[str, dict[str, list[float]]] = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" or b.get("error_occurred"):
+            continue
+        for k, v in b.items():
+            if k.endswith("_per_leaf"):
+                found.setdefault(b.get("run_name", b["name"]), {}).setdefault(k, []).append(v)
+    if not found:
+        return []
+    names = sorted({k for c in found.values() for k in c})
+    out = ["", "Memory counters (median of the repetitions):", "",
+           "| benchmark | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    for run_name, c in sorted(found.items()):
+        cells = [f"{sorted(c[k])[len(c[k]) // 2]:.1f}" if k in c else "" for k in names]
+        out.append(f"| `{run_name}` | " + " | ".join(cells) + " |")
+    return out
+
+
 def markdown(reports: dict[str, dict]) -> str:
     targets = {(rep, name): (t, label) for rep, name, t, label in HEADLINES
                if isinstance(name, str)}
@@ -202,9 +267,11 @@ def markdown(reports: dict[str, dict]) -> str:
         m_s = f"{m:.2f}x" if m is not None else ""
         out.append(f"| {label} | {display_name(name)} | {r['ratio']:.2f}x | {m_s} "
                    f"| <= {target:.2f}x | {met} |")
+    out += peer_summary(reports)
     for rep, data in reports.items():
         ctx = data.get("context", {})
         rpt = data.get("report", {})
+        peers = [p for p in PEERS if any(f"vs_{p}" in r for r in data["ratios"])]
         out += [
             "",
             f"## {rep}",
@@ -215,16 +282,34 @@ def markdown(reports: dict[str, dict]) -> str:
             f"{rpt.get('repetitions', 1)} repetition(s) run in random order, "
             f"{rpt.get('metric', 'real_time')}. Command: `{rpt.get('command', '?')}`.",
             "",
-            "| benchmark | tensordict | floor | ratio | ratio of the medians | target |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| benchmark | tensordict | floor | ratio | ratio of the medians | target |"
+            + "".join(f" {PEERS[p]} | vs {PEERS[p]} |" for p in peers),
+            "| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * len(peers),
         ]
         for r in data["ratios"]:
             t = targets.get((rep, r["name"]))
             t_s = f"<= {t[0]:.2f}x" if t else ""
             m = r.get("median_ratio")
             m_s = f"{m:.2f}x" if m is not None else ""
+            vs = "".join(f" {fmt_ns(r[f'{p}_ns'])} | {r[f'vs_{p}']:.1f}x |" if f"vs_{p}" in r
+                         else " | |" for p in peers)
             out.append(f"| `{r['name']}` | {fmt_ns(r['tensordict_ns'])} | "
-                       f"{fmt_ns(r['floor_ns'])} | {r['ratio']:.2f}x | {m_s} | {t_s} |")
+                       f"{fmt_ns(r['floor_ns'])} | {r['ratio']:.2f}x | {m_s} | {t_s} |{vs}")
+        others = [r for r in data.get("peer_rows", []) if r["variant"] not in PEERS]
+        if others:
+            out += ["", "Other ways of doing it in the peer library:", "",
+                    "| benchmark | time | tensordict | peer time / tensordict time |",
+                    "| --- | --- | --- | --- |"]
+            for r in others:
+                td = fmt_ns(r["tensordict_ns"]) if r["tensordict_ns"] else ""
+                tf = f"{r['times_faster']:.1f}x" if r["times_faster"] else ""
+                out.append(f"| `{r['name']}` | {fmt_ns(r['peer_ns'])} | {td} | {tf} |")
+        for peer in data.get("peers", []):
+            c = peer.get("context", {})
+            versions = ", ".join(f"{k} {c[k]}" for k in ("torch", "tensordict", "torchrl")
+                                 if k in c)
+            out.append(f"\nPeer: `{peer['command']}` ({versions}).")
+        out += counters_table(data)
     return "\n".join(out) + "\n"
 
 

@@ -44,6 +44,10 @@ DEFAULT_BINARY = REPO / "build" / "benchmarks" / "bench_core"
 DEFAULT_OUT_DIR = REPO / "benchmarks" / "results"
 
 FLOOR = "floor"
+# Peer variants: the same operation in another library (benchmarks/peers/, torchrl_rb.py),
+# shown as a column "vs <label>" = peer time / tensordict time, not divided by the floor.
+# A variant "<peer>_<how>" (python_consolidated) is a second way of doing it in that library.
+PEERS = {"python": "Python", "torchrl": "TorchRL"}
 # Name components Google Benchmark appends that are not part of the operation.
 _RUN_OPTION = re.compile(
     r"^((min_time|min_warmup_time|iterations|repeats):.*|real_time|process_time|manual_time)$")
@@ -76,6 +80,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--from-json", action="append", default=[], type=Path, metavar="FILE",
                    help="re-report a saved Google Benchmark JSON file (or a <name>.json written "
                    "by this script) instead of running a binary (repeatable)")
+    p.add_argument("--peer", action="append", default=[], metavar="COMMAND",
+                   help="a peer benchmark command run after the binary in every round, e.g. "
+                   "--peer '.venv/bin/python benchmarks/peers/tensordict_peer.py' (repeatable); "
+                   "it gets --suite <name> --out FILE and --filter REGEX, and writes Google "
+                   "Benchmark JSON whose rows BM_<op>/python or BM_<op>/torchrl give the "
+                   "'vs Python' and 'vs TorchRL' columns")
     p.add_argument("--benchmark-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the binary, e.g. --benchmark-arg=--benchmark_min_time=1 "
                    "(repeatable)")
@@ -96,8 +106,9 @@ def report_name(binary: Path, override: str | None) -> str:
     return stem[len("bench_"):] if stem.startswith("bench_") else stem
 
 
-def run_binary(binary: Path, args: argparse.Namespace) -> dict:
+def run_binary(binary: Path, args: argparse.Namespace, repetitions: int | None = None) -> dict:
     """Runs one binary and returns Google Benchmark's JSON document."""
+    repetitions = args.repetitions if repetitions is None else repetitions
     if not binary.is_file() or not os.access(binary, os.X_OK):
         sys.exit(f"run.py: {binary} is not an executable; build it first, e.g.\n"
                  "  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && "
@@ -106,12 +117,12 @@ def run_binary(binary: Path, args: argparse.Namespace) -> dict:
         out = Path(tmp) / "out.json"
         cmd = [str(binary), "--benchmark_format=json", f"--benchmark_out={out}",
                "--benchmark_out_format=json"]
-        if args.repetitions > 1:
+        if repetitions > 1 or args.peer:
             # Repetitions in random order: otherwise every tensordict variant
             # runs right after another op's floor (a different heap and cache
             # state) and every floor right after its own op, which measured up
             # to 1.3x for identical work (clone: same instruction count).
-            cmd += [f"--benchmark_repetitions={args.repetitions}",
+            cmd += [f"--benchmark_repetitions={repetitions}",
                     "--benchmark_enable_random_interleaving=true"]
         if args.filter:
             cmd.append(f"--benchmark_filter={args.filter}")
@@ -121,6 +132,55 @@ def run_binary(binary: Path, args: argparse.Namespace) -> dict:
         if proc.returncode != 0:
             sys.exit(f"run.py: {binary.name} exited with status {proc.returncode}")
         return json.loads(out.read_text())
+
+
+def run_peer(command: str, suite: str, args: argparse.Namespace) -> dict | None:
+    """Runs one peer command on the binary's suite and filter; its JSON document, or None
+    (with a warning) when it fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "peer.json"
+        cmd = shlex.split(command) + ["--suite", suite, "--out", str(out)]
+        if args.filter:
+            cmd += ["--filter", args.filter]
+        print("run.py: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, cwd=REPO)
+        if proc.returncode != 0 or not out.is_file():
+            print(f"run.py: peer {command!r} exited with status {proc.returncode}; "
+                  "its rows are missing from this round", file=sys.stderr)
+            return None
+        return json.loads(out.read_text())
+
+
+def run_with_peers(binary: Path, suite: str, args: argparse.Namespace) -> dict:
+    """--repetitions rounds, each the binary once and then every peer once on the same
+    filter (so that a change in the machine's load hits both sides alike); the rows of
+    every round in one document, repetitions counted per run_name."""
+    doc: dict = {}
+    peers: list[dict] = []
+    rows: list[dict] = []
+    for round_index in range(args.repetitions):
+        part = run_binary(binary, args, repetitions=1)
+        doc = doc or part
+        rows += part.get("benchmarks", [])
+        for command in args.peer:
+            peer = run_peer(command, suite, args)
+            if peer is None:
+                continue
+            if round_index == 0:
+                peers.append({"command": command, "context": peer.get("context", {})})
+            rows += peer.get("benchmarks", [])
+    counts: dict[str, int] = {}
+    for b in rows:
+        if b.get("run_type") == "aggregate":
+            continue
+        run_name = b.get("run_name", b["name"])
+        b["repetition_index"] = counts.get(run_name, 0)
+        counts[run_name] = b["repetition_index"] + 1
+    for b in rows:
+        b["repetitions"] = counts.get(b.get("run_name", b["name"]), 1)
+    doc["benchmarks"] = [b for b in rows if b.get("run_type") != "aggregate"]
+    doc["peers"] = peers
+    return doc
 
 
 def split_name(run_name: str) -> tuple[str, str, tuple[str, ...]] | None:
@@ -166,6 +226,7 @@ def measured(doc: dict, statistic: str) -> list[dict]:
 def pair(rows: list[dict], metric: str) -> tuple[list[dict], list[str]]:
     """Ratios of every non-floor variant to the floor of the same op and args."""
     floors: dict[tuple[str, tuple[str, ...]], dict] = {}
+    peers: dict[tuple[str, str, tuple[str, ...]], dict] = {}
     variants: list[tuple[str, str, tuple[str, ...], dict]] = []
     unpaired: list[str] = []
     for b in rows:
@@ -177,6 +238,8 @@ def pair(rows: list[dict], metric: str) -> tuple[list[dict], list[str]]:
         op, variant, args = parsed
         if variant == FLOOR:
             floors[(op, args)] = b
+        elif is_peer(variant):
+            peers[(op, variant, args)] = b
         else:
             variants.append((op, variant, args, b))
 
@@ -207,10 +270,52 @@ def pair(rows: list[dict], metric: str) -> tuple[list[dict], list[str]]:
             "floor_ns": tf,
             "ratio": t / tf if tf > 0 else float("inf"),
         })
+        for peer in PEERS:
+            p = peers.get((op, peer, args))
+            # tensordict variants only: another variant (torch_save) is not the tensordict
+            if p is not None and t > 0 and variant.startswith("tensordict"):
+                # how many times faster the tensordict is than the peer
+                ratios[-1][f"{peer}_ns"] = ns(p)
+                ratios[-1][f"vs_{peer}"] = ns(p) / t
     for key, f in floors.items():
         if key not in paired_floors:
             unpaired.append(f.get("run_name", f["name"]))
+    tensordict_rows = {(r["operation"], tuple(filter(None, r["args"].split("/")))): r
+                       for r in reversed(ratios)}
+    for (op, variant, args), p in peers.items():
+        if (op, args) not in tensordict_rows and variant in PEERS:
+            unpaired.append(p.get("run_name", p["name"]))
     return ratios, unpaired
+
+
+def peer_rows(rows: list[dict], metric: str) -> list[dict]:
+    """Every peer row (BM_<op>/python..., BM_<op>/torchrl...) with the time of the
+    tensordict row of its op and args: 'times_faster' = peer time / tensordict time."""
+    by_key: dict[tuple[str, tuple[str, ...]], dict] = {}
+    peers = []
+    for b in rows:
+        parsed = split_name(b.get("run_name", b["name"]))
+        if parsed is None:
+            continue
+        op, variant, args = parsed
+        if is_peer(variant):
+            peers.append((op, variant, args, b))
+        elif variant == "tensordict" or ((op, args) not in by_key and variant != FLOOR):
+            by_key[(op, args)] = b
+    out = []
+    for op, variant, args, b in peers:
+        t = float(b[metric]) * _TO_NS[b.get("time_unit", "ns")]
+        td = by_key.get((op, args))
+        td_ns = float(td[metric]) * _TO_NS[td.get("time_unit", "ns")] if td else None
+        out.append({"name": "/".join((f"BM_{op}", variant, *args)), "operation": op,
+                    "variant": variant, "args": "/".join(args), "peer_ns": t,
+                    "tensordict_ns": td_ns,
+                    "times_faster": t / td_ns if td_ns else None})
+    return sorted(out, key=lambda r: r["name"])
+
+
+def is_peer(variant: str) -> bool:
+    return any(variant == p or variant.startswith(p + "_") for p in PEERS)
 
 
 def cpu_model() -> str:
@@ -311,12 +416,20 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
         "",
     ]
     with_median = any(r.get("median_ratio") is not None for r in ratios)
+    peer_columns = [p for p in PEERS if any(f"vs_{p}" in r for r in ratios)]
+    header = "| operation | tensordict (ns) | floor (ns) | ratio |"
+    rule = "| --- | ---: | ---: | ---: |"
     if with_median:
-        lines += ["| operation | tensordict (ns) | floor (ns) | ratio | ratio of the medians |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
-    else:
-        lines += ["| operation | tensordict (ns) | floor (ns) | ratio |",
-                  "| --- | ---: | ---: | ---: |"]
+        header += " ratio of the medians |"
+        rule += " ---: |"
+    for p in peer_columns:
+        header += f" {PEERS[p]} (ns) | vs {PEERS[p]} |"
+        rule += " ---: | ---: |"
+    if peer_columns:
+        lines[-2] += (" " + ", ".join(f"vs {PEERS[p]} = {PEERS[p]} time / tensordict time "
+                                      "(how many times faster the tensordict is)"
+                                      for p in peer_columns) + ".")
+    lines += [header, rule]
     for r in ratios:
         op = r["operation"]
         if r["args"]:
@@ -327,7 +440,26 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
         if with_median:
             m = r.get("median_ratio")
             row += f" {m:.2f}x |" if m is not None else " |"
+        for p in peer_columns:
+            row += (f" {fmt_ns(r[f'{p}_ns'])} | {r[f'vs_{p}']:.1f}x |" if f"vs_{p}" in r
+                    else " | |")
         lines.append(row)
+    extra_peers = [r for r in doc.get("peer_rows", []) if r["variant"] not in PEERS]
+    if extra_peers:
+        lines += ["", "Other ways of doing the same in the peer libraries (peer time / "
+                  "tensordict time):", "", "| peer row | time (ns) | tensordict (ns) | "
+                  "times faster |", "| --- | ---: | ---: | ---: |"]
+        for r in extra_peers:
+            td = fmt_ns(r["tensordict_ns"]) if r["tensordict_ns"] else ""
+            tf = f"{r['times_faster']:.1f}x" if r["times_faster"] else ""
+            lines.append(f"| {r['name']} | {fmt_ns(r['peer_ns'])} | {td} | {tf} |")
+    for peer in doc.get("peers", []):
+        ctx_p = peer.get("context", {})
+        versions = ", ".join(f"{k} {ctx_p[k]}" for k in ("python", "torch", "tensordict",
+                                                        "torchrl") if k in ctx_p)
+        lines += ["", f"Peer `{peer['command']}`" + (f" ({versions})" if versions else "")
+                  + ": run once after the binary in each of the "
+                  f"{args.repetitions} round(s), on the same filter."]
     in_run = paired_in_run(doc)
     if in_run:
         lines += ["", "Floor and tensordict alternating within one run, each transfer timed "
@@ -396,7 +528,7 @@ def main(argv: list[str]) -> int:
                 args.statistic = "median"  # saved with aggregates only
         else:
             name = report_name(binary, args.name)
-            doc = run_binary(binary, args)
+            doc = run_with_peers(binary, name, args) if args.peer else run_binary(binary, args)
             run_command, source = command, args.source or source_revision()
         doc["report"] = {"command": run_command, "source": source, "metric": args.metric,
                          "repetitions": args.repetitions, "statistic": args.statistic}
@@ -408,6 +540,7 @@ def main(argv: list[str]) -> int:
                 r["median_ratio"] = m["ratio"] if m else None
                 r["median_tensordict_ns"] = m["tensordict_ns"] if m else None
         doc["ratios"] = ratios
+        doc["peer_rows"] = peer_rows(measured(doc, args.statistic), args.metric)
         json_path = args.out_dir / f"{name}.json"
         md_path = args.out_dir / f"{name}.md"
         json_path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -416,8 +549,10 @@ def main(argv: list[str]) -> int:
         print(f"run.py: wrote {json_path} and {md_path}", file=sys.stderr)
         width = max((len(r["name"]) for r in ratios), default=0)
         for r in ratios:
+            vs = "".join(f"  vs {PEERS[p]} {r[f'vs_{p}']:7.1f}x" for p in PEERS
+                         if f"vs_{p}" in r)
             print(f"  {r['name']:<{width}}  {fmt_ns(r['tensordict_ns']):>9} ns  "
-                  f"floor {fmt_ns(r['floor_ns']):>9} ns  ratio {r['ratio']:6.2f}x")
+                  f"floor {fmt_ns(r['floor_ns']):>9} ns  ratio {r['ratio']:6.2f}x{vs}")
             worst = max(worst, r["ratio"])
         for r in paired_in_run(doc):
             print(f"  {r['run_name']}  ratio of the sums {r['ratio_of_sums']:.2f}x, "

@@ -4,7 +4,8 @@ rows time (tensordict::rb next to its hand-written floors), done by TorchRL on
 the same machine and the same torch. Run it with TorchRL's environment
 (scripts/torchrl-env.sh):
 
-    .venv-torchrl/bin/python benchmarks/torchrl_rb.py [--repeats 9] [--benchmark-out FILE]
+    .venv-torchrl/bin/python benchmarks/torchrl_rb.py --lines [--repeats 9] [--benchmark-out FILE]
+    .venv-torchrl/bin/python benchmarks/torchrl_rb.py [--filter REGEX] [--out FILE]
 
 Every buffer is ReplayBuffer(storage=LazyTensorStorage(100,000)) with
 RoundRobinWriter and rows of 5 leaves: obs float32[4], action int64, reward
@@ -20,6 +21,17 @@ Names follow benchmarks/README.md ("BM_<op>/<variant>"), so that a C++ row
 BM_<op>/floor of the same op pairs with them. --benchmark-out writes the rows
 as a Google Benchmark JSON document as well (times in ns, one entry per
 repeat), the shape benchmarks/run.py reads.
+
+That is the output with --lines or --benchmark-out (docs/replay_buffer_library.md
+quotes it). Without either, the script is a peer of bench_rb for
+`benchmarks/run.py --peer`: it runs on one torch thread as bench_rb does
+(--num-threads), times each row as Google Benchmark does (calibrated to
+--min-time, then --repetitions runs), and writes one Google Benchmark JSON
+document (stdout, or --out FILE) whose rows carry bench_rb's op names with the
+variant torchrl: BM_rb_add/torchrl, BM_rb_extend256/torchrl,
+BM_rb_sample256/torchrl, BM_rb_prioritized256/torchrl, BM_rb_sumtree256/torchrl.
+--filter is then a regular expression on those names, and --suite names the
+binary whose rows are wanted (only "rb" has any).
 """
 import argparse
 import json
@@ -155,15 +167,96 @@ def cases():
     ]
 
 
+# bench_rb's op of each row (the names the lines output keeps).
+BENCH_RB_OPS = {
+    "rb_add_one": "rb_add",
+    "rb_extend256": "rb_extend256",
+    "rb_sample256_uniform": "rb_sample256",
+    "rb_sample256_prioritized_update": "rb_prioritized256",
+    "sum_tree_update_sample256": "rb_sumtree256",
+}
+
+
+def context():
+    import tensordict
+    import torchrl
+    return {
+        "executable": "benchmarks/torchrl_rb.py",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host_name": platform.node(),
+        "num_cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchrl": torchrl.__version__,
+        "tensordict": tensordict.__version__,
+        "torch_num_threads": torch.get_num_threads(),
+        "load_avg": list(os.getloadavg()),
+        "library_build_type": "python",
+    }
+
+
+def peer_main(args):
+    """The rows as one Google Benchmark document named after bench_rb's ops."""
+    import re
+    torch.set_num_threads(args.num_threads)
+    pattern = re.compile(args.filter) if args.filter else None
+    rows = []
+    for index, (op, what, setup, skipped) in enumerate(cases()):
+        name = f"BM_{BENCH_RB_OPS[op]}/torchrl"
+        if (args.suite and "rb" not in args.suite) or (pattern and not pattern.search(name)):
+            continue
+        if args.list:
+            print(f"rb\t{name}")
+            continue
+        print(f"torchrl_rb: {name}", file=sys.stderr, flush=True)
+        base = {"name": name, "run_name": name, "run_type": "iteration",
+                "family_index": index, "per_family_instance_index": 0}
+        if skipped:
+            rows.append({**base, "error_occurred": True, "error_message": skipped})
+            continue
+        per_call, number = timed(setup(), args.min_time, args.repetitions)
+        for i, t in enumerate(per_call):
+            rows.append({**base, "repetitions": args.repetitions, "repetition_index": i,
+                         "threads": 1, "iterations": number, "real_time": t * 1e9,
+                         "cpu_time": t * 1e9, "time_unit": "ns", "what": what,
+                         "torch_num_threads": torch.get_num_threads()})
+    if args.list:
+        return 0
+    text = json.dumps({"context": context(), "benchmarks": rows}, indent=2) + "\n"
+    if args.out:
+        with open(args.out, "w") as out:
+            out.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lines", action="store_true",
+                        help="the one-JSON-object-per-line output (default without "
+                        "--benchmark-out: one Google Benchmark document)")
+    parser.add_argument("--out", help="where the Google Benchmark document goes (default stdout)")
+    parser.add_argument("--list", action="store_true",
+                        help="print the rows of the Google Benchmark document (suite and name)")
+    parser.add_argument("--suite", action="append",
+                        help="the binary whose rows are wanted (rows exist for rb only)")
+    parser.add_argument("--repetitions", type=int, default=1,
+                        help="runs of each row in the Google Benchmark document (default 1)")
+    parser.add_argument("--num-threads", type=int, default=1,
+                        help="torch threads for the Google Benchmark document (default 1, "
+                        "as bench_rb)")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--min-time", type=float, default=0.2,
                         help="seconds of calls per repeat (default 0.2)")
-    parser.add_argument("--filter", default="", help="only the ops containing this text")
-    parser.add_argument("--benchmark-out", help="also write a Google Benchmark JSON document")
+    parser.add_argument("--filter", default="", help="only the ops containing this text (with "
+                        "--lines); a regular expression on the names otherwise")
+    parser.add_argument("--benchmark-out", help="with the lines, also write a Google Benchmark "
+                        "JSON document")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
+    if not args.lines and not args.benchmark_out:
+        return peer_main(args)
     gbench = []
     for op, what, setup, skipped in cases():
         if args.filter not in op:
@@ -190,21 +283,8 @@ def main(argv=None):
                 "time_unit": "ns",
             })
     if args.benchmark_out:
-        import tensordict
-        import torchrl
-        context = {
-            "executable": "benchmarks/torchrl_rb.py",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "host_name": platform.node(),
-            "num_cpus": os.cpu_count(),
-            "torch": torch.__version__,
-            "torchrl": torchrl.__version__,
-            "tensordict": tensordict.__version__,
-            "torch_num_threads": torch.get_num_threads(),
-            "load_avg": list(os.getloadavg()),
-        }
         with open(args.benchmark_out, "w") as out:
-            json.dump({"context": context, "benchmarks": gbench}, out, indent=2)
+            json.dump({"context": context(), "benchmarks": gbench}, out, indent=2)
     return 0
 
 

@@ -19,7 +19,7 @@ source scripts/cmake-env.sh
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${TD_CMAKE_ARGS[@]}" \
   -DTENSORDICT_BUILD_TESTS=OFF -DTENSORDICT_BUILD_EXAMPLES=OFF -DTENSORDICT_BUILD_BENCHMARKS=ON \
   -DTENSORDICT_WITH_HDF5=ON
-BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay)
+BENCHES=(bench_core bench_ops bench_memmap bench_lazy bench_replay bench_parity)
 [[ -f benchmarks/bench_checkpoint.cpp ]] && BENCHES+=(bench_checkpoint)
 BENCHES+=(bench_hdf5 bench_nn bench_nn_runner bench_rb)
 # bench_nn_export runs models the real Python torch writes first (TorchScript
@@ -28,7 +28,16 @@ BENCHES+=(bench_nn_export)
 export TENSORDICT_NN_MODELS="$PWD/$BUILD_DIR/nn-models"
 "${TD_VENV:-$PWD/.venv}/bin/python" tests/nn/python/make_models.py "$TENSORDICT_NN_MODELS"
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${BENCHES[@]}"
+# The peers (benchmarks/README.md, "Peers"): the same operations in the real Python
+# tensordict, and TorchRL for bench_rb, alternating with each binary round by round.
+PYTHON_PEER="${TD_VENV:-$PWD/.venv}/bin/python benchmarks/peers/tensordict_peer.py"
+TORCHRL_PEER="${TD_TORCHRL_VENV:-$PWD/.venv-torchrl}/bin/python benchmarks/torchrl_rb.py"
 for b in "${BENCHES[@]}"; do
-  /usr/bin/python3 benchmarks/run.py "$BUILD_DIR/benchmarks/$b" --repetitions "$REPETITIONS"
+  PEERS=()
+  case "$b" in
+    bench_core | bench_ops | bench_memmap | bench_hdf5 | bench_parity) PEERS=(--peer "$PYTHON_PEER") ;;
+    bench_rb) [[ -x "${TD_TORCHRL_VENV:-$PWD/.venv-torchrl}/bin/python" ]] && PEERS=(--peer "$TORCHRL_PEER") ;;
+  esac
+  /usr/bin/python3 benchmarks/run.py "$BUILD_DIR/benchmarks/$b" --repetitions "$REPETITIONS" "${PEERS[@]}"
 done
 /usr/bin/python3 benchmarks/report.py
