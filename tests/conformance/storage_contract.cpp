@@ -311,7 +311,6 @@ INSTANTIATE_TEST_SUITE_P(SharedMemory, StorageContract, ::testing::Values(shared
 #ifdef TD_CONFORMANCE_HDF5
 // StorageContract is local to this file: the component storages that are
 // built instantiate it here (their StorageCase is in storage_<name>.cpp).
-StorageCase h5();
 INSTANTIATE_TEST_SUITE_P(H5, StorageContract, ::testing::Values(h5()), storage_name);
 #endif
 #ifdef TENSORDICT_TEST_REDIS

@@ -1,8 +1,11 @@
-// The Redis storage (tensordict::redis) in both suites: a store on a
+// The Redis storage (tensordict::redis) in the suites: a store on a
 // redis-server this test process starts (one per process, on a free port and
 // a Unix socket in its own temporary directory), reopened through
-// redis::from_store as another process would.
+// redis::from_store as another process would; a sharded store on that server;
+// and both on a 3-master Redis Cluster this process starts (once, when a test
+// of those cases first runs).
 #include "conformance.h"
+#include "support/redis_cluster.h"
 #include "support/redis_server.h"
 
 #include <tensordict/storage/redis.h>
@@ -17,30 +20,73 @@ const td_test::RedisServer& server() {
   return *s;
 }
 
-td::storage::Redis on_server(std::string td_id = {}) {
+const td_test::RedisCluster& cluster() {
+  static const auto c = std::make_unique<td_test::RedisCluster>();
+  return *c;
+}
+
+/// Where a handle of a store goes: handle 0 makes the store, handle 1 is the
+/// second handle of StorageCase::reopen.
+using Where = td::storage::Redis (*)(std::size_t handle, std::string td_id);
+
+td::storage::Redis on_server(std::size_t /*handle*/, std::string td_id) {
   td::storage::Redis r;
   r.unix_socket = server().socket();
   r.td_id = std::move(td_id);
   return r;
 }
 
-}  // namespace
+/// Each handle reads the slot map through its own master.
+td::storage::Redis on_cluster(std::size_t handle, std::string td_id) {
+  td::storage::Redis r;
+  r.host = "127.0.0.1";
+  r.port = cluster().port(handle);
+  r.cluster = true;
+  r.td_id = std::move(td_id);
+  return r;
+}
 
-StorageCase redis_store() {
-  return {.id = "redis",
-          .label = "`TensorDictStore` (Redis)",
-          .rank = 80,
-          .make = [](const td::TensorDictBase& data,
-                     Scratch&) { return td::redis::from_tensordict(data, on_server()); },
+/// A store made where `where` says, reopened from its td_id alone (a sharded
+/// store is found by its manifest). Sharded stores are split into blocks of
+/// 2 rows, so that the suites' indices span several blocks (on a cluster,
+/// blocks on every master).
+StorageCase redis_case(std::string id, std::string label, int rank, Where where, bool sharded) {
+  return {.id = std::move(id),
+          .label = std::move(label),
+          .rank = rank,
+          .make =
+              [where, sharded](const td::TensorDictBase& data, Scratch&) {
+                td::storage::Redis r = where(0, {});
+                r.sharded = sharded;
+                if (sharded) r.block_rows = 2;
+                return td::redis::from_tensordict(data, r);
+              },
           .reopen =
-              [](const td::TensorDictBase& made) {
-                return td::redis::from_store(on_server(td::redis::td_id(made)));
+              [where](const td::TensorDictBase& made) {
+                return td::redis::from_store(where(1, td::redis::td_id(made)));
               },
           .index_is_live = false};
 }
 
+}  // namespace
+
+StorageCase redis_store() {
+  return redis_case("redis", "`TensorDictStore` (Redis)", 80, on_server, false);
+}
+StorageCase redis_sharded() {
+  return redis_case("redis_sharded", "`TensorDictStore` (Redis, sharded)", 90, on_server, true);
+}
+StorageCase redis_cluster() {
+  return redis_case("redis_cluster", "`TensorDictStore` (Redis Cluster)", 100, on_cluster, false);
+}
+StorageCase redis_cluster_sharded() {
+  return redis_case("redis_cluster_sharded", "`TensorDictStore` (Redis Cluster, sharded)", 110,
+                    on_cluster, true);
+}
+
 // The StorageContract instantiation is in storage_contract.cpp (its fixture
-// is local to that file).
+// is local to that file); the behaviour suite takes every case from
+// all_storages() (storages.cpp).
 INSTANTIATE_TEST_SUITE_P(Redis, Conformance, ::testing::Values(redis_store()), storage_name);
 
 }  // namespace conformance

@@ -590,6 +590,14 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, I
       return plan.sub.empty() ? ls.members()[plan.member]
                               : ls.members()[plan.member].index(plan.sub);
     case LazyPlan::Members: {
+      if (plan.selected.empty() && !ls.members().empty()) {
+        // No member selected (an empty slice, long index or mask): as in
+        // Python, a dense TensorDict of size 0 along the stack dim that keeps
+        // the keys; member 0 gives the feature shapes, and no data is copied.
+        const TensorDictBase& first = ls.members()[0];
+        TensorDictBase one = plan.sub.empty() ? first : first.index(plan.sub);
+        return one.unsqueeze(plan.out_dim).narrow(plan.out_dim, 0, 0).to_tensordict();
+      }
       std::vector<TensorDictBase> out;
       out.reserve(plan.selected.size());
       for (auto k : plan.selected) {

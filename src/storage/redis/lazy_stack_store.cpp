@@ -612,7 +612,7 @@ class LazyStackStoreNode final : public StoreNode {
     auto k = kind(key);
     if (!k) return std::nullopt;
     if (*k == EntryKind::TensorDict)
-      return Value(TensorDictBase(std::make_shared<LazyStackStoreNode>(s_, path(key) + ".")));
+      return Value(nested_level(std::make_shared<LazyStackStoreNode>(s_, path(key) + ".")));
     return Value(read_at(key, RowSelection::all(s_->batch)));
   }
 
