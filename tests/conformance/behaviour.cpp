@@ -161,6 +161,8 @@ TEST_P(Behaviour, OutOfRangeIndexIsAnIndexErrorNamingIt) {
   TD_EXPECT_THROW_MSG(store_.index({torch::tensor({1, 9}, torch::kLong)}), td::IndexError,
                       "index 9");
   TD_EXPECT_THROW_MSG(store_.index({torch::ones({kRows + 1}, torch::kBool)}), td::IndexError, "7");
+  // More indices than batch dims.
+  EXPECT_THROW(store_.index({0, 1}), td::IndexError);
   expect_matches_oracle("after the refused reads");
 }
 
@@ -269,6 +271,19 @@ TEST_P(Behaviour, UpdateInPlaceWritesNestedLevels) {
   expect_matches_oracle("update_ of n.b only");
 }
 
+TEST_P(Behaviour, UpdateInPlaceOfNonTensorValues) {
+  if (!nt()) {
+    EXPECT_FALSE(store_.is_non_tensor("tag"));  // declared; see NonTensorsAreKeptOrRefused
+    return;
+  }
+  // A new value for the whole batch replaces the stored one, on every storage.
+  auto other = rows_data(30, true).select({"tag", {"n", "note"}, {"n", "b"}});
+  store_.update_(other);
+  oracle_.update_(other);
+  expect_matches_oracle("update_ of tag, n.note and n.b");
+  EXPECT_EQ(GetParam().reopened(store_).get_non_tensor({"n", "note"}), 30);
+}
+
 TEST_P(Behaviour, SetInPlaceOfANestedKey) {
   auto c = torch::linspace(-1, 1, kRows, torch::kDouble);
   store_.set_({"n", "m", "c"}, c);
@@ -312,6 +327,9 @@ TEST_P(Behaviour, WrongKindIsATypeErrorAndChangesNothing) {
   auto bad_level = value_rows(2, 50, false);
   bad_level.set({"n", "m"}, torch::zeros({2}));
   TD_EXPECT_THROW_MSG(store_.index_put_({Slice(0, 2)}, bad_level), td::TypeError, "('n', 'm')");
+  auto non_tensor = value_rows(2, 50, false);
+  non_tensor.set_non_tensor({"n", "b"}, "text");
+  TD_EXPECT_THROW_MSG(store_.index_put_({Slice(0, 2)}, non_tensor), td::TypeError, "('n', 'b')");
   expect_matches_oracle("after the refused writes");
 }
 
@@ -474,6 +492,17 @@ TEST(RaggedLazyStackTensorValue, RefusedByALaterMemberWritesNoMember) {
   EXPECT_TRUE(torch::equal(stack[3].get("a"), torch::tensor({5.0, 6.0})));
   EXPECT_TRUE(torch::equal(stack[0].get("c"), torch::tensor({7, 8}, torch::kInt)));
   expect_same(stack[1], before[1], "member 1 (not indexed)");
+  // Each member takes the value broadcast to its own shapes, not member 0's.
+  td::TensorDictBase a_only = td::lazy_stack({td::TensorDict({{"a", torch::zeros({2})}}, {}),
+                                              td::TensorDict({{"a", torch::zeros({3})}}, {}),
+                                              td::TensorDict({{"a", torch::zeros({3})}}, {})});
+  a_only.index_put_({Slice(1, 3)}, torch::full({2, 3}, 9.0));
+  EXPECT_TRUE(torch::equal(a_only[2].get("a"), torch::full({3}, 9.0)));
+  EXPECT_TRUE(torch::equal(a_only[0].get("a"), torch::zeros({2})));
+  stack.index_put_({torch::tensor({1, 2}, torch::kLong)}, torch::tensor({{1.0}, {2.0}}));
+  EXPECT_TRUE(torch::equal(stack[1].get("a"), torch::full({2}, 1.0)));
+  EXPECT_TRUE(torch::equal(stack[2].get("a"), torch::full({3}, 2.0)));
+  EXPECT_TRUE(torch::equal(stack[2].get("c"), torch::full({2}, 2, torch::kInt)));
 }
 
 }  // namespace

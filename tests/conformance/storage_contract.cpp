@@ -316,6 +316,12 @@ INSTANTIATE_TEST_SUITE_P(H5, StorageContract, ::testing::Values(h5()), storage_n
 #ifdef TENSORDICT_TEST_REDIS
 // storage_redis.cpp (built with tensordict::redis).
 INSTANTIATE_TEST_SUITE_P(Redis, StorageContract, ::testing::Values(redis_store()), storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisSharded, StorageContract, ::testing::Values(redis_sharded()),
+                         storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisCluster, StorageContract, ::testing::Values(redis_cluster()),
+                         storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisClusterSharded, StorageContract,
+                         ::testing::Values(redis_cluster_sharded()), storage_name);
 #endif
 
 }  // namespace conformance

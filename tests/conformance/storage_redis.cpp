@@ -88,5 +88,11 @@ StorageCase redis_cluster_sharded() {
 // is local to that file); the behaviour suite takes every case from
 // all_storages() (storages.cpp).
 INSTANTIATE_TEST_SUITE_P(Redis, Conformance, ::testing::Values(redis_store()), storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisSharded, Conformance, ::testing::Values(redis_sharded()),
+                         storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisCluster, Conformance, ::testing::Values(redis_cluster()),
+                         storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisClusterSharded, Conformance,
+                         ::testing::Values(redis_cluster_sharded()), storage_name);
 
 }  // namespace conformance
