@@ -113,7 +113,8 @@ struct StorageCase {
   /// stack of heterogeneous members): row i has a of shape [i + 1], b of [5].
   std::function<td::TensorDictBase(Scratch&)> make_ragged = nullptr;
   /// The storage keeps non-tensor entries (NonTensorData) beside tensors.
-  /// False: storing one is the typed error `non_tensor_error` names.
+  /// False: `make` of data holding one is a TypeError. (Every storage of
+  /// this build keeps them.)
   bool non_tensors = true;
   /// Writing a different non-tensor value into some rows turns the entry into
   /// a NonTensorStack (Python). False (files of a fixed layout): a
