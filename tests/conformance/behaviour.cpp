@@ -212,9 +212,13 @@ TEST_P(Behaviour, IndexPutOfATensorOrScalarWritesEveryLeaf) {
 
 TEST_P(Behaviour, IndexPutOfNonTensorValues) {
   if (!nt()) {
-    // Declared: this storage keeps no non-tensor; asserted in
-    // NonTensorsAreKeptOrRefused.
-    EXPECT_FALSE(store_.is_non_tensor("tag"));
+    // Declared: this storage keeps tensors only; a non-tensor is refused
+    // before anything is written.
+    auto with_tag = value_rows(2, 50, false);
+    with_tag.set_non_tensor("tag", "text");
+    TD_EXPECT_THROW_MSG(store_.index_put_({Slice(1, 3)}, with_tag), td::TypeError, "'tag'");
+    TD_EXPECT_THROW_MSG(store_.set_non_tensor({"n", "note"}, 1), td::TypeError, "('n', 'note')");
+    expect_matches_oracle("after the refused non-tensors");
     return;
   }
   // The same value as stored: nothing changes (still one NonTensorData).
@@ -418,6 +422,14 @@ class RaggedLazyStack : public ::testing::TestWithParam<StorageCase> {
 };
 
 TEST_P(RaggedLazyStack, FittingWriteReachesEveryMember) {
+  if (!GetParam().ragged_writes) {
+    // Declared gap: the value's leaves are read stacked.
+    TD_EXPECT_THROW_MSG(
+        store_.index_put_({torch::tensor({2, 0, 3}, torch::kLong)}, value_for({2, 0, 3}, 99)),
+        td::ShapeError, "'a'");
+    expect_unwritten("a ragged value refused");
+    return;
+  }
   store_.index_put_({torch::tensor({2, 0, 3}, torch::kLong)}, value_for({2, 0, 3}, 99));
   EXPECT_TRUE(torch::equal(store_[2].get("a"), torch::full({3}, 52.0)));
   EXPECT_TRUE(torch::equal(store_[0].get("b"), torch::full({5}, 50, torch::kLong)));
@@ -451,6 +463,13 @@ TEST_P(RaggedLazyStack, TensorValueThatNoMemberTakesWritesNothing) {
   expect_unwritten("slice 1:4 = ones(3, 2)");
   TD_EXPECT_THROW_MSG(store_.index_put_({1}, torch::ones({2})), td::ShapeError);
   expect_unwritten("integer index 1 = ones(2)");
+  if (!GetParam().ragged_writes) {
+    // Declared gap: the scalar is expanded to member 0's shapes.
+    TD_EXPECT_THROW_MSG(store_.index_put_({Slice(0, 4, 3)}, torch::tensor(4.0)), td::ShapeError,
+                        "'a'");
+    expect_unwritten("a scalar across ragged members refused");
+    return;
+  }
   // A value every leaf of every member takes (one element) reaches them all.
   store_.index_put_({Slice(0, 4, 3)}, torch::tensor(4.0));
   EXPECT_TRUE(torch::equal(store_[3].get("a"), torch::full({4}, 4.0)));

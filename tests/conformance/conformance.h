@@ -29,7 +29,7 @@
 // locking and error texts against the in-memory TensorDict) runs over every
 // case of all_storages() (storages.cpp): a new storage joins it with one line
 // there, and declares any behaviour of its own in the StorageCase fields
-// below (non_tensors, non_tensor_row_writes).
+// below (non_tensors, non_tensor_row_writes, ragged_writes).
 #pragma once
 #include "support/core_test_helpers.h"
 #include "support/typed_test_helpers.h"
@@ -112,9 +112,13 @@ struct StorageCase {
   /// Optional: the same storage holding rows of different shapes (a lazy
   /// stack of heterogeneous members): row i has a of shape [i + 1], b of [5].
   std::function<td::TensorDictBase(Scratch&)> make_ragged = nullptr;
+  /// With make_ragged: index_put_ across members of different shapes (of a
+  /// lazy-stack value, or of a scalar) writes each member its part. False: a
+  /// ShapeError naming the leaf that changes nothing (the storage writes the
+  /// value's leaves stacked).
+  bool ragged_writes = true;
   /// The storage keeps non-tensor entries (NonTensorData) beside tensors.
-  /// False: `make` of data holding one is a TypeError. (Every storage of
-  /// this build keeps them.)
+  /// False: `make` of data holding one is a TypeError.
   bool non_tensors = true;
   /// Writing a different non-tensor value into some rows turns the entry into
   /// a NonTensorStack (Python). False (files of a fixed layout): a
@@ -146,6 +150,8 @@ StorageCase redis_store();
 StorageCase redis_sharded();
 StorageCase redis_cluster();
 StorageCase redis_cluster_sharded();
+/// A LazyStackedTensorDictStore (one store per member) on the one server.
+StorageCase redis_lazy_stack();
 
 /// Every storage this build has, in rank order: the parameter list of the
 /// behaviour suite (a new storage adds its case here).

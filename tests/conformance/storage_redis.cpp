@@ -8,7 +8,9 @@
 #include "support/redis_cluster.h"
 #include "support/redis_server.h"
 
+#include <tensordict/lazy_stack.h>
 #include <tensordict/storage/redis.h>
+#include <tensordict/storage/redis_lazy_stack.h>
 
 #include <memory>
 
@@ -76,6 +78,43 @@ StorageCase redis_store() {
 StorageCase redis_sharded() {
   return redis_case("redis_sharded", "`TensorDictStore` (Redis, sharded)", 90, on_server, true);
 }
+/// Python's LazyStackedTensorDictStore: members of batch [] (the rows), one
+/// store each, on the single server. It stores tensors only (as Python's).
+StorageCase redis_lazy_stack() {
+  auto upload = [](std::vector<td::TensorDictBase> members) -> td::TensorDictBase {
+    return td::LazyStackedTensorDictStore::from_lazy_stack(td::lazy_stack(std::move(members)),
+                                                           on_server(0, {}));
+  };
+  return {
+      .id = "redis_lazy_stack",
+      .label = "`LazyStackedTensorDictStore` (Redis)",
+      .rank = 120,
+      .make =
+          [upload](const td::TensorDictBase& data, Scratch&) {
+            std::vector<td::TensorDictBase> members;
+            for (const auto& row : data.unbind(0)) members.push_back(row.clone());
+            return upload(std::move(members));
+          },
+      .reopen =
+          [](const td::TensorDictBase& made) {
+            return td::redis::from_store(on_server(1, td::redis::td_id(made)));
+          },
+      .index_is_live = false,
+      .make_ragged =
+          [upload](Scratch&) {
+            std::vector<td::TensorDictBase> members;
+            for (int64_t i = 0; i < kN; ++i)
+              members.push_back(td::TensorDict({{"a", torch::full({i + 1}, static_cast<double>(i))},
+                                                {"b", torch::full({5}, i, torch::kLong)}},
+                                               {}));
+            return upload(std::move(members));
+          },
+      // Gap (docs/redis.md): rows of a ragged store are written member by
+      // member, not by one index_put_ across members of different shapes.
+      .ragged_writes = false,
+      .non_tensors = false};
+}
+
 StorageCase redis_cluster() {
   return redis_case("redis_cluster", "`TensorDictStore` (Redis Cluster)", 100, on_cluster, false);
 }

@@ -109,6 +109,7 @@ std::vector<StorageCase> all_storages() {
   all.push_back(redis_sharded());
   all.push_back(redis_cluster());
   all.push_back(redis_cluster_sharded());
+  all.push_back(redis_lazy_stack());
 #endif
   return all;
 }
