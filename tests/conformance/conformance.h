@@ -24,6 +24,12 @@
 //      and write the notes for any cell that is not "yes".
 // The CTest test conformance.docs_matrix fails when the page and the suite
 // disagree.
+//
+// The behaviour suite (behaviour.cpp: index forms, index_put_, update_, set_,
+// locking and error texts against the in-memory TensorDict) runs over every
+// case of all_storages() (storages.cpp): a new storage joins it with one line
+// there, and declares any behaviour of its own in the StorageCase fields
+// below (non_tensors, non_tensor_row_writes, ragged_writes).
 #pragma once
 #include "support/core_test_helpers.h"
 #include "support/typed_test_helpers.h"
@@ -106,6 +112,18 @@ struct StorageCase {
   /// Optional: the same storage holding rows of different shapes (a lazy
   /// stack of heterogeneous members): row i has a of shape [i + 1], b of [5].
   std::function<td::TensorDictBase(Scratch&)> make_ragged = nullptr;
+  /// With make_ragged: index_put_ across members of different shapes (of a
+  /// lazy-stack value, or of a scalar) writes each member its part. False: a
+  /// ShapeError naming the leaf that changes nothing (the storage writes the
+  /// value's leaves stacked).
+  bool ragged_writes = true;
+  /// The storage keeps non-tensor entries (NonTensorData) beside tensors.
+  /// False: `make` of data holding one is a TypeError.
+  bool non_tensors = true;
+  /// Writing a different non-tensor value into some rows turns the entry into
+  /// a NonTensorStack (Python). False (files of a fixed layout): a
+  /// LockedError naming the key, nothing changed.
+  bool non_tensor_row_writes = true;
 
   td::TensorDictBase reopened(const td::TensorDictBase& made) const {
     return reopen ? reopen(made) : made;
@@ -122,8 +140,22 @@ StorageCase lazy_stacked();
 StorageCase memmap();
 StorageCase shared_memory();
 StorageCase typed_tensor_dict();
-/// storage_redis.cpp, when the Redis component is built.
+/// storage_h5.cpp, when the HDF5 component is built.
+StorageCase h5();
+/// storage_redis.cpp, when the Redis component is built: a store on one
+/// server, a sharded store (blocks of 2 rows) on one server, a store on a
+/// 3-master Redis Cluster (started once per test process that uses it), and
+/// a sharded store over that cluster's masters.
 StorageCase redis_store();
+StorageCase redis_sharded();
+StorageCase redis_cluster();
+StorageCase redis_cluster_sharded();
+/// A LazyStackedTensorDictStore (one store per member) on the one server.
+StorageCase redis_lazy_stack();
+
+/// Every storage this build has, in rank order: the parameter list of the
+/// behaviour suite (a new storage adds its case here).
+std::vector<StorageCase> all_storages();
 
 /// The name generator of INSTANTIATE_TEST_SUITE_P: the storage id.
 inline std::string storage_name(const ::testing::TestParamInfo<StorageCase>& info) {

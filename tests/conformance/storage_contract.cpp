@@ -311,12 +311,17 @@ INSTANTIATE_TEST_SUITE_P(SharedMemory, StorageContract, ::testing::Values(shared
 #ifdef TD_CONFORMANCE_HDF5
 // StorageContract is local to this file: the component storages that are
 // built instantiate it here (their StorageCase is in storage_<name>.cpp).
-StorageCase h5();
 INSTANTIATE_TEST_SUITE_P(H5, StorageContract, ::testing::Values(h5()), storage_name);
 #endif
 #ifdef TENSORDICT_TEST_REDIS
 // storage_redis.cpp (built with tensordict::redis).
 INSTANTIATE_TEST_SUITE_P(Redis, StorageContract, ::testing::Values(redis_store()), storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisSharded, StorageContract, ::testing::Values(redis_sharded()),
+                         storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisCluster, StorageContract, ::testing::Values(redis_cluster()),
+                         storage_name);
+INSTANTIATE_TEST_SUITE_P(RedisClusterSharded, StorageContract,
+                         ::testing::Values(redis_cluster_sharded()), storage_name);
 #endif
 
 }  // namespace conformance

@@ -58,7 +58,8 @@ StorageCase memmap() {
       .reopen =
           [](const td::TensorDictBase& made) { return td::load_memmap(made.saved_path().value()); },
       .writes_in_place_only = true,
-      .memmap = true};
+      .memmap = true,
+      .non_tensor_row_writes = false};
 }
 
 /// `share_memory_()`: a locked TensorDict over files in /dev/shm; the cells
@@ -77,7 +78,8 @@ StorageCase shared_memory() {
           .reopen =
               [](const td::TensorDictBase& made) { return td::attach_shared(made.shared_name()); },
           .writes_in_place_only = true,
-          .shared = true};
+          .shared = true,
+          .non_tensor_row_writes = false};
 }
 
 /// Another typed wrapper as the storage. Built like Python's
@@ -94,6 +96,22 @@ StorageCase typed_tensor_dict() {
                              data.batch_size());
             return Backing::from_tensordict(data.clone(), /*check=*/false);
           }};
+}
+
+std::vector<StorageCase> all_storages() {
+  std::vector<StorageCase> all{in_memory(), lazy_stacked(), memmap(), shared_memory(),
+                               typed_tensor_dict()};
+#ifdef TD_CONFORMANCE_HDF5
+  all.push_back(h5());
+#endif
+#ifdef TENSORDICT_TEST_REDIS
+  all.push_back(redis_store());
+  all.push_back(redis_sharded());
+  all.push_back(redis_cluster());
+  all.push_back(redis_cluster_sharded());
+  all.push_back(redis_lazy_stack());
+#endif
+  return all;
 }
 
 INSTANTIATE_TEST_SUITE_P(InMemory, Conformance, ::testing::Values(in_memory()), storage_name);

@@ -590,6 +590,14 @@ TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, I
       return plan.sub.empty() ? ls.members()[plan.member]
                               : ls.members()[plan.member].index(plan.sub);
     case LazyPlan::Members: {
+      if (plan.selected.empty() && !ls.members().empty()) {
+        // No member selected (an empty slice, long index or mask): as in
+        // Python, a dense TensorDict of size 0 along the stack dim that keeps
+        // the keys; member 0 gives the feature shapes, and no data is copied.
+        const TensorDictBase& first = ls.members()[0];
+        TensorDictBase one = plan.sub.empty() ? first : first.index(plan.sub);
+        return one.unsqueeze(plan.out_dim).narrow(plan.out_dim, 0, 0).to_tensordict();
+      }
       std::vector<TensorDictBase> out;
       out.reserve(plan.selected.size());
       for (auto k : plan.selected) {
@@ -707,27 +715,46 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& 
     }
     return;
   }
-  std::vector<int64_t> out_batch = member_batch_after(ls, plan.sub);
-  out_batch.insert(out_batch.begin() + plan.out_dim, static_cast<int64_t>(plan.selected.size()));
-  for (auto d : out_batch)
-    if (d < 0)
-      throw ShapeError(
-          "index_put_: a tensor value cannot be written across ragged "
-          "batch dims of a lazy stack; write each member");
-  TensorDict v(out_batch);
-  for (const auto& k :
-       TensorDictBase(std::const_pointer_cast<Node>(ls.shared_from_this())).keys(true, true)) {
-    // Feature dims come from member 0 (leaves of other members may differ).
-    at::Tensor leaf0 = ls.members()[0].get(k);
-    auto feat = leaf0.sizes().slice(ls.members()[0].batch_size().size());
-    std::vector<int64_t> shape = out_batch;
-    shape.insert(shape.end(), feat.begin(), feat.end());
-    if (!at::is_expandable_to(value.sizes(), shape))
-      throw ShapeError("index_put_: cannot write a tensor of shape " + format_shape(value.sizes()) +
-                       " into " + k.repr() + " at an index of shape " + format_shape(shape));
-    v.set(k, value.to(leaf0.scalar_type()).expand(shape));
+  // The value is broadcast, as LibTorch's index_put_ would, to every leaf of
+  // [*indexed batch, *that leaf's feature dims] of each selected member (its
+  // own shapes: members may differ), and member j takes its row along the
+  // stack dim. Views only, from metadata; every member's part is built and
+  // checked before any member is written.
+  static const std::vector<TensorIndex> all{at::indexing::Ellipsis};
+  const IndexList idx = plan.sub.empty() ? IndexList(all) : IndexList(plan.sub);
+  const auto n = static_cast<int64_t>(plan.selected.size());
+  std::vector<std::pair<TensorDictBase, TensorDict>> parts;
+  parts.reserve(plan.selected.size());
+  for (int64_t j = 0; j < n; ++j) {
+    const TensorDictBase& m = ls.members()[static_cast<std::size_t>(plan.selected[j])];
+    std::vector<int64_t> row_batch =
+        plan.sub.empty() ? m.batch_size().vec()
+                         : at::empty(m.batch_size(), at::TensorOptions().device(at::kMeta))
+                               .index(plan.sub)
+                               .sizes()
+                               .vec();
+    TensorDict part(row_batch);
+    std::vector<int64_t> out_batch = row_batch;
+    out_batch.insert(out_batch.begin() + plan.out_dim, n);
+    for (const auto& k : m.keys(true, true)) {
+      const auto item = m.get_item_shape(k);
+      std::vector<int64_t> shape = out_batch;
+      shape.insert(shape.end(), item.begin() + static_cast<std::ptrdiff_t>(m.batch_dims()),
+                   item.end());
+      if (!at::is_expandable_to(value.sizes(), shape))
+        throw ShapeError("index_put_: cannot write a tensor of shape " +
+                         format_shape(value.sizes()) + " into " + k.repr() + " of member " +
+                         std::to_string(plan.selected[j]) +
+                         " of the lazy stack at an index of shape " + format_shape(shape));
+      part.set(k, value.expand(shape).select(plan.out_dim, j));
+    }
+    check_index_put(m, idx, part, /*allow_create=*/false);
+    parts.emplace_back(m, std::move(part));
   }
-  lazy_index_put(ls, index, v, true);
+  for (auto& [m, part] : parts) {
+    TensorDictBase target = m;
+    target.update_at_(part, idx);
+  }
 }
 
 }  // namespace detail

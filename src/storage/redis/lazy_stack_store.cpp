@@ -432,8 +432,10 @@ std::vector<at::Tensor> split(const Fetch& f) {
 void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const KeyInfo& k,
                 const std::vector<int64_t>& elements, const at::Tensor& value,
                 CheckedWrite* checked = nullptr) {
-  const at::Tensor v = value.contiguous();
-  const auto vshape = v.sizes().slice(1).vec();
+  // The batch refers to the value's bytes, which must outlive it: a value
+  // that is not contiguous (an expanded scalar) is copied into the batch, not
+  // into a tensor that would be freed before the batch is sent.
+  const auto vshape = value.sizes().slice(1).vec();
   for (int64_t e : elements)
     if (k.shape_of(e) != vshape)
       throw ShapeError("LazyStackedTensorDictStore " + s.options.td_id + ": element " +
@@ -441,7 +443,13 @@ void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const K
                        ", the value written has " + show(vshape) +
                        " (the size of a stored element cannot change)");
   const std::string_view dk = b.own(s.data_key(p));
-  const char* data = static_cast<const char*>(v.data_ptr());
+  const char* data = nullptr;
+  if (value.is_contiguous()) {
+    data = static_cast<const char*>(value.data_ptr());
+  } else {
+    const at::Tensor copy = value.contiguous();
+    data = b.own(std::string(static_cast<const char*>(copy.data_ptr()), copy.nbytes())).data();
+  }
   int64_t pos = 0;
   // Consecutive elements (in value order) that are adjacent on the server go
   // in one SETRANGE.
@@ -538,6 +546,16 @@ ElementPlan plan_of(const LazyStackState& s, const RowSelection& rows) {
   return plan;
 }
 
+/// The key path of a store path ("n.note" is ('n', 'note')).
+NestedKey key_of(const std::string& relative) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (std::size_t dot; (dot = relative.find('.', start)) != std::string::npos; start = dot + 1)
+    parts.push_back(relative.substr(start, dot - start));
+  parts.push_back(relative.substr(start));
+  return NestedKey(parts);
+}
+
 }  // namespace
 
 class LazyStackStoreNode final : public StoreNode {
@@ -612,7 +630,7 @@ class LazyStackStoreNode final : public StoreNode {
     auto k = kind(key);
     if (!k) return std::nullopt;
     if (*k == EntryKind::TensorDict)
-      return Value(TensorDictBase(std::make_shared<LazyStackStoreNode>(s_, path(key) + ".")));
+      return Value(nested_level(std::make_shared<LazyStackStoreNode>(s_, path(key) + ".")));
     return Value(read_at(key, RowSelection::all(s_->batch)));
   }
 
@@ -674,6 +692,7 @@ class LazyStackStoreNode final : public StoreNode {
         const auto lead = static_cast<int64_t>(plan.rows_shape.size());
         if (lead > 1) v = v.flatten(0, lead - 1);
         if (lead == 0 && plan.local.empty()) v = v.unsqueeze(0);
+        v = v.contiguous();  // add_writes sends these bytes
       }
     } else {
       // Parts of elements: read them, patch here, write them back (two round
@@ -781,7 +800,8 @@ class LazyStackStoreNode final : public StoreNode {
       return;
     }
     if (!value.is_tensor())
-      throw TypeError(s_->name() + ": '" + p + "' is a " + to_string(value.kind()) +
+      throw TypeError(s_->name() + ": entry " + key_of(p).repr() + " is a " +
+                      to_string(value.kind()) +
                       "; a LazyStackedTensorDictStore stores tensors only");
     at::Tensor t = value.tensor().detach().to(at::kCPU).movedim(s_->stack_dim, 0).contiguous();
     keep.push_back(t);
@@ -834,15 +854,6 @@ std::vector<std::string> paths_under(const LazyStackState& s, const std::string&
   for (const auto& [p, info] : s.keys)
     if (p.compare(0, level.size(), level) == 0) out.push_back(p);
   return out;
-}
-
-NestedKey key_of(const std::string& relative) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (std::size_t dot; (dot = relative.find('.', start)) != std::string::npos; start = dot + 1)
-    parts.push_back(relative.substr(start, dot - start));
-  parts.push_back(relative.substr(start));
-  return NestedKey(parts);
 }
 
 }  // namespace

@@ -380,7 +380,7 @@ class RedisNode final : public StoreNode {
     if (!k) return std::nullopt;
     const std::string p = path(key);
     if (*k == EntryKind::TensorDict)
-      return Value(TensorDictBase(std::make_shared<RedisNode>(s_, p + ".")));
+      return Value(nested_level(std::make_shared<RedisNode>(s_, p + ".")));
     // The data and fresh metadata in one round trip.
     Batch b;
     b.add({"GET", b.own(s_->data_key(p))}).add({"HGETALL", b.own(s_->meta_key(p))});

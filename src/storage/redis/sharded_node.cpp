@@ -277,7 +277,7 @@ class ShardedNode final : public StoreNode {
     if (!k) return std::nullopt;
     const std::string p = path(key);
     if (*k == EntryKind::TensorDict)
-      return Value(TensorDictBase(std::make_shared<ShardedNode>(s_, p + ".")));
+      return Value(nested_level(std::make_shared<ShardedNode>(s_, p + ".")));
     if (*k == EntryKind::Tensor) {
       LeafRead leaf{this, NestedKey(std::string(key)), {}};
       read_leaves(RowSelection::all(s_->batch), std::span<LeafRead>(&leaf, 1));

@@ -10,6 +10,7 @@
 #include <tensordict/errors.h>
 #include <tensordict/node.h>
 #include <tensordict/storage/redis.h>
+#include <tensordict/tensor_dict_base.h>
 
 #include <ATen/Functions.h>
 #include <nlohmann/json.hpp>
@@ -334,6 +335,17 @@ class StoreNode : public Node {
   }
 
  protected:
+  /// The handle of nested level `node` of this store, read now: a new node
+  /// each time, so it takes this level's lock (lock_() locked only the levels
+  /// that existed as nodes then; a level read later must refuse new entries
+  /// as well, as Python's nested stores do).
+  TensorDictBase nested_level(std::shared_ptr<Node> node) const {
+    if (locked()) {
+      node->set_locked_flag(true);
+      node->lock_parents().emplace_back(std::const_pointer_cast<Node>(shared_from_this()));
+    }
+    return TensorDictBase(std::move(node));
+  }
   /// True when `n` is a level of this same store.
   virtual bool owns(const Node* n) const = 0;
   /// The leaves of a batched call that belong to this store; the others
