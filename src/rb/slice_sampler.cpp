@@ -143,47 +143,63 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
   return out;
 }
 
-SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size,
-                                     at::Generator* generator) {
+std::pair<int64_t, int64_t> SliceSampler::slice_shape(int64_t batch_size) const {
   if (batch_size <= 0)
-    throw ValueError("SliceSampler::sample: the batch size must be positive, got " +
+    throw ValueError(name() + "::sample: the batch size must be positive, got " +
                      std::to_string(batch_size));
-  int64_t seq, count;
   if (options_.slice_len > 0) {
     if (batch_size % options_.slice_len != 0)
-      throw ValueError("SliceSampler::sample: the batch size " + std::to_string(batch_size) +
+      throw ValueError(name() + "::sample: the batch size " + std::to_string(batch_size) +
                        " is not a multiple of slice_len " + std::to_string(options_.slice_len));
-    seq = options_.slice_len;
-    count = batch_size / seq;
-  } else {
-    if (batch_size % options_.num_slices != 0)
-      throw ValueError("SliceSampler::sample: the batch size " + std::to_string(batch_size) +
-                       " is not a multiple of num_slices " + std::to_string(options_.num_slices));
-    count = options_.num_slices;
-    seq = batch_size / count;
+    return {options_.slice_len, batch_size / options_.slice_len};
   }
+  if (batch_size % options_.num_slices != 0)
+    throw ValueError(name() + "::sample: the batch size " + std::to_string(batch_size) +
+                     " is not a multiple of num_slices " + std::to_string(options_.num_slices));
+  return {batch_size / options_.num_slices, options_.num_slices};
+}
+
+namespace {
+
+int64_t longest_of(const std::vector<Trajectory>& trajectories) {
+  int64_t longest = 0;
+  for (const Trajectory& t : trajectories) longest = std::max(longest, t.length);
+  return longest;
+}
+
+}  // namespace
+
+SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size,
+                                     at::Generator* generator) {
+  const auto [seq, count] = slice_shape(batch_size);
   std::vector<Trajectory> pool = trajectories(view);
-  const int64_t longest =
-      std::max_element(pool.begin(), pool.end(), [](const Trajectory& a, const Trajectory& b) {
-        return a.length < b.length;
-      })->length;
+  const int64_t longest = longest_of(pool);
   if (options_.strict_length) {
     std::erase_if(pool, [seq](const Trajectory& t) { return t.length < seq; });
     if (pool.empty())
-      throw ValueError("SliceSampler::sample: no trajectory has " + std::to_string(seq) +
+      throw ValueError(name() + "::sample: no trajectory has " + std::to_string(seq) +
                        " steps (the longest has " + std::to_string(longest) +
                        "); use strict_length = false to sample shorter ones whole");
   }
-  // The draws TorchRL makes: a trajectory per slice, then a start in it.
+  // The draws TorchRL makes: a trajectory per slice, then a start in each.
   const at::Tensor which =
       at::randint(static_cast<int64_t>(pool.size()), {count}, maybe(generator), at::kLong);
-  const at::Tensor where = at::rand({count}, maybe(generator), at::kFloat);
   const int64_t* w = which.data_ptr<int64_t>();
+  std::vector<Trajectory> chosen;
+  chosen.reserve(static_cast<std::size_t>(count));
+  for (int64_t k = 0; k < count; ++k) chosen.push_back(pool[static_cast<std::size_t>(w[k])]);
+  return slices_of(view, chosen, seq, generator);
+}
+
+SampleInfo SliceSampler::slices_of(const StorageView& view, const std::vector<Trajectory>& chosen,
+                                   int64_t seq, at::Generator* generator) const {
+  const auto count = static_cast<int64_t>(chosen.size());
+  const at::Tensor where = at::rand({count}, maybe(generator), at::kFloat);
   const float* u = where.data_ptr<float>();
   std::vector<int64_t> starts(count), lengths(count);
   int64_t total = 0;
   for (int64_t k = 0; k < count; ++k) {
-    const Trajectory& t = pool[static_cast<std::size_t>(w[k])];
+    const Trajectory& t = chosen[static_cast<std::size_t>(k)];
     lengths[k] = std::min(seq, t.length);
     const int64_t positions = t.length - lengths[k] + 1;
     const int64_t offset =
@@ -236,6 +252,31 @@ SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size
     info.entries.emplace_back(*options_.init_key, at::logical_or(kept, shaped(first, kept)));
   }
   return info;
+}
+
+SliceSamplerWithoutReplacement::SliceSamplerWithoutReplacement(SliceSamplerOptions options,
+                                                               bool drop_last, bool shuffle)
+    : SliceSampler(std::move(options)), epoch_(drop_last, shuffle) {}
+
+SampleInfo SliceSamplerWithoutReplacement::sample_from(const StorageView& view, int64_t batch_size,
+                                                       at::Generator* generator) {
+  const auto [seq, count] = slice_shape(batch_size);
+  const std::vector<Trajectory> all = trajectories(view);
+  // The next trajectory numbers of the epoch (fewer at its end).
+  const at::Tensor drawn =
+      epoch_.sample(static_cast<int64_t>(all.size()), count, generator).index.contiguous();
+  const int64_t* d = drawn.data_ptr<int64_t>();
+  std::vector<Trajectory> chosen;
+  for (int64_t k = 0; k < drawn.numel(); ++k) {
+    const Trajectory& t = all[static_cast<std::size_t>(d[k])];
+    if (!options().strict_length || t.length >= seq) chosen.push_back(t);
+  }
+  if (chosen.empty())
+    throw ValueError(name() + "::sample: every trajectory drawn is shorter than " +
+                     std::to_string(seq) + " steps (the longest stored has " +
+                     std::to_string(longest_of(all)) +
+                     "); use strict_length = false to sample shorter ones whole");
+  return slices_of(view, chosen, seq, generator);
 }
 
 SampleInfo SliceSampler::sample(int64_t, int64_t, at::Generator*) {

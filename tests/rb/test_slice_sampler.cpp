@@ -287,6 +287,86 @@ TEST(SliceSampler, CheckpointHoldsNoSamplerState) {
   fs::remove_all(other);
 }
 
+TEST(SliceSamplerWithoutReplacement, EachTrajectoryOncePerEpoch) {
+  // Not full: 17 steps of 5 trajectories in 20 rows; 2 slices of 2 per sample.
+  const Layout layout{20, {3, 4, 2, 5, 3}, 6};
+  auto o = options(2, false);
+  auto sampler = std::make_shared<rb::SliceSamplerWithoutReplacement>(o);
+  rb::ReplayBuffer buffer(layout.capacity, sampler);
+  const td::TensorDict data = steps(layout.lengths);
+  buffer.extend(data);
+  buffer.manual_seed(4);
+  const std::vector<int64_t> traj = as_vector(buffer.storage().get("traj"));
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::multiset<int64_t> seen;
+    std::vector<int64_t> sizes;
+    do {
+      const td::TensorDict s = buffer.sample(4);
+      sizes.push_back(s.batch_size()[0]);
+      for (const Slice& slice : slices_of(s)) {
+        ASSERT_EQ(slice.rows.size(), 2u);
+        EXPECT_EQ(slice.rows[1], slice.rows[0] + 1);
+        EXPECT_EQ(traj[slice.rows[0]], traj[slice.rows[1]]);
+        seen.insert(traj[slice.rows[0]]);
+      }
+    } while (!sampler->epoch().ran_out());
+    EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2})) << "epoch " << epoch;
+    EXPECT_EQ(seen, (std::multiset<int64_t>{0, 1, 2, 3, 4})) << "epoch " << epoch;
+  }
+  // drop_last: the fifth trajectory's lone slice is skipped.
+  auto dropping = std::make_shared<rb::SliceSamplerWithoutReplacement>(o, /*drop_last=*/true);
+  rb::ReplayBuffer whole(layout.capacity, dropping);
+  whole.extend(data);
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(whole.sample(4).batch_size()[0], 4);
+}
+
+TEST(SliceSamplerWithoutReplacement, StrictSkipsShortTrajectoriesAndCheckpointsItsEpoch) {
+  // Trajectory 1 has one step: drawn, it gives no slice of 2.
+  const Layout layout{12, {3, 1, 4, 2}, 12};
+  auto sampler =
+      std::make_shared<rb::SliceSamplerWithoutReplacement>(options(2, false), false, false);
+  rb::ReplayBuffer buffer(layout.capacity, sampler);
+  buffer.extend(steps(layout.lengths));
+  const std::vector<int64_t> traj = as_vector(buffer.storage().get("traj"));
+  // In order (no shuffle): trajectories 0 and 1, then 2 and 3.
+  const std::vector<Slice> first = slices_of(buffer.sample(4));
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(traj[first[0].rows[0]], 0);
+
+  // The epoch goes on after a checkpoint: the next sample is trajectories 2 and 3.
+  const fs::path dir =
+      fs::temp_directory_path() / ("td_rb_slice_wor_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  buffer.dumps(dir);
+  EXPECT_TRUE(fs::exists(dir / "sampler" / "meta.json"));  // SamplerWithoutReplacement's files
+  auto resumed_sampler =
+      std::make_shared<rb::SliceSamplerWithoutReplacement>(options(2, false), false, false);
+  rb::ReplayBuffer resumed(layout.capacity, resumed_sampler);
+  resumed.loads(dir);
+  EXPECT_EQ(resumed_sampler->epoch().remaining(), 2);
+  std::set<int64_t> next;
+  for (const Slice& s : slices_of(resumed.sample(4))) next.insert(traj[s.rows[0]]);
+  EXPECT_EQ(next, (std::set<int64_t>{2, 3}));
+  // A SliceSampler's checkpoint (no sampler state) is another sampler's.
+  rb::ReplayBuffer with_replacement(layout.capacity,
+                                    std::make_shared<rb::SliceSampler>(options(2, false)));
+  with_replacement.extend(steps(layout.lengths));
+  const fs::path other = dir.string() + "_with";
+  fs::remove_all(other);
+  with_replacement.dumps(other);
+  rb::ReplayBuffer refusing(
+      layout.capacity, std::make_shared<rb::SliceSamplerWithoutReplacement>(options(2, false)));
+  EXPECT_THROW(refusing.loads(other), td::ValueError);
+  fs::remove_all(dir);
+  fs::remove_all(other);
+
+  // Only the one-step trajectory left to draw: a ValueError, not an empty sample.
+  auto lonely = std::make_shared<rb::SliceSamplerWithoutReplacement>(options(2, false));
+  rb::ReplayBuffer single(4, lonely);
+  single.extend(steps({1, 1}).index({at::indexing::Slice(0, 2)}));
+  EXPECT_THROW(single.sample(2), td::ValueError);
+}
+
 // ---- against TorchRL ---------------------------------------------------------------------
 
 struct TorchRLCase {
@@ -334,6 +414,71 @@ TEST_P(SliceAgainstTorchRL, SameTrajectoriesSameSlices) {
   json mine = json::array();
   for (const auto& [rows, entry] : slices) mine.push_back(entry);
   EXPECT_EQ(mine, torchrl["slices"]);
+}
+
+// The trajectory of each slice of a sample.
+std::vector<int64_t> slice_trajectories(const td::TensorDict& sample) {
+  const std::vector<int64_t> traj = as_vector(sample.get("traj"));
+  std::vector<int64_t> out;
+  std::size_t p = 0;
+  for (const Slice& s : slices_of(sample)) {
+    out.push_back(traj[p]);
+    p += s.rows.size();
+  }
+  return out;
+}
+
+TEST(SliceSamplerWithoutReplacement, EpochsAndCheckpointsAsTorchRL) {
+  // 7 trajectories, 4 slices of 2 per sample: epochs of 4 + 3 slices.
+  const Layout layout{24, {3, 4, 2, 5, 3, 2, 2}, 6};
+  const std::string args =
+      "slice_wor --capacity 24 --lengths 3,4,2,5,3,2,2 --chunk 6 --slice-len 2 --signal end";
+  const fs::path base = fs::temp_directory_path() / ("td_rb_wor_" + std::to_string(::getpid()));
+  const fs::path from_torchrl = base.string() + "_torchrl", from_cpp = base.string() + "_cpp";
+  fs::remove_all(from_torchrl);
+  fs::remove_all(from_cpp);
+  const json torchrl = rb::test::run_torchrl(args + " --samples 6 --dump " + from_torchrl.string() +
+                                             " --dump-after 1");
+
+  auto make = [&] {
+    rb::ReplayBuffer buffer(
+        layout.capacity, std::make_shared<rb::SliceSamplerWithoutReplacement>(options(2, false)));
+    const td::TensorDict data = steps(layout.lengths);
+    for (int64_t start = 0; start < 21; start += layout.chunk)
+      buffer.extend(data.index({at::indexing::Slice(start, std::min<int64_t>(21, start + 6))}));
+    return buffer;
+  };
+  rb::ReplayBuffer mine = make();
+  mine.manual_seed(8);
+  json sizes = json::array();
+  std::vector<std::vector<int64_t>> trajs;
+  for (int k = 0; k < 6; ++k) {
+    if (k == 1) mine.dumps(from_cpp);
+    const td::TensorDict s = mine.sample(8);
+    sizes.push_back(s.batch_size()[0]);
+    trajs.push_back(slice_trajectories(s));
+  }
+  EXPECT_EQ(sizes, torchrl["sizes"]);  // [8, 6, 8, 6, 8, 6]
+  const std::multiset<int64_t> all{0, 1, 2, 3, 4, 5, 6};
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::multiset<int64_t> a, b;
+    for (int k : {2 * epoch, 2 * epoch + 1}) {
+      a.insert(trajs[k].begin(), trajs[k].end());
+      for (const auto& t : torchrl["trajs"][k]) b.insert(t.get<int64_t>());
+    }
+    EXPECT_EQ(a, all) << "epoch " << epoch;
+    EXPECT_EQ(b, all) << "TorchRL's epoch " << epoch;
+  }
+  // TorchRL's checkpoint after one sample: the C++ buffer draws the rest of
+  // TorchRL's epoch, the same trajectories in the same order.
+  rb::ReplayBuffer resumed = make();
+  resumed.loads(from_torchrl);
+  EXPECT_EQ(json(slice_trajectories(resumed.sample(8))), torchrl["trajs"][1]);
+  // And the other way: TorchRL loads the C++ checkpoint and draws the rest of its epoch.
+  const json back = rb::test::run_torchrl(args + " --samples 1 --load " + from_cpp.string());
+  EXPECT_EQ(back["trajs"][0], json(trajs[1]));
+  fs::remove_all(from_torchrl);
+  fs::remove_all(from_cpp);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, SliceAgainstTorchRL,

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tensordict::rb {
@@ -103,8 +104,47 @@ class SliceSampler : public Sampler {
   std::vector<Trajectory> trajectories(const StorageView& view) const;
   const SliceSamplerOptions& options() const noexcept { return options_; }
 
+ protected:
+  /// The slice length and slice count of a sample of `batch_size` rows
+  /// (ValueError when it is not a multiple).
+  std::pair<int64_t, int64_t> slice_shape(int64_t batch_size) const;
+  /// One slice of up to `seq` steps in each of `chosen`, its start drawn
+  /// uniformly where it fits, with the sample's entries.
+  SampleInfo slices_of(const StorageView& view, const std::vector<Trajectory>& chosen, int64_t seq,
+                       at::Generator* generator) const;
+
  private:
   SliceSamplerOptions options_;
+};
+
+/// Slices without replacement (TorchRL's SliceSamplerWithoutReplacement):
+/// epochs over the trajectories found, each sample taking the next
+/// num_slices of a permutation of them (in order when `shuffle` is false),
+/// one slice from each. As in TorchRL, with strict_length a drawn trajectory
+/// shorter than the slice is skipped, so a sample may hold fewer slices; the
+/// last sample of an epoch is shorter unless `drop_last`; an epoch restarts
+/// when the number of trajectories changed.
+class SliceSamplerWithoutReplacement : public SliceSampler {
+ public:
+  /// The errors of SliceSampler's constructor.
+  explicit SliceSamplerWithoutReplacement(SliceSamplerOptions options, bool drop_last = false,
+                                          bool shuffle = true);
+  /// The errors of SliceSampler::sample_from; ValueError also when every
+  /// trajectory drawn is too short (strict_length).
+  SampleInfo sample_from(const StorageView& view, int64_t batch_size,
+                         at::Generator* generator) override;
+  void on_empty() override { epoch_.on_empty(); }
+  std::string name() const override { return "SliceSamplerWithoutReplacement"; }
+  /// SamplerWithoutReplacement's files over the trajectory numbers, as
+  /// TorchRL (len_storage is the trajectory count).
+  void dumps(const std::filesystem::path& dir) const override { epoch_.dumps(dir); }
+  void loads(const std::filesystem::path& dir) override { epoch_.loads(dir); }
+
+  /// The epoch over trajectory numbers (ran_out(), remaining()).
+  const SamplerWithoutReplacement& epoch() const noexcept { return epoch_; }
+
+ private:
+  SamplerWithoutReplacement epoch_;
 };
 
 }  // namespace tensordict::rb

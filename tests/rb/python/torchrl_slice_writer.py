@@ -21,6 +21,12 @@ JSON line on stdout. Runs in TorchRL's environment (TENSORDICT_TORCHRL_PYTHON).
       extends of K steps; then S samples of 4 * L steps. Prints the
       trajectories the sampler finds (start, stop, length) and every distinct
       slice drawn with its truncated and done flags.
+  torchrl_slice_writer.py slice_wor (the slice arguments) [--dump DIR --dump-after K]
+                          [--load DIR]
+      The same with SliceSamplerWithoutReplacement: prints the size of each
+      sample and the trajectory of each of its slices; with --dump, the
+      buffer is dumped to DIR after K samples (and sampling goes on); with
+      --load, DIR is loaded before sampling.
 """
 import argparse
 import json
@@ -32,6 +38,7 @@ from tensordict import TensorDict
 from torchrl.data import (
     LazyTensorStorage,
     SliceSampler,
+    SliceSamplerWithoutReplacement,
     TensorDictMaxValueWriter,
     TensorDictReplayBuffer,
 )
@@ -110,7 +117,7 @@ def run_max_value(args):
     print(json.dumps(out))
 
 
-def run_slice(args):
+def slice_buffer(args, sampler_class):
     lengths = [int(x) for x in args.lengths.split(",")]
     traj, done = [], []
     for t, n in enumerate(lengths):
@@ -126,17 +133,38 @@ def run_slice(args):
         [total],
     )
     if args.signal == "traj":
-        sampler = SliceSampler(
+        sampler = sampler_class(
             slice_len=args.slice_len, traj_key="traj", strict_length=bool(args.strict)
         )
     else:
-        sampler = SliceSampler(
+        sampler = sampler_class(
             slice_len=args.slice_len, end_key=("next", "done"), strict_length=bool(args.strict)
         )
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(args.capacity), sampler=sampler)
     for start in range(0, total, args.chunk):
         rb.extend(data[start : start + args.chunk])
     torch.manual_seed(args.seed)
+    return rb, sampler
+
+
+def run_slice_wor(args):
+    rb, _ = slice_buffer(args, SliceSamplerWithoutReplacement)
+    if args.load:
+        rb.loads(args.load)
+    sizes, trajs = [], []
+    for k in range(args.samples):
+        if args.dump and k == args.dump_after:
+            rb.dumps(args.dump)
+        s = rb.sample(4 * args.slice_len)
+        sizes.append(s.shape[0])
+        truncated = s["next", "truncated"].reshape(-1).tolist()
+        firsts = [0] + [i + 1 for i, t in enumerate(truncated[:-1]) if t]
+        trajs.append([int(s["traj"][i]) for i in firsts])
+    print(json.dumps({"sizes": sizes, "trajs": trajs}))
+
+
+def run_slice(args):
+    rb, sampler = slice_buffer(args, SliceSampler)
     start, stop, length = sampler._get_stop_and_length(rb._storage)
     trajectories = sorted(
         [int(a), int(b), int(n)] for a, b, n in zip(start[:, 0], stop[:, 0], length)
@@ -165,20 +193,26 @@ def main():
     mv.add_argument("--ops", default=f"0:{len(MAX_VALUE_OPS)}")
     mv.add_argument("--load")
     mv.add_argument("--dump")
-    sl = sub.add_parser("slice")
-    sl.add_argument("--capacity", type=int, required=True)
-    sl.add_argument("--lengths", required=True)
-    sl.add_argument("--chunk", type=int, required=True)
-    sl.add_argument("--slice-len", type=int, required=True)
-    sl.add_argument("--signal", choices=["traj", "end"], required=True)
-    sl.add_argument("--strict", type=int, default=1)
-    sl.add_argument("--samples", type=int, default=500)
-    sl.add_argument("--seed", type=int, default=0)
+    for name in ("slice", "slice_wor"):
+        sl = sub.add_parser(name)
+        sl.add_argument("--capacity", type=int, required=True)
+        sl.add_argument("--lengths", required=True)
+        sl.add_argument("--chunk", type=int, required=True)
+        sl.add_argument("--slice-len", type=int, required=True)
+        sl.add_argument("--signal", choices=["traj", "end"], required=True)
+        sl.add_argument("--strict", type=int, default=1)
+        sl.add_argument("--samples", type=int, default=500)
+        sl.add_argument("--seed", type=int, default=0)
+        sl.add_argument("--dump")
+        sl.add_argument("--dump-after", type=int, default=0)
+        sl.add_argument("--load")
     args = parser.parse_args()
     if args.command == "max_value":
         run_max_value(args)
-    else:
+    elif args.command == "slice":
         run_slice(args)
+    else:
+        run_slice_wor(args)
 
 
 if __name__ == "__main__":
