@@ -72,7 +72,7 @@ struct ReplayBuffer::State {
 
   int64_t size() const {
     const int64_t written =
-        round_robin ? round_robin->state().write_count : writer->state().write_count;
+        round_robin ? round_robin->position().write_count : writer->state().write_count;
     return std::min(written, capacity);
   }
 
@@ -325,7 +325,7 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
   thread_local std::vector<at::Tensor> src;
   s.check("ReplayBuffer::add", row, 0, 0, src);
   const int64_t r =
-      s.round_robin ? s.round_robin->state().cursor : s.writer->write_row(row, s.capacity);
+      s.round_robin ? s.round_robin->position().cursor : s.writer->write_row(row, s.capacity);
   if (r < 0) {  // not kept (a TensorDictMaxValueWriter's choice)
     src.clear();
     return -1;
@@ -381,7 +381,7 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   RoundRobinWriter writer = *s.round_robin;
   at::Tensor rows = writer.next_rows(n, s.capacity);
   if (skip) rows = rows.narrow(0, skip, kept);
-  const int64_t first = (s.round_robin->state().cursor + skip) % s.capacity;
+  const int64_t first = (s.round_robin->position().cursor + skip) % s.capacity;
   const int64_t head = std::min(kept, s.capacity - first);  // rows before the wrap
   if (s.direct) {
     for (size_t k = 0; k < src.size(); ++k) {

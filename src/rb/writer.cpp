@@ -36,12 +36,20 @@ void check_writer_counts(const fs::path& file, const WriterState& state, int64_t
 
 }  // namespace detail
 
+// Only the interface's calls keep what undo() needs: the buffer's own
+// round-robin path never undoes, and next_row() stays two stores.
 at::Tensor RoundRobinWriter::write_rows(const TensorDictBase& batch, int64_t capacity) {
-  return next_rows(batch.batch_size().empty() ? 1 : batch.batch_size()[0], capacity);
+  const WriterState before = state_;
+  at::Tensor rows = next_rows(batch.batch_size().empty() ? 1 : batch.batch_size()[0], capacity);
+  previous_ = before;
+  return rows;
 }
 
 int64_t RoundRobinWriter::write_row(const TensorDictBase&, int64_t capacity) {
-  return next_row(capacity);
+  const WriterState before = state_;
+  const int64_t row = next_row(capacity);
+  previous_ = before;
+  return row;
 }
 
 at::Tensor RoundRobinWriter::next_rows(int64_t n, int64_t capacity) {
@@ -49,7 +57,6 @@ at::Tensor RoundRobinWriter::next_rows(int64_t n, int64_t capacity) {
   if (n < 0)
     throw ValueError("RoundRobinWriter::next_rows: cannot write " + std::to_string(n) + " items");
   at::Tensor rows = at::arange(state_.cursor, state_.cursor + n, at::kLong).remainder_(capacity);
-  previous_ = state_;
   state_.cursor = (state_.cursor + n) % capacity;
   state_.write_count += n;
   return rows;
@@ -58,7 +65,6 @@ at::Tensor RoundRobinWriter::next_rows(int64_t n, int64_t capacity) {
 int64_t RoundRobinWriter::next_row(int64_t capacity) {
   detail::check_capacity(capacity, "RoundRobinWriter::next_row");
   const int64_t row = state_.cursor;
-  previous_ = state_;
   state_.cursor = (row + 1) % capacity;
   state_.write_count += 1;
   return row;

@@ -78,6 +78,7 @@ class RoundRobinWriter : public Writer {
   /// next_rows(batch size, capacity).
   at::Tensor write_rows(const TensorDictBase& batch, int64_t capacity) override;
   int64_t write_row(const TensorDictBase& item, int64_t capacity) override;
+  /// Takes back the last write_rows()/write_row() (not next_rows()/next_row()).
   void undo() override { state_ = previous_; }
 
   /// The rows (int64 [n]) an extend of n items writes, item k to row
@@ -90,6 +91,8 @@ class RoundRobinWriter : public Writer {
   int64_t next_row(int64_t capacity);
 
   WriterState state() const override { return state_; }
+  /// state() without a virtual call (the buffer's hot path reads it).
+  const WriterState& position() const noexcept { return state_; }
   /// ValueError when the cursor is outside [0, capacity) or write_count < 0
   /// (nothing changes).
   void load_state(const WriterState& state, int64_t capacity) override;
