@@ -313,6 +313,9 @@ TEST_P(MaxValueAgainstTorchRL, CheckpointsHandedOverMidway) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MaxValueAgainstTorchRL,
-                         ::testing::Values("scalar", "vector_sum", "vector_max"));
+                         ::testing::Values("scalar", "vector_sum", "vector_max"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 }  // namespace

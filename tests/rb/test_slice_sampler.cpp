@@ -487,6 +487,16 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SliceAgainstTorchRL,
                                            TorchRLCase{kWrapped, 3, true, false},
                                            TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, false, false},
                                            TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, true, true},
-                                           TorchRLCase{{8, {5, 6, 4}, 3}, 2, false, true}));
+                                           TorchRLCase{{8, {5, 6, 4}, 3}, 2, false, true}),
+                         [](const ::testing::TestParamInfo<TorchRLCase>& info) {
+                           // e.g. capacity10_steps14_len2_ids_strict
+                           const TorchRLCase& c = info.param;
+                           int64_t steps = 0;
+                           for (int64_t n : c.layout.lengths) steps += n;
+                           return "capacity" + std::to_string(c.layout.capacity) + "_steps" +
+                                  std::to_string(steps) + "_len" + std::to_string(c.slice_len) +
+                                  (c.by_traj ? "_ids" : "_ends") +
+                                  (c.strict ? "_strict" : "_loose");
+                         });
 
 }  // namespace
