@@ -1,6 +1,7 @@
 # tensordict::rb (-DTENSORDICT_WITH_RB=ON, the default): replay buffers over
-# any tensordict storage (ReplayBuffer), their writer (RoundRobinWriter),
-# samplers (uniform, without replacement, prioritized) and the segment trees
+# any tensordict storage (ReplayBuffer), their writers (RoundRobinWriter,
+# TensorDictMaxValueWriter), samplers (uniform, without replacement,
+# prioritized, slices of trajectories) and the segment trees
 # behind prioritized sampling (SumTree, MinTree). Needs nothing but LibTorch.
 # Installed and exported as the package component `rb`
 # (find_package(tensordict COMPONENTS rb)). See docs/replay_buffer_library.md.
@@ -8,6 +9,8 @@
 tensordict_add_library_component(tensordict_rb rb
   src/rb/segment_tree.cpp
   src/rb/writer.cpp
+  src/rb/max_value_writer.cpp
+  src/rb/slice_sampler.cpp
   src/rb/sampler.cpp
   src/rb/replay_buffer.cpp
   src/rb/checkpoint.cpp)

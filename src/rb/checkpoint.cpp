@@ -4,6 +4,7 @@
 
 #include <tensordict/errors.h>
 #include <tensordict/rb/sampler.h>
+#include <tensordict/rb/slice_sampler.h>
 #include <tensordict/storage/memmap.h>
 #include <tensordict/tensor_dict.h>
 
@@ -163,6 +164,14 @@ void Sampler::loads(const fs::path&) {
 void RandomSampler::dumps(const fs::path&) const {}
 
 void RandomSampler::loads(const fs::path& dir) {
+  if (holds_files(dir)) foreign_sampler(dir, name());
+}
+
+// TorchRL's SliceSampler saves nothing either (its trajectories are found
+// again in the stored rows).
+void SliceSampler::dumps(const fs::path&) const {}
+
+void SliceSampler::loads(const fs::path& dir) {
   if (holds_files(dir)) foreign_sampler(dir, name());
 }
 

@@ -4,6 +4,8 @@
 // files written durably, and read with a FormatError naming the file and the
 // field for anything missing, malformed or out of range. Not installed.
 
+#include <tensordict/rb/writer.h>
+
 #include <ATen/core/Tensor.h>
 
 #include <nlohmann/json.hpp>
@@ -40,5 +42,12 @@ void write_raw_file(const std::filesystem::path& file, const at::Tensor& values)
 /// file is accepted, as for memmap leaves); FormatError when it is missing or
 /// shorter.
 at::Tensor read_float64_file(const std::filesystem::path& file, int64_t count);
+
+/// ValueError "<where>: the capacity must be positive" unless capacity > 0.
+void check_capacity(int64_t capacity, const char* where);
+/// FormatError naming `file` unless 0 <= cursor < capacity and
+/// min(write_count, capacity) == len (the storage's filled rows).
+void check_writer_counts(const std::filesystem::path& file, const WriterState& state,
+                         int64_t capacity, int64_t len);
 
 }  // namespace tensordict::rb::detail

@@ -1,5 +1,6 @@
 #include <tensordict/errors.h>
 #include <tensordict/rb/replay_buffer.h>
+#include <tensordict/rb/slice_sampler.h>
 #include <tensordict/storage/memmap.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -10,9 +11,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -55,7 +58,11 @@ struct ReplayBuffer::State {
   std::string lazy_storage;
   StorageOptions lazy_options;
   std::shared_ptr<Sampler> sampler;
-  RoundRobinWriter writer;
+  std::shared_ptr<Writer> writer;
+  // The writer when it is exactly a RoundRobinWriter: add and extend then
+  // take the rows from its cursor without a virtual call.
+  RoundRobinWriter* round_robin = nullptr;
+  int64_t last_row = -1;  // the row written last (-1: none), for SliceSampler
   at::Generator generator;
   std::vector<Leaf> leaves;
   std::vector<Level> levels;
@@ -63,7 +70,43 @@ struct ReplayBuffer::State {
   // rows are copied straight into them, without going through index_put_.
   bool direct = false;
 
-  int64_t size() const { return std::min(writer.state().write_count, capacity); }
+  int64_t size() const {
+    const int64_t written =
+        round_robin ? round_robin->position().write_count : writer->state().write_count;
+    return std::min(written, capacity);
+  }
+
+  // The row a round-robin writer at `state` wrote last; -1 for other writers
+  // (they do not say) and before any write.
+  int64_t newest_row(const WriterState& state) const {
+    return round_robin && state.write_count > 0 ? (state.cursor + capacity - 1) % capacity : -1;
+  }
+
+  // Copies one checked row (`src`, its leaves) into row r of the storage.
+  void write_row(int64_t r, const TensorDictBase& row, const std::vector<at::Tensor>& src);
+  // extend() through a writer other than RoundRobinWriter: the rows it chose.
+  at::Tensor extend_chosen(const TensorDictBase& batch);
+
+  // Takes `given` (a RandomSampler when null), checked against the capacity.
+  void set_sampler(std::shared_ptr<Sampler> given) {
+    sampler = given ? std::move(given) : std::make_shared<RandomSampler>();
+    if (auto* p = dynamic_cast<PrioritizedSampler*>(sampler.get()); p && p->capacity() != capacity)
+      throw ValueError("ReplayBuffer: the PrioritizedSampler holds " +
+                       std::to_string(p->capacity()) + " rows, the buffer " +
+                       std::to_string(capacity));
+    if (auto* slices = dynamic_cast<SliceSampler*>(sampler.get());
+        slices && slices->options().slice_len > capacity)
+      throw ValueError("ReplayBuffer: the SliceSampler's slice_len " +
+                       std::to_string(slices->options().slice_len) + " exceeds the capacity " +
+                       std::to_string(capacity) + ": no slice would ever fit");
+  }
+
+  void set_writer(std::shared_ptr<Writer> w) {
+    writer = w ? std::move(w) : std::make_shared<RoundRobinWriter>();
+    round_robin = typeid(*writer) == typeid(RoundRobinWriter)
+                      ? static_cast<RoundRobinWriter*>(writer.get())
+                      : nullptr;
+  }
 
   // Reads the storage's structure; the checks of the constructor.
   void adopt(TensorDictBase td) {
@@ -248,31 +291,26 @@ struct ReplayBuffer::State {
   }
 };
 
-ReplayBuffer::ReplayBuffer(TensorDictBase storage, std::shared_ptr<Sampler> sampler)
+ReplayBuffer::ReplayBuffer(TensorDictBase storage, std::shared_ptr<Sampler> sampler,
+                           std::shared_ptr<Writer> writer)
     : state_(std::make_unique<State>()) {
   state_->adopt(std::move(storage));
-  state_->sampler = sampler ? std::move(sampler) : std::make_shared<RandomSampler>();
-  if (auto* p = dynamic_cast<PrioritizedSampler*>(state_->sampler.get());
-      p && p->capacity() != state_->capacity)
-    throw ValueError("ReplayBuffer: the PrioritizedSampler holds " + std::to_string(p->capacity()) +
-                     " rows, the storage " + std::to_string(state_->capacity));
+  state_->set_writer(std::move(writer));
+  state_->set_sampler(std::move(sampler));
   state_->generator = at::make_generator<at::CPUGeneratorImpl>(std::random_device{}());
 }
 
 ReplayBuffer::ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler, std::string storage,
-                           StorageOptions options)
+                           StorageOptions options, std::shared_ptr<Writer> writer)
     : state_(std::make_unique<State>()) {
+  state_->set_writer(std::move(writer));
   if (capacity <= 0)
     throw ValueError("ReplayBuffer: the capacity must be positive, got " +
                      std::to_string(capacity));
   state_->capacity = capacity;
   state_->lazy_storage = std::move(storage);
   state_->lazy_options = std::move(options);
-  state_->sampler = sampler ? std::move(sampler) : std::make_shared<RandomSampler>();
-  if (auto* p = dynamic_cast<PrioritizedSampler*>(state_->sampler.get());
-      p && p->capacity() != capacity)
-    throw ValueError("ReplayBuffer: the PrioritizedSampler holds " + std::to_string(p->capacity()) +
-                     " rows, the buffer " + std::to_string(capacity));
+  state_->set_sampler(std::move(sampler));
   state_->generator = at::make_generator<at::CPUGeneratorImpl>(std::random_device{}());
 }
 
@@ -286,7 +324,31 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
   s.prepare("ReplayBuffer::add", row, 0);
   thread_local std::vector<at::Tensor> src;
   s.check("ReplayBuffer::add", row, 0, 0, src);
-  const int64_t r = s.writer.state().cursor;
+  const int64_t r =
+      s.round_robin ? s.round_robin->position().cursor : s.writer->write_row(row, s.capacity);
+  if (r < 0) {  // not kept (a TensorDictMaxValueWriter's choice)
+    src.clear();
+    return -1;
+  }
+  try {
+    s.write_row(r, row, src);
+  } catch (...) {
+    src.clear();
+    if (!s.round_robin) s.writer->undo();
+    throw;
+  }
+  src.clear();  // do not keep the caller's tensors alive
+  if (s.round_robin) s.round_robin->next_row(s.capacity);
+  s.last_row = r;
+  // A sampler error here would leave the row written but unknown to it: the
+  // samplers only fail on rows out of range, which the writer never gives.
+  s.sampler->on_write_row(r);
+  return r;
+}
+
+void ReplayBuffer::State::write_row(int64_t r, const TensorDictBase& row,
+                                    const std::vector<at::Tensor>& src) {
+  State& s = *this;
   if (s.direct) {
     for (size_t k = 0; k < src.size(); ++k) {
       const Leaf& leaf = s.leaves[k];
@@ -300,12 +362,6 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
   } else {
     s.storage.index_put_({r}, row);
   }
-  src.clear();  // do not keep the caller's tensors alive
-  s.writer.next_row(s.capacity);
-  // A sampler error here would leave the row written but unknown to it: the
-  // samplers only fail on rows out of range, which the writer never gives.
-  s.sampler->on_write_row(r);
-  return r;
 }
 
 at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
@@ -316,12 +372,16 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   thread_local std::vector<at::Tensor> src;
   s.check("ReplayBuffer::extend", batch, 1, n, src);
   if (n == 0) return at::empty({0}, at::kLong);
+  if (!s.round_robin) {
+    src.clear();
+    return s.extend_chosen(batch);
+  }
   const int64_t kept = std::min(n, s.capacity);
   const int64_t skip = n - kept;  // items overwritten within this same extend
-  RoundRobinWriter writer = s.writer;
+  RoundRobinWriter writer = *s.round_robin;
   at::Tensor rows = writer.next_rows(n, s.capacity);
   if (skip) rows = rows.narrow(0, skip, kept);
-  const int64_t first = (s.writer.state().cursor + skip) % s.capacity;
+  const int64_t first = (s.round_robin->position().cursor + skip) % s.capacity;
   const int64_t head = std::min(kept, s.capacity - first);  // rows before the wrap
   if (s.direct) {
     for (size_t k = 0; k < src.size(); ++k) {
@@ -348,9 +408,26 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
       s.storage.index_put_({rows}, items);
   }
   src.clear();
-  s.writer = writer;
+  *s.round_robin = writer;
+  s.last_row = (writer.state().cursor + s.capacity - 1) % s.capacity;
   s.sampler->on_write(rows);
   return rows;
+}
+
+at::Tensor ReplayBuffer::State::extend_chosen(const TensorDictBase& batch) {
+  const at::Tensor item_rows = writer->write_rows(batch, capacity);  // -1: not kept
+  const at::Tensor items = item_rows.ge(0).nonzero().view({-1});
+  const at::Tensor rows = item_rows.index_select(0, items);
+  if (rows.numel() == 0) return item_rows;
+  try {
+    storage.index_put_({rows}, batch.index({items}));
+  } catch (...) {
+    writer->undo();
+    throw;
+  }
+  last_row = rows[-1].item<int64_t>();
+  sampler->on_write(rows);
+  return item_rows;
 }
 
 TensorDict ReplayBuffer::sample(int64_t batch_size) {
@@ -360,7 +437,8 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
     throw ValueError("ReplayBuffer::sample: the batch size must be positive, got " +
                      std::to_string(batch_size));
   if (s.size() == 0) throw ValueError("ReplayBuffer::sample: the buffer is empty");
-  SampleInfo info = s.sampler->sample(s.size(), batch_size, &s.generator);
+  const StorageView view{&s.storage, s.size(), s.capacity, s.last_row};
+  SampleInfo info = s.sampler->sample_from(view, batch_size, &s.generator);
   TensorDict out;
   if (s.direct) {
     // The sampler may be the user's: its rows are checked before they are
@@ -371,6 +449,7 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
     TensorDictBase rows = s.storage.index({info.index});
     out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
   }
+  for (auto& [key, value] : info.entries) out.set(key, std::move(value));
   out.set("index", info.index);
   if (info.weight.defined()) out.set("priority_weight", info.weight);
   return out;
@@ -406,12 +485,18 @@ TensorDictBase ReplayBuffer::storage() const {
 
 WriterState ReplayBuffer::writer_state() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->writer.state();
+  return state_->writer->state();
 }
 
 void ReplayBuffer::load_writer_state(const WriterState& state) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->writer.load_state(state, state_->capacity);
+  state_->writer->load_state(state, state_->capacity);
+  state_->last_row = state_->newest_row(state);
+}
+
+std::shared_ptr<Writer> ReplayBuffer::writer() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->writer;
 }
 
 std::shared_ptr<Sampler> ReplayBuffer::sampler() const {
@@ -427,7 +512,8 @@ void ReplayBuffer::manual_seed(uint64_t seed) {
 
 void ReplayBuffer::empty() {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->writer.reset();
+  state_->writer->reset();
+  state_->last_row = -1;
   state_->sampler->on_empty();
 }
 
@@ -471,9 +557,7 @@ void ReplayBuffer::dumps(const fs::path& dir) const {
         stage / "storage" / "storage_metadata.json",
         ojson{{"metadata", ojson::object()}, {"is_pytree", false}, {"len", s.size()}});
     fs::create_directory(stage / "writer");
-    detail::write_json_file(
-        stage / "writer" / "metadata.json",
-        ojson{{"cursor", s.writer.state().cursor}, {"write_count", s.writer.state().write_count}});
+    s.writer->dumps(stage / "writer");
     // The library's buffers have no batch size of their own (sample(n) takes it).
     detail::write_json_file(stage / "buffer_metadata.json",
                             ojson{{"batch_size", nullptr}, {"consume_after_n_samples", nullptr}});
@@ -519,19 +603,6 @@ void ReplayBuffer::loads(const fs::path& dir) {
     format_error(root / "transform.t",
                  "the state of a transform, which this library's buffers do not have");
 
-  const fs::path writer_file = root / "writer" / "metadata.json";
-  const ojson writer_meta = detail::read_json_object(writer_file);
-  WriterState writer;
-  writer.cursor = integer_value(field(writer_meta, "cursor", writer_file), "cursor", writer_file);
-  for (const char* name : {"generation_shape", "generation_dtype"})
-    if (writer_meta.contains(name))
-      format_error(writer_file, std::string("\"") + name +
-                                    "\": a writer tracking generations, which this library "
-                                    "does not have");
-  const bool has_count = writer_meta.contains("write_count");
-  if (has_count)
-    writer.write_count = integer_value(writer_meta["write_count"], "write_count", writer_file);
-
   const fs::path storage_dir = root / "storage";
   const fs::path storage_file = storage_dir / "storage_metadata.json";
   const ojson storage_meta = detail::read_json_object(storage_file);
@@ -546,7 +617,13 @@ void ReplayBuffer::loads(const fs::path& dir) {
 
   if (!fs::exists(storage_dir / "meta.json", ec))
     format_error(storage_dir / "meta.json", "missing (the storage's rows are saved there)");
-  const TensorDictBase rows = load_memmap(storage_dir.string());
+  TensorDictBase rows = load_memmap(storage_dir.string());
+  // TorchRL's TensorDictReplayBuffer, and its max-value writer's add, store
+  // each row's own position as "index": bookkeeping (a sample's "index" says
+  // the same), not data, unless this buffer's storage has such an entry.
+  if (rows.contains("index") && rows.at("index").is_tensor() &&
+      !(s.storage.defined() && s.storage.contains("index")))
+    rows = rows.exclude({"index"});
   if (rows.batch_dims() != 1)
     format_error(storage_dir / "meta.json", "expected a tensordict of batch size [capacity], got " +
                                                 c10::str(rows.batch_size()));
@@ -558,14 +635,8 @@ void ReplayBuffer::loads(const fs::path& dir) {
   if (len < 0 || len > capacity)
     format_error(storage_file, "\"len\" " + std::to_string(len) + " is not in [0, " +
                                    std::to_string(capacity) + "]");
-  if (!has_count) writer.write_count = len;  // older checkpoints: as many rows as filled
-  if (writer.cursor < 0 || writer.cursor >= capacity)
-    format_error(writer_file, "\"cursor\" " + std::to_string(writer.cursor) + " is not in [0, " +
-                                  std::to_string(capacity) + ")");
-  if (writer.write_count < 0 || std::min(writer.write_count, capacity) != len)
-    format_error(writer_file, "\"write_count\" " + std::to_string(writer.write_count) +
-                                  " does not fit the storage's \"len\" " + std::to_string(len) +
-                                  " (expected min(write_count, capacity) = len)");
+  const std::function<void()> load_writer =
+      s.writer->read_checkpoint(root / "writer", capacity, len);
   for (const auto& [key, value] : rows.items(/*include_nested=*/true, /*leaves_only=*/false))
     if (!value.is_tensor() && !value.is_tensordict())
       format_error(storage_dir, "the entry " + key.repr() +
@@ -608,7 +679,8 @@ void ReplayBuffer::loads(const fs::path& dir) {
   } else {
     State::copy_all(s.storage, rows, capacity);
   }
-  s.writer.load_state(writer, capacity);
+  load_writer();
+  s.last_row = s.newest_row(s.writer->state());
   if (rng.defined()) {
     std::lock_guard<std::mutex> generator_lock(s.generator.mutex());
     s.generator.set_state(rng);

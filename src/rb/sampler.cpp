@@ -42,7 +42,7 @@ void Sampler::on_write_row(int64_t row) { on_write(at::full({1}, row, at::kLong)
 
 SampleInfo RandomSampler::sample(int64_t size, int64_t batch_size, at::Generator* generator) {
   check_sample_args(*this, size, batch_size);
-  return {at::randint(size, {batch_size}, maybe(generator), at::kLong), at::Tensor()};
+  return {at::randint(size, {batch_size}, maybe(generator), at::kLong), at::Tensor(), {}};
 }
 
 // ---- SamplerWithoutReplacement ------------------------------------------------------
@@ -67,7 +67,7 @@ SampleInfo SamplerWithoutReplacement::sample(int64_t size, int64_t batch_size,
   const int64_t left = order_.numel() - next_;
   ran_out_ = left == 0 || (drop_last_ && left < batch_size);
   if (ran_out_) start_epoch(size, generator);
-  return {index, at::Tensor()};
+  return {index, at::Tensor(), {}};
 }
 
 void SamplerWithoutReplacement::on_empty() {
@@ -128,7 +128,7 @@ SampleInfo PrioritizedSampler::sample(int64_t size, int64_t batch_size, at::Gene
     idx[b] = i;
     w[b] = static_cast<float>(std::pow(leaves[i] / smallest, -beta_));
   }
-  return {index, weight};
+  return {index, weight, {}};
 }
 
 void PrioritizedSampler::on_write(const at::Tensor& rows) {

@@ -1,8 +1,9 @@
 #pragma once
 /// @file rb/replay_buffer.h
 /// ReplayBuffer: a fixed-capacity buffer of rows (transitions) in any
-/// tensordict storage, written round robin and read through a sampler
-/// (TorchRL's TensorDictReplayBuffer). See docs/replay_buffer_library.md.
+/// tensordict storage, written through a writer (round robin by default) and
+/// read through a sampler (TorchRL's TensorDictReplayBuffer). See
+/// docs/replay_buffer_library.md.
 ///
 /// @code
 ///   namespace rb = tensordict::rb;
@@ -30,6 +31,7 @@
 
 #include <tensordict/nested_key.h>
 #include <tensordict/rb/sampler.h>
+#include <tensordict/rb/slice_sampler.h>
 #include <tensordict/rb/writer.h>
 #include <tensordict/schema.h>
 #include <tensordict/tensor_dict.h>
@@ -51,15 +53,18 @@ class ReplayBuffer {
   /// redis, ...), whose rows are taken as unwritten. `sampler` defaults to a
   /// RandomSampler. ShapeError unless the storage has batch size [C], C > 0;
   /// TypeError when it holds non-tensor entries; ValueError when a
-  /// PrioritizedSampler's capacity differs from C.
-  explicit ReplayBuffer(TensorDictBase storage, std::shared_ptr<Sampler> sampler = nullptr);
+  /// PrioritizedSampler's capacity differs from C. `writer` defaults to a
+  /// RoundRobinWriter.
+  explicit ReplayBuffer(TensorDictBase storage, std::shared_ptr<Sampler> sampler = nullptr,
+                        std::shared_ptr<Writer> writer = nullptr);
   /// A buffer of `capacity` rows whose storage is made at the first write:
   /// zeros shaped like the written row (or batch's rows), batch size
   /// [capacity], in the storage named `storage` with `options` (from_schema's
   /// names: "memory", "memmap" with {"prefix": dir}, "shared", ...; TorchRL's
   /// LazyTensorStorage and LazyMemmapStorage). ValueError unless capacity > 0.
   explicit ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler = nullptr,
-                        std::string storage = "memory", StorageOptions options = {});
+                        std::string storage = "memory", StorageOptions options = {},
+                        std::shared_ptr<Writer> writer = nullptr);
   ~ReplayBuffer();
   /// A moved-from buffer may only be destroyed or assigned to.
   ReplayBuffer(ReplayBuffer&&) noexcept;
@@ -67,17 +72,24 @@ class ReplayBuffer {
   ReplayBuffer(const ReplayBuffer&) = delete;
   ReplayBuffer& operator=(const ReplayBuffer&) = delete;
 
-  /// Writes one row (batch size []) at the cursor; returns its row index.
+  /// Writes one row (batch size []) where the writer says (at the cursor for
+  /// a RoundRobinWriter); returns its row index, or -1 when the writer does
+  /// not keep it (a TensorDictMaxValueWriter's row that ranks too low).
   int64_t add(const TensorDictBase& row);
   /// Writes a batch (batch size [n]) at the cursor, wrapping at the end; an
   /// extend of more than capacity rows keeps the last `capacity` (as TorchRL).
   /// Returns the rows written (int64, one per surviving item). Rows are
   /// written with one index_put_ per extend on storages other than memory,
-  /// memmap and shared (one round trip for Redis and HDF5).
+  /// memmap and shared (one round trip for Redis and HDF5). With another
+  /// writer, returns the row of each of the n items, -1 for an item not kept
+  /// (as TorchRL's TensorDictMaxValueWriter), and writes the kept ones with
+  /// one index_put_.
   at::Tensor extend(const TensorDictBase& batch);
   /// `batch_size` rows chosen by the sampler, copied into a TensorDict of
   /// batch size [batch_size] with "index" (int64, the rows) and, when the
   /// sampler is prioritized, "priority_weight" (float32 importance weights).
+  /// A sampler's further entries (SampleInfo::entries: a SliceSampler's
+  /// truncated and done flags) replace the stored ones of the same key.
   /// ValueError when the buffer is empty or batch_size <= 0.
   TensorDict sample(int64_t batch_size);
   /// New priorities of rows (int64 index, real priority; one priority is
@@ -99,9 +111,11 @@ class ReplayBuffer {
   WriterState writer_state() const;
   /// Resumes at `state` (e.g. from a checkpoint): ValueError unless
   /// 0 <= cursor < capacity and write_count >= 0. The storage must already
-  /// hold the rows written.
+  /// hold the rows written. A TensorDictMaxValueWriter takes only {0, 0}
+  /// (UnsupportedError otherwise: its kept ranks come with loads()).
   void load_writer_state(const WriterState& state);
   std::shared_ptr<Sampler> sampler() const;
+  std::shared_ptr<Writer> writer() const;
   /// Seeds the buffer's random generator (every sample draws from it).
   void manual_seed(uint64_t seed);
   /// Forgets every row (TorchRL's empty()): cursor and write_count 0, the
@@ -112,7 +126,7 @@ class ReplayBuffer {
   /// ReplayBuffer.dumps layout (docs/formats.md, "TorchRL replay buffer
   /// checkpoints"): storage/ (every slot as a memory-mapped tensordict of
   /// batch [capacity], whatever the storage, and storage_metadata.json),
-  /// writer/metadata.json, buffer_metadata.json, the sampler's files
+  /// the writer's files (Writer::dumps), buffer_metadata.json, the sampler's files
   /// (Sampler::dumps) and rng_state/ (the buffer's generator). All or
   /// nothing and durable: written into a sibling directory, fsync()ed, then
   /// put in place of `dir` in one rename, so an earlier checkpoint there is
@@ -122,8 +136,8 @@ class ReplayBuffer {
   /// failure; UnsupportedError for a sampler that cannot be saved.
   void dumps(const std::filesystem::path& dir) const;
   /// Loads a checkpoint written by dumps() or by TorchRL into this buffer,
-  /// which must have the same capacity and kind of sampler (ValueError
-  /// otherwise). The rows are copied into this buffer's storage, whose keys,
+  /// which must have the same capacity and kind of sampler and writer
+  /// (ValueError otherwise). The rows are copied into this buffer's storage, whose keys,
   /// shapes and dtypes must be the checkpoint's (KeyError, ShapeError,
   /// TypeError), or which is made from the files when the buffer has not
   /// been written yet; the writer, the sampler and the generator take the

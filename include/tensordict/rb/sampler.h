@@ -5,11 +5,15 @@
 ///
 /// A sampler sees the buffer through three calls: sample() draws row indices
 /// among the `size` rows filled so far, on_write() tells it which rows were
-/// just written, on_empty() that the buffer was emptied. Samplers are not
+/// just written, on_empty() that the buffer was emptied. A sampler that reads
+/// the stored rows themselves (SliceSampler, slice_sampler.h) overrides
+/// sample_from(), which the buffer calls with a view of its storage. Samplers are not
 /// synchronised themselves: the ReplayBuffer holding one serialises the calls
 /// (see replay_buffer.h); a sampler used alone needs the caller's lock.
 
+#include <tensordict/nested_key.h>
 #include <tensordict/rb/segment_tree.h>
+#include <tensordict/tensor_dict_base.h>
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
@@ -17,6 +21,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tensordict::rb {
 
@@ -25,6 +31,18 @@ namespace tensordict::rb {
 struct SampleInfo {
   at::Tensor index;   ///< int64 [B], rows in [0, size)
   at::Tensor weight;  ///< float32 [B] importance weights; undefined unless prioritized
+  /// Entries of batch [B] the sample gets beside the stored rows, replacing
+  /// a stored entry of the same key (SliceSampler's truncated and done flags).
+  std::vector<std::pair<NestedKey, at::Tensor>> entries;
+};
+
+/// The buffer as sample_from() sees it.
+struct StorageView {
+  const TensorDictBase* storage = nullptr;  ///< the storage, batch size [capacity]
+  int64_t size = 0;                         ///< rows filled: [0, size)
+  int64_t capacity = 0;
+  /// The row written last (where the newest data ends), -1 when unknown.
+  int64_t last_row = -1;
 };
 
 /// The sampler interface. `generator` may be null (LibTorch's default CPU
@@ -35,6 +53,12 @@ class Sampler {
   /// `batch_size` rows among the first `size` filled rows. ValueError when
   /// size <= 0 or batch_size <= 0 (and as each sampler documents).
   virtual SampleInfo sample(int64_t size, int64_t batch_size, at::Generator* generator) = 0;
+  /// What ReplayBuffer::sample calls. The default is sample(view.size,
+  /// batch_size, generator); a sampler that reads the stored rows overrides it.
+  virtual SampleInfo sample_from(const StorageView& view, int64_t batch_size,
+                                 at::Generator* generator) {
+    return sample(view.size, batch_size, generator);
+  }
   /// The rows (int64 [n], distinct) that a write has just filled.
   virtual void on_write(const at::Tensor& rows) {}
   /// One row just written (ReplayBuffer::add). The default calls on_write()

@@ -1,0 +1,288 @@
+// SliceSampler: trajectories found in the stored rows at each sample (as
+// TorchRL's find_start_stop_traj), then slices drawn within them.
+#include <tensordict/errors.h>
+#include <tensordict/rb/slice_sampler.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/logical_or.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Optional.h>
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace tensordict::rb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+c10::optional<at::Generator> maybe(at::Generator* generator) {
+  if (generator == nullptr) return c10::nullopt;
+  return *generator;
+}
+
+// The entry the trajectories are read from and how.
+struct Signal {
+  NestedKey key;
+  bool ids;  // trajectory ids (else end flags)
+};
+
+// `key` with its last part replaced by `last`.
+NestedKey sibling(const NestedKey& key, const std::string& last) {
+  std::vector<std::string> parts = key.to_vector();
+  parts.back() = last;
+  return NestedKey(parts);
+}
+
+bool has_tensor(const TensorDictBase& td, const NestedKey& key) {
+  const std::optional<Value> v = td.find(key);
+  return v && v->is_tensor();
+}
+
+// A stored entry of one element per row, as a [rows] view.
+at::Tensor per_row(const TensorDictBase& storage, const NestedKey& key, int64_t rows,
+                   const char* what) {
+  at::Tensor t = storage.get(key);
+  if (t.dim() < 1 || t.numel() != t.size(0))
+    throw ShapeError("SliceSampler: the " + std::string(what) + " entry " + key.repr() +
+                     " has shape " + c10::str(t.sizes()) +
+                     ", expected one element per row ([capacity] or [capacity, 1])");
+  return t.narrow(0, 0, rows).reshape({rows});
+}
+
+}  // namespace
+
+SliceSampler::SliceSampler(SliceSamplerOptions options) : options_(std::move(options)) {
+  const bool by_len = options_.slice_len > 0, by_count = options_.num_slices > 0;
+  if (by_len == by_count || options_.slice_len < 0 || options_.num_slices < 0)
+    throw ValueError(
+        "SliceSampler: set exactly one of slice_len and num_slices (positive), got "
+        "slice_len " +
+        std::to_string(options_.slice_len) + " and num_slices " +
+        std::to_string(options_.num_slices));
+  for (const auto* key :
+       {&options_.traj_key, &options_.end_key, &options_.truncated_key, &options_.init_key})
+    if (key->has_value() && (*key)->empty())
+      throw ValueError("SliceSampler: an empty key was given");
+}
+
+std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) const {
+  if (view.storage == nullptr || !view.storage->defined())
+    throw ValueError("SliceSampler: the buffer has no storage yet");
+  const TensorDictBase& storage = *view.storage;
+  const int64_t rows = view.size;
+  if (rows <= 0) throw ValueError("SliceSampler: nothing to sample, the buffer is empty");
+
+  Signal signal;
+  if (options_.traj_key) {
+    signal = {*options_.traj_key, true};
+    if (!has_tensor(storage, signal.key))
+      throw KeyError("SliceSampler: the storage has no trajectory id entry " + signal.key.repr());
+  } else if (options_.end_key) {
+    signal = {*options_.end_key, false};
+    if (!has_tensor(storage, signal.key))
+      throw KeyError("SliceSampler: the storage has no end flag entry " + signal.key.repr());
+  } else {
+    // TorchRL's order: a collector's trajectory ids, a dataset's episode ids, done flags.
+    const NestedKey collector{"collector", "traj_ids"}, episode("episode"), done{"next", "done"};
+    if (has_tensor(storage, collector))
+      signal = {collector, true};
+    else if (has_tensor(storage, episode))
+      signal = {episode, true};
+    else if (has_tensor(storage, done))
+      signal = {done, false};
+    else
+      throw KeyError("SliceSampler: the storage has none of " + collector.repr() + ", " +
+                     episode.repr() + " (trajectory ids) and " + done.repr() +
+                     " (end flags); set traj_key or end_key");
+  }
+
+  // end[i]: row i is the last step of a trajectory.
+  const bool full = rows >= view.capacity;
+  at::Tensor end = at::empty({rows}, at::kBool);
+  if (signal.ids) {
+    const at::Tensor ids = per_row(storage, signal.key, rows, "trajectory id");
+    if (c10::isComplexType(ids.scalar_type()))
+      throw TypeError("SliceSampler: the trajectory id entry " + signal.key.repr() + " is " +
+                      std::string(c10::toString(ids.scalar_type())));
+    end.narrow(0, 0, rows - 1).copy_(ids.narrow(0, 0, rows - 1).ne(ids.narrow(0, 1, rows - 1)));
+    // Full: the last row's trajectory goes on at row 0 when the ids agree.
+    end.narrow(0, rows - 1, 1).copy_(ids.narrow(0, rows - 1, 1).ne(ids.narrow(0, 0, 1)));
+  } else {
+    const at::Tensor flags = per_row(storage, signal.key, rows, "end flag");
+    if (!c10::isIntegralType(flags.scalar_type(), /*includeBool=*/true))
+      throw TypeError("SliceSampler: the end flag entry " + signal.key.repr() + " is " +
+                      std::string(c10::toString(flags.scalar_type())) + ", expected bool");
+    end.copy_(flags.ne(0));
+  }
+  bool* e = end.data_ptr<bool>();
+  if (!full) {
+    e[rows - 1] = true;  // the newest row: nothing written after it yet
+  } else {
+    // What followed the newest row was overwritten: its trajectory ends there.
+    if (view.last_row >= 0 && view.last_row < rows) e[view.last_row] = true;
+    if (std::none_of(e, e + rows, [](bool b) { return b; })) e[rows - 1] = true;
+  }
+  std::vector<int64_t> stops;
+  for (int64_t i = 0; i < rows; ++i)
+    if (e[i]) stops.push_back(i);
+  std::vector<Trajectory> out;
+  out.reserve(stops.size());
+  for (std::size_t k = 0; k < stops.size(); ++k) {
+    const int64_t start = k ? stops[k - 1] + 1 : (stops.back() + 1) % rows;
+    int64_t length = stops[k] - start + 1;
+    if (length <= 0) length += rows;
+    out.push_back({start, stops[k], length});
+  }
+  return out;
+}
+
+std::pair<int64_t, int64_t> SliceSampler::slice_shape(int64_t batch_size) const {
+  if (batch_size <= 0)
+    throw ValueError(name() + "::sample: the batch size must be positive, got " +
+                     std::to_string(batch_size));
+  if (options_.slice_len > 0) {
+    if (batch_size % options_.slice_len != 0)
+      throw ValueError(name() + "::sample: the batch size " + std::to_string(batch_size) +
+                       " is not a multiple of slice_len " + std::to_string(options_.slice_len));
+    return {options_.slice_len, batch_size / options_.slice_len};
+  }
+  if (batch_size % options_.num_slices != 0)
+    throw ValueError(name() + "::sample: the batch size " + std::to_string(batch_size) +
+                     " is not a multiple of num_slices " + std::to_string(options_.num_slices));
+  return {batch_size / options_.num_slices, options_.num_slices};
+}
+
+namespace {
+
+int64_t longest_of(const std::vector<Trajectory>& trajectories) {
+  int64_t longest = 0;
+  for (const Trajectory& t : trajectories) longest = std::max(longest, t.length);
+  return longest;
+}
+
+}  // namespace
+
+SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size,
+                                     at::Generator* generator) {
+  const auto [seq, count] = slice_shape(batch_size);
+  std::vector<Trajectory> pool = trajectories(view);
+  const int64_t longest = longest_of(pool);
+  if (options_.strict_length) {
+    std::erase_if(pool, [seq](const Trajectory& t) { return t.length < seq; });
+    if (pool.empty())
+      throw ValueError(name() + "::sample: no trajectory has " + std::to_string(seq) +
+                       " steps (the longest has " + std::to_string(longest) +
+                       "); use strict_length = false to sample shorter ones whole");
+  }
+  // The draws TorchRL makes: a trajectory per slice, then a start in each.
+  const at::Tensor which =
+      at::randint(static_cast<int64_t>(pool.size()), {count}, maybe(generator), at::kLong);
+  const int64_t* w = which.data_ptr<int64_t>();
+  std::vector<Trajectory> chosen;
+  chosen.reserve(static_cast<std::size_t>(count));
+  for (int64_t k = 0; k < count; ++k) chosen.push_back(pool[static_cast<std::size_t>(w[k])]);
+  return slices_of(view, chosen, seq, generator);
+}
+
+SampleInfo SliceSampler::slices_of(const StorageView& view, const std::vector<Trajectory>& chosen,
+                                   int64_t seq, at::Generator* generator) const {
+  const auto count = static_cast<int64_t>(chosen.size());
+  const at::Tensor where = at::rand({count}, maybe(generator), at::kFloat);
+  const float* u = where.data_ptr<float>();
+  std::vector<int64_t> starts(count), lengths(count);
+  int64_t total = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    const Trajectory& t = chosen[static_cast<std::size_t>(k)];
+    lengths[k] = std::min(seq, t.length);
+    const int64_t positions = t.length - lengths[k] + 1;
+    const int64_t offset =
+        std::min(positions - 1, static_cast<int64_t>(std::floor(u[k] * float(positions))));
+    starts[k] = t.start + offset;
+    total += lengths[k];
+  }
+  at::Tensor index = at::empty({total}, at::kLong);
+  at::Tensor last = at::zeros({total}, at::kBool), first = at::zeros({total}, at::kBool);
+  int64_t* r = index.data_ptr<int64_t>();
+  bool* l = last.data_ptr<bool>();
+  bool* f = first.data_ptr<bool>();
+  for (int64_t k = 0, p = 0; k < count; ++k) {
+    f[p] = true;
+    for (int64_t s = 0; s < lengths[k]; ++s, ++p) r[p] = (starts[k] + s) % view.size;
+    l[p - 1] = true;
+  }
+
+  SampleInfo info;
+  info.index = index;
+  const TensorDictBase& storage = *view.storage;
+  // A stored per-row flag at `index`, and `mark` shaped like it.
+  auto stored = [&](const NestedKey& key) { return storage.get(key).index_select(0, index); };
+  auto shaped = [&](const at::Tensor& mark, const at::Tensor& like) {
+    if (like.numel() != total) {
+      std::vector<int64_t> shape(static_cast<std::size_t>(like.dim()), 1);
+      shape[0] = total;
+      return mark.view(shape);
+    }
+    return mark.view(like.sizes());
+  };
+  if (options_.truncated_key) {
+    const NestedKey done_key = sibling(*options_.truncated_key, "done");
+    const NestedKey terminated_key = sibling(*options_.truncated_key, "terminated");
+    at::Tensor truncated = last.view({total, 1}), done = truncated;
+    if (has_tensor(storage, done_key)) {
+      const at::Tensor kept = stored(done_key);
+      truncated = shaped(last, kept);
+      done = at::logical_or(kept, truncated);
+    }
+    const at::Tensor terminated = has_tensor(storage, terminated_key)
+                                      ? stored(terminated_key)
+                                      : at::zeros(truncated.sizes(), at::kBool);
+    info.entries.emplace_back(*options_.truncated_key, truncated);
+    info.entries.emplace_back(done_key, done);
+    info.entries.emplace_back(terminated_key, terminated);
+  }
+  if (options_.init_key && has_tensor(storage, *options_.init_key)) {
+    const at::Tensor kept = stored(*options_.init_key);
+    info.entries.emplace_back(*options_.init_key, at::logical_or(kept, shaped(first, kept)));
+  }
+  return info;
+}
+
+SliceSamplerWithoutReplacement::SliceSamplerWithoutReplacement(SliceSamplerOptions options,
+                                                               bool drop_last, bool shuffle)
+    : SliceSampler(std::move(options)), epoch_(drop_last, shuffle) {}
+
+SampleInfo SliceSamplerWithoutReplacement::sample_from(const StorageView& view, int64_t batch_size,
+                                                       at::Generator* generator) {
+  const auto [seq, count] = slice_shape(batch_size);
+  const std::vector<Trajectory> all = trajectories(view);
+  // The next trajectory numbers of the epoch (fewer at its end).
+  const at::Tensor drawn =
+      epoch_.sample(static_cast<int64_t>(all.size()), count, generator).index.contiguous();
+  const int64_t* d = drawn.data_ptr<int64_t>();
+  std::vector<Trajectory> chosen;
+  for (int64_t k = 0; k < drawn.numel(); ++k) {
+    const Trajectory& t = all[static_cast<std::size_t>(d[k])];
+    if (!options().strict_length || t.length >= seq) chosen.push_back(t);
+  }
+  if (chosen.empty())
+    throw ValueError(name() + "::sample: every trajectory drawn is shorter than " +
+                     std::to_string(seq) + " steps (the longest stored has " +
+                     std::to_string(longest_of(all)) +
+                     "); use strict_length = false to sample shorter ones whole");
+  return slices_of(view, chosen, seq, generator);
+}
+
+SampleInfo SliceSampler::sample(int64_t, int64_t, at::Generator*) {
+  throw UnsupportedError(
+      "SliceSampler::sample: a SliceSampler reads the trajectories from the stored rows; sample "
+      "through a ReplayBuffer (or call sample_from() with a StorageView)");
+}
+
+}  // namespace tensordict::rb
