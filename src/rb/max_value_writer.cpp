@@ -16,8 +16,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "rb/checkpoint_io.h"
 #include "formats/json_io.h"
+#include "rb/checkpoint_io.h"
 
 namespace tensordict::rb {
 
