@@ -65,13 +65,19 @@ std::vector<Leaf> leaves(const fs::path& dir) {
 // zero-copy load does not change the model the other benchmarks read.
 example::Transformer fresh_model() { return example::Transformer(example::model_size("100mb")); }
 
-// Reads one byte of every 4 KiB page of every tensor of the module.
-unsigned touch_pages(const torch::nn::Module& m) {
+// Reads one byte of every 4 KiB page of every tensor of the module; with
+// `write`, writes it back (what a training step's in-place update does to a
+// copy-on-write mapping: each page is copied on its first write).
+unsigned touch_pages(const torch::nn::Module& m, bool write = false) {
   unsigned sum = 0;
   for (const auto& [k, v] : td::from_module(m).items(true, true)) {
-    const volatile char* p = static_cast<const char*>(v.tensor().data_ptr());
+    volatile char* p = static_cast<char*>(v.tensor().data_ptr());
     const std::size_t n = v.tensor().nbytes();
-    for (std::size_t i = 0; i < n; i += 4096) sum += static_cast<unsigned char>(p[i]);
+    for (std::size_t i = 0; i < n; i += 4096) {
+      const char c = p[i];
+      sum += static_cast<unsigned char>(c);
+      if (write) p[i] = c;
+    }
   }
   return sum;
 }
@@ -179,15 +185,17 @@ void BM_ckpt_load_td(benchmark::State& state, bool cold) {
 // Zero-copy: the module's tensors are mapped copy-on-write from the files
 // (share_storage); no data is read until it is used. With `touch`, then one
 // read of every 4 KiB page of every tensor: what the first forward pass pays
-// on top of the zero-copy load.
-void BM_ckpt_load_td_shared(benchmark::State& state, bool cold, bool touch) {
+// on top of the zero-copy load; with `Touch::Write`, one write per page: what
+// the first optimizer step pays (docs/checkpoint.md, why the default copies).
+enum class Touch { None, Read, Write };
+void BM_ckpt_load_td_shared(benchmark::State& state, bool cold, Touch touch) {
   auto dir = bench_dir() / "load_td_shared";
   td::from_module(*model()).memmap(dir.string());
   example::Transformer m = fresh_model();
   for (auto _ : state) {
     trim_heap(state, cold);
     td::to_module(td::load_memmap(dir.string(), {.writable = false}), *m, {.share_storage = true});
-    if (touch) benchmark::DoNotOptimize(touch_pages(*m));
+    if (touch != Touch::None) benchmark::DoNotOptimize(touch_pages(*m, touch == Touch::Write));
   }
   report(state);
 }
@@ -241,8 +249,9 @@ void register_all() {
       setup(benchmark::RegisterBenchmark((op + variant).c_str(), fn, args...));
     };
     reg("tensordict", BM_ckpt_load_td, cold);
-    reg("tensordict_shared", BM_ckpt_load_td_shared, cold, false);
-    reg("tensordict_shared_touch", BM_ckpt_load_td_shared, cold, true);
+    reg("tensordict_shared", BM_ckpt_load_td_shared, cold, Touch::None);
+    reg("tensordict_shared_touch", BM_ckpt_load_td_shared, cold, Touch::Read);
+    reg("tensordict_shared_write", BM_ckpt_load_td_shared, cold, Touch::Write);
     reg("floor", BM_ckpt_load_floor, cold);
     reg("torch_load", BM_ckpt_load_torch_load, cold);
   }

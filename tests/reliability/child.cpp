@@ -6,6 +6,9 @@
 //                       3: no error (rows were written); 4: another exception;
 //                       77: no small file system could be made here.
 //   fullsave <dir>      saves over earlier saves on a 2 MiB tmpfs (see below).
+//   resave <dir>        saves over saves near the end of a 2 MiB tmpfs: each
+//                       fits only once the save it replaced is deleted. Exit 0
+//                       when all succeed; 5: one failed; 77: no tmpfs.
 //   rows <where> <first> <count> <value> [nontensor]
 //                       opens the memmap directory <where> (or the shared
 //                       tensordict "shm:<name>") and writes rows
@@ -107,6 +110,29 @@ int fullsave(const std::string& dir) {
   return 0;
 }
 
+// Saves of 900 kB over each other on a 2 MiB file system: two fit, three do
+// not. A replaced save is deleted in the background, so the third may find
+// the first still there: the save waits for it and tries again.
+int resave(const std::string& dir) {
+  if (!td_test::mount_small_tmpfs(dir, "2m")) {
+    std::perror("resave: cannot mount a small tmpfs");
+    return 77;
+  }
+  const std::string prefix = dir + "/p";
+  for (int i = 0; i < 8; ++i) {
+    td::TensorDict t;
+    t.set("x", torch::full({225000}, static_cast<float>(i)));  // 900 kB
+    try {
+      t.memmap(prefix);
+    } catch (const td::StorageError& e) {
+      std::cerr << "resave: save " << i << ": " << e.what() << "\n";
+      return 5;
+    }
+    if (td::load_memmap(prefix).get("x")[0].item<float>() != static_cast<float>(i)) return 5;
+  }
+  return 0;
+}
+
 // Rows [first, first + count) of "x" (float [N, 4]) set to `value` and, with
 // `nontensor`, of the NonTensorStack "tag" set to "v<value>", one index_put_
 // per row. `where` is a memmap directory or ("shm:" + name) a shared-memory
@@ -180,6 +206,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "fulldisk" && argc == 3) return fulldisk(argv[2]);
   if (cmd == "fullsave" && argc == 3) return fullsave(argv[2]);
+  if (cmd == "resave" && argc == 3) return resave(argv[2]);
   if (cmd == "rows" && (argc == 6 || argc == 7))
     return rows(argv[2], std::stoll(argv[3]), std::stoll(argv[4]), std::stod(argv[5]),
                 argc == 7 && std::string(argv[6]) == "nontensor");

@@ -2,6 +2,7 @@
 // earlier save survives whole, nothing is written outside the prefix.
 #include "reliability/reliability.h"
 
+#include <tensordict/storage/replaced_saves.h>
 #include <tensordict/tensordict.h>
 
 #include <torch/torch.h>
@@ -108,4 +109,66 @@ TEST_F(Reliability, SaveStateDictReplacesTheFileWhole) {
   fs::create_symlink(root / "sd.pt", root / "link.pt");
   td::save_state_dict(t.state_dict(), (root / "link.pt").string());
   EXPECT_TRUE(fs::is_symlink(root / "link.pt"));
+}
+
+// A save over a save deletes every name of the earlier one before it returns
+// (the freeing of its large files goes on in the background): nothing is
+// left beside it, and tensors still mapped from the earlier files keep their
+// values.
+TEST_F(Reliability, ASaveOverASaveLeavesNothingBesideIt) {
+  const fs::path dir = root / "p";
+  std::vector<td::TensorDictBase> loaded;
+  for (int i = 0; i < 6; ++i) {
+    td::TensorDict t(std::vector<int64_t>{4});
+    t.set("big", torch::full({4, 100000}, i));  // 1.6 MB: freed in the background
+    for (int k = 0; k < 20; ++k) t.set("k" + std::to_string(k), torch::full({4}, i));
+    t.memmap(dir.string());
+    expect_no_leftovers(root, "p");
+    loaded.push_back(td::load_memmap(dir.string()));
+  }
+  for (int i = 0; i < 6; ++i) {
+    const auto& t = loaded[static_cast<std::size_t>(i)];
+    EXPECT_TRUE(t.get("k19").equal(torch::full({4}, i))) << i;
+    EXPECT_TRUE(t.get("big").equal(torch::full({4, 100000}, i))) << i;
+  }
+  td::wait_for_replaced_saves();
+  EXPECT_EQ(td::load_memmap(dir.string()).keys().size(), 21u);
+}
+
+// Near a full disk, a save that needs the space of a replaced save still
+// being freed waits for it and succeeds.
+TEST_F(Reliability, ASaveWaitsForTheSpaceOfReplacedSaves) {
+  fs::create_directories(root / "small");
+  const int rc = run_child({"resave", (root / "small").string()});
+  ASSERT_NE(rc, 77) << "the child could not mount a small file system";
+  EXPECT_EQ(rc, 0) << "child status " << rc;
+}
+
+// fork() while the background thread deletes: the child saves over its own
+// saves and waits for their deletion without deadlocking on the parent's
+// thread state.
+TEST_F(Reliability, AForkedChildSavesWhileTheParentDeletes) {
+  const fs::path dir = root / "p";
+  for (int i = 0; i < 4; ++i) first_save().memmap(dir.string());
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(60);  // a deadlock ends the child instead of the test run
+    int rc = 0;
+    try {
+      const fs::path mine = root / "child";
+      for (int i = 0; i < 4; ++i) first_save().memmap(mine.string());
+      td::wait_for_replaced_saves();
+      if (!td::load_memmap(mine.string()).get("a").equal(torch::arange(4, torch::kFloat))) rc = 4;
+      if (std::distance(fs::directory_iterator(root), {}) != 2) rc = 5;  // "p" and "child"
+    } catch (...) {
+      rc = 3;
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  td::wait_for_replaced_saves();
+  expect_first_save(dir);
 }

@@ -64,8 +64,15 @@ std::filesystem::path make_stage(const std::filesystem::path& root, const char* 
 /// Puts the complete directory `stage` at `root` in one step (rename, or an
 /// atomic exchange with an existing `root` whose old content is then
 /// deleted): a reader sees the old directory or the new one, never a mix.
-/// StorageError when it cannot.
+/// StorageError when it cannot. The old content is deleted with
+/// remove_replaced_save.
 void install_dir(const std::filesystem::path& stage, const std::filesystem::path& root);
+/// Deletes `dir`, a save that a newer one replaced: its names now, the
+/// freeing of its large files on the process's background thread
+/// (src/storage/memmap/replaced_saves.cpp).
+void remove_replaced_save(const std::filesystem::path& dir);
+/// Whether replaced saves still hold disk space.
+bool replaced_saves_pending();
 /// fsync() of every directory of the tree at `stage`, `stage` last.
 void sync_tree_dirs(const std::filesystem::path& stage, int num_threads);
 /// After install_dir: fsync() of the directory holding `root` and of each

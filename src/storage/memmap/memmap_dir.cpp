@@ -7,6 +7,7 @@
 
 #include <tensordict/detail/progress.h>
 #include <tensordict/storage/memmap.h>
+#include <tensordict/storage/replaced_saves.h>
 #include <tensordict/storage/shared.h>
 
 #include <ATen/ATen.h>
@@ -359,8 +360,8 @@ static std::string errno_message() { return std::strerror(errno); }
 // Puts the complete staging directory at `root` in one step, so a reader
 // sees the old save or the new one, never a mix: rename(2) when `root` is
 // missing or empty, else an atomic exchange (renameat2 RENAME_EXCHANGE) and
-// the old save is deleted. Filesystems without the exchange get two renames
-// (the old save is put back if the second fails).
+// the old save is deleted (its space freed in the background). Filesystems without the exchange get
+// two renames (the old save is put back if the second fails).
 void install_dir(const fs::path& stage, const fs::path& root) {
   if (::rename(stage.c_str(), root.c_str()) == 0) return;
   if (errno != ENOTEMPTY && errno != EEXIST)
@@ -384,10 +385,8 @@ void install_dir(const fs::path& stage, const fs::path& root) {
                          why);
     }
   }
-  // The save is complete: a failure to delete the old one only leaves garbage
-  // beside it (tensors still mapped from it keep their bytes either way).
-  std::error_code ec;
-  fs::remove_all(old, ec);
+  // The save is complete; the old one's space is freed off the caller's thread.
+  remove_replaced_save(old);
 }
 
 fs::path make_stage(const fs::path& root, const char* what, const std::string& op,
@@ -491,33 +490,45 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
   }
   for (const auto& [rel, text] : extra) texts.emplace_back(root / rel, text);
   fs::path created_from;
-  const fs::path stage = make_stage(root, "tdsave", "memmap", created_from);
-  try {
-    for (const auto& [file, text] : texts) {
-      fs::create_directories(staged(file, root, stage).parent_path(), ec);
-      if (ec)
-        throw StorageError("memmap: cannot create directory " + file.parent_path().string() + ": " +
-                           ec.message());
+  auto stage_and_install = [&] {
+    const fs::path stage = make_stage(root, "tdsave", "memmap", created_from);
+    try {
+      for (const auto& [file, text] : texts) {
+        fs::create_directories(staged(file, root, stage).parent_path(), ec);
+        if (ec)
+          throw StorageError("memmap: cannot create directory " + file.parent_path().string() +
+                             ": " + ec.message());
+      }
+      Progress progress(copy_data ? "memmap" : "memmap_like", static_cast<int64_t>(jobs.size()),
+                        opt.pbar);
+      write_jobs(jobs, copy_data, opt, root, stage, progress);
+      // In parallel when durable (each fsync waits for the disk); small writes
+      // into the page cache are faster on one thread.
+      detail::parallel_for(texts.size(), opt.durable ? thread_count(opt.num_threads) : 1,
+                           [&](std::size_t i) {
+                             const auto& [file, text] = texts[i];
+                             write_new_file(staged(file, root, stage).string(), text.data(),
+                                            text.size(), opt.durable, "memmap");
+                           });
+      // Durable: every directory of the staging tree holds the names of files
+      // just written; synced before the rename, so that a failure here leaves
+      // the earlier save in place.
+      if (opt.durable) sync_tree_dirs(stage, opt.num_threads);
+      install_dir(stage, root);
+    } catch (...) {
+      fs::remove_all(stage, ec);
+      throw;
     }
-    Progress progress(copy_data ? "memmap" : "memmap_like", static_cast<int64_t>(jobs.size()),
-                      opt.pbar);
-    write_jobs(jobs, copy_data, opt, root, stage, progress);
-    // In parallel when durable (each fsync waits for the disk); small writes
-    // into the page cache are faster on one thread.
-    detail::parallel_for(texts.size(), opt.durable ? thread_count(opt.num_threads) : 1,
-                         [&](std::size_t i) {
-                           const auto& [file, text] = texts[i];
-                           write_new_file(staged(file, root, stage).string(), text.data(),
-                                          text.size(), opt.durable, "memmap");
-                         });
-    // Durable: every directory of the staging tree holds the names of files
-    // just written; synced before the rename, so that a failure here leaves
-    // the earlier save in place.
-    if (opt.durable) sync_tree_dirs(stage, opt.num_threads);
-    install_dir(stage, root);
-  } catch (...) {
-    fs::remove_all(stage, ec);
-    throw;
+  };
+  try {
+    stage_and_install();
+  } catch (const StorageError&) {
+    // The space of saves replaced earlier is freed in the background: on a
+    // nearly full disk it may be what this one lacked. Once it is free, one
+    // more attempt (a failed one left the earlier save as it was).
+    if (!replaced_saves_pending()) throw;
+    wait_for_replaced_saves();
+    stage_and_install();
   }
   // The rename is durable once the directory holding it is synced (and the
   // directories just created above it, if any).
