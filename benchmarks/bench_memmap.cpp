@@ -9,8 +9,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,14 +28,16 @@ fs::path bench_dir() {
   return p;
 }
 
-// 8 leaves of 32 MiB: 256 MiB in all.
-td::TensorDict big_td() {
-  static td::TensorDict d = [] {
+// 8 leaves of [1024, cols] floats: cols 8192 is 256 MiB in all, 3200 is 100 MiB.
+td::TensorDict big_td(int64_t cols) {
+  static std::map<int64_t, td::TensorDict> made;
+  auto it = made.find(cols);
+  if (it == made.end()) {
     td::TensorDict out(std::vector<int64_t>{1024});
-    for (int i = 0; i < 8; ++i) out.set("leaf" + std::to_string(i), torch::randn({1024, 8192}));
-    return out;
-  }();
-  return d;
+    for (int i = 0; i < 8; ++i) out.set("leaf" + std::to_string(i), torch::randn({1024, cols}));
+    it = made.emplace(cols, out).first;
+  }
+  return it->second;
 }
 
 // 2,000 small leaves (100 groups of 20), 4 KiB each.
@@ -72,18 +76,18 @@ int64_t td_bytes(const td::TensorDict& d) {
   return n;
 }
 
-void BM_save_256MB_td(benchmark::State& state) {
-  auto d = big_td();
-  auto dir = bench_dir() / "save_td";
+void BM_save_td(benchmark::State& state, int64_t cols) {
+  auto d = big_td(cols);
+  auto dir = bench_dir() / ("save_td" + std::to_string(cols));
   for (auto _ : state) {
     td::TensorDictBase m = d.memmap(dir.string());
     benchmark::DoNotOptimize(m);
   }
   report(state, td_bytes(d));
 }
-void BM_save_256MB_floor(benchmark::State& state) {
-  auto d = big_td();
-  auto dir = bench_dir() / "save_raw";
+void BM_save_floor(benchmark::State& state, int64_t cols) {
+  auto d = big_td(cols);
+  auto dir = bench_dir() / ("save_raw" + std::to_string(cols));
   fs::create_directories(dir);
   std::vector<torch::Tensor> leaves;
   for (auto& v : d.values(true, true)) leaves.push_back(v.tensor());
@@ -93,8 +97,8 @@ void BM_save_256MB_floor(benchmark::State& state) {
   }
   report(state, td_bytes(d));
 }
-void BM_save_256MB_torch_save(benchmark::State& state) {
-  auto d = big_td();
+void BM_save_torch_save(benchmark::State& state, int64_t cols) {
+  auto d = big_td(cols);
   auto file = bench_dir() / "save_torch.pt";
   std::vector<torch::Tensor> leaves;
   for (auto& v : d.values(true, true)) leaves.push_back(v.tensor());
@@ -122,9 +126,9 @@ void BM_save_2000_small_floor(benchmark::State& state) {
   report(state, td_bytes(d));
 }
 
-void BM_load_read_256MB_td(benchmark::State& state) {
-  auto d = big_td();
-  auto dir = bench_dir() / "load_td";
+void BM_load_read_td(benchmark::State& state, int64_t cols) {
+  auto d = big_td(cols);
+  auto dir = bench_dir() / ("load_td" + std::to_string(cols));
   d.memmap(dir.string());
   for (auto _ : state) {
     td::TensorDictBase l = td::load_memmap(dir.string());
@@ -134,9 +138,9 @@ void BM_load_read_256MB_td(benchmark::State& state) {
   }
   report(state, td_bytes(d));
 }
-void BM_load_read_256MB_floor(benchmark::State& state) {
-  auto d = big_td();
-  auto dir = bench_dir() / "load_raw";
+void BM_load_read_floor(benchmark::State& state, int64_t cols) {
+  auto d = big_td(cols);
+  auto dir = bench_dir() / ("load_raw" + std::to_string(cols));
   fs::create_directories(dir);
   std::vector<std::string> files;
   int i = 0;
@@ -144,7 +148,7 @@ void BM_load_read_256MB_floor(benchmark::State& state) {
     files.push_back((dir / ("leaf" + std::to_string(i++))).string());
     raw_write(files.back(), v.tensor());
   }
-  torch::Tensor buf = torch::empty({1024, 8192});
+  torch::Tensor buf = torch::empty({1024, cols});
   for (auto _ : state) {
     double s = 0;
     for (auto& f : files) {
@@ -186,18 +190,23 @@ void BM_memmap_like_1M_rows_floor(benchmark::State& state) {
 
 void register_all() {
   using Fn = void (*)(benchmark::State&);
-  const std::pair<const char*, Fn> heavy[] = {
-      {"BM_save_256MB/tensordict", BM_save_256MB_td},
-      {"BM_save_256MB/floor", BM_save_256MB_floor},
-      {"BM_save_256MB/torch_save", BM_save_256MB_torch_save},
-      {"BM_load_read_256MB/tensordict", BM_load_read_256MB_td},
-      {"BM_load_read_256MB/floor", BM_load_read_256MB_floor},
+  using SizedFn = void (*)(benchmark::State&, int64_t);
+  const std::pair<const char*, SizedFn> heavy[] = {
+      {"BM_save_%s/tensordict", BM_save_td},
+      {"BM_save_%s/floor", BM_save_floor},
+      {"BM_save_%s/torch_save", BM_save_torch_save},
+      {"BM_load_read_%s/tensordict", BM_load_read_td},
+      {"BM_load_read_%s/floor", BM_load_read_floor},
   };
-  for (const auto& [name, fn] : heavy)
-    benchmark::RegisterBenchmark(name, fn)
-        ->Iterations(6)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+  for (const auto& [size, cols] : {std::pair<const char*, int64_t>{"256MB", 8192}, {"100MB", 3200}})
+    for (const auto& [pattern, fn] : heavy) {
+      char name[64];
+      std::snprintf(name, sizeof(name), pattern, size);
+      benchmark::RegisterBenchmark(name, fn, cols)
+          ->Iterations(6)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   const std::pair<const char*, Fn> light[] = {
       {"BM_save_2000_small/tensordict", BM_save_2000_small_td},
       {"BM_save_2000_small/floor", BM_save_2000_small_floor},

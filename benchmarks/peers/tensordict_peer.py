@@ -298,16 +298,17 @@ def ops_update():
 
 
 # ---------------------------------------------------------------------------------------------
-# memmap: bench_memmap.cpp. 256 MiB in 8 leaves; 2,000 leaves of 4 KiB; memmap_like 1M rows.
+# memmap: bench_memmap.cpp. 256 MiB and 100 MiB in 8 leaves; 2,000 leaves of 4 KiB; memmap_like 1M rows.
 
 _MEMMAP = {}
 
 
-def big_td():
-    if "big" not in _MEMMAP:
-        _MEMMAP["big"] = TensorDict({f"leaf{i}": torch.randn(1024, 8192) for i in range(8)},
-                                    batch_size=[1024])
-    return _MEMMAP["big"]
+def big_td(cols=8192):
+    # 8 leaves of [1024, cols] floats: 8192 is 256 MiB, 3200 is 100 MiB
+    if cols not in _MEMMAP:
+        _MEMMAP[cols] = TensorDict({f"leaf{i}": torch.randn(1024, cols) for i in range(8)},
+                                   batch_size=[1024])
+    return _MEMMAP[cols]
 
 
 def many_td():
@@ -321,29 +322,32 @@ def many_td():
 
 
 # The C++ rows run 6 iterations each (real time): the same here.
-@row("memmap", "BM_save_256MB/python", iterations=6)
-def memmap_save():
-    d, path = big_td(), bench_dir() / "save_td"
-    # td.memmap(path): Python's default num_threads=0 (one thread writes every leaf)
-    return lambda: d.memmap(path, existsok=True)
+def memmap_rows(size, cols):
+    @row("memmap", f"BM_save_{size}/python", iterations=6)
+    def memmap_save():
+        d, path = big_td(cols), bench_dir() / f"save_td{cols}"
+        # td.memmap(path): Python's default num_threads=0 (one thread writes every leaf)
+        return lambda: d.memmap(path, existsok=True)
+
+    @row("memmap", f"BM_save_{size}/python_2_threads", iterations=6)
+    def memmap_save_threads():
+        d, path = big_td(cols), bench_dir() / f"save_td_threads{cols}"
+        return lambda: d.memmap(path, num_threads=2, existsok=True)  # td.memmap(path, num_threads=2)
+
+    @row("memmap", f"BM_load_read_{size}/python", iterations=6)
+    def memmap_load():
+        d, path = big_td(cols), bench_dir() / f"load_td{cols}"
+        d.memmap(path, existsok=True)
+
+        def call():  # TensorDict.load_memmap(path), then every leaf summed (read)
+            loaded = TensorDict.load_memmap(path)
+            return sum(v.sum().item() for v in loaded.values(True, True))
+
+        return call
 
 
-@row("memmap", "BM_save_256MB/python_2_threads", iterations=6)
-def memmap_save_threads():
-    d, path = big_td(), bench_dir() / "save_td_threads"
-    return lambda: d.memmap(path, num_threads=2, existsok=True)  # td.memmap(path, num_threads=2)
-
-
-@row("memmap", "BM_load_read_256MB/python", iterations=6)
-def memmap_load():
-    d, path = big_td(), bench_dir() / "load_td"
-    d.memmap(path, existsok=True)
-
-    def call():  # TensorDict.load_memmap(path), then every leaf summed (read)
-        loaded = TensorDict.load_memmap(path)
-        return sum(v.sum().item() for v in loaded.values(True, True))
-
-    return call
+memmap_rows("256MB", 8192)
+memmap_rows("100MB", 3200)
 
 
 @row("memmap", "BM_save_2000_small/python", min_time=0.5)
