@@ -200,17 +200,83 @@ def peer_summary(reports: dict[str, dict]) -> list[str]:
             f"(issue #36): per-call operations >= {PER_CALL_GOAL:.0f}x, bulk operations >= "
             f"{BULK_GOAL:.0f}x; a row counts as bulk when its hand-written floor takes at least "
             f"{fmt_ns(BULK_FLOOR_NS)}. {met} of {len(rows)} rows meet their goal.",
+            f"`floor vs {label}` is the same ratio for the hand-written floor (raw LibTorch): the",
+            "most any C++ library could reach on that row. Where it is itself under the goal, the",
+            f"operation's time is LibTorch's own tensor work, which {label} pays as well.",
             "",
-            f"| report | benchmark | kind | tensordict | {label} | vs {label} | goal | met |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            f"| report | benchmark | kind | tensordict | {label} | vs {label} | floor vs {label} "
+            "| goal | met |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for kind, group, goal in (("per call", per_call, PER_CALL_GOAL),
                                   ("bulk", bulk, BULK_GOAL)):
             for rep, r in group:
                 vs = r[f"vs_{peer}"]
+                floor_vs = r[f"{peer}_ns"] / r["floor_ns"] if r.get("floor_ns") else float("nan")
                 out.append(f"| {rep} | `{r['name']}` | {kind} | {fmt_ns(r['tensordict_ns'])} | "
-                           f"{fmt_ns(r[f'{peer}_ns'])} | {vs:.1f}x | >= {goal:.0f}x | "
-                           f"{'yes' if vs >= goal else '**no**'} |")
+                           f"{fmt_ns(r[f'{peer}_ns'])} | {vs:.1f}x | {floor_vs:.1f}x | "
+                           f">= {goal:.0f}x | {'yes' if vs >= goal else '**no**'} |")
+    return out
+
+
+# Reports of the same binary built against Debian's LibTorch 1.13
+# (scripts/benchmark-report.sh, run.py --name <report>_libtorch113).
+LIBTORCH113_SUFFIX = "_libtorch113"
+
+
+def libtorch_comparison(reports: dict[str, dict]) -> list[str]:
+    """The same rows built against LibTorch 1.13 and 2.13: time under 1.13 / time under 2.13."""
+    pairs = [(rep[: -len(LIBTORCH113_SUFFIX)], rep) for rep in reports
+             if rep.endswith(LIBTORCH113_SUFFIX) and rep[: -len(LIBTORCH113_SUFFIX)] in reports]
+    if not pairs:
+        return []
+    out = ["", "## LibTorch 1.13 against 2.13", "",
+           "The same benchmarks built against Debian's LibTorch 1.13.1 and against the 2.13 of",
+           "the PyTorch wheel, each run in its own pass (times are not alternated between the",
+           "two builds: compare rows of one report, not single digits). 1.13 / 2.13 above 1 means",
+           "the row got faster on 2.13.", "",
+           "| report | benchmark | tensordict 1.13 | tensordict 2.13 | 1.13 / 2.13 "
+           "| floor 1.13 | floor 2.13 | 1.13 / 2.13 | ratio 1.13 | ratio 2.13 |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for new_rep, old_rep in pairs:
+        old_rows = {r["name"]: r for r in reports[old_rep]["ratios"]}
+        for r in reports[new_rep]["ratios"]:
+            o = old_rows.get(r["name"])
+            if o is None or not r.get("floor_ns") or not o.get("floor_ns"):
+                continue
+            out.append(
+                f"| {new_rep} | `{r['name']}` | {fmt_ns(o['tensordict_ns'])} | "
+                f"{fmt_ns(r['tensordict_ns'])} | {o['tensordict_ns'] / r['tensordict_ns']:.2f}x | "
+                f"{fmt_ns(o['floor_ns'])} | {fmt_ns(r['floor_ns'])} | "
+                f"{o['floor_ns'] / r['floor_ns']:.2f}x | {o['ratio']:.2f}x | {r['ratio']:.2f}x |")
+    return out
+
+
+def instruction_counts(results: Path) -> list[str]:
+    """The per-call rows as instruction counts (benchmarks/callgrind.py --json, saved as
+    results/callgrind_<report>.json): ratios that machine load does not move."""
+    files = sorted(results.glob("callgrind_*.json"))
+    if not files:
+        return []
+    out = ["", "## Instruction counts", "",
+           "Per-call rows counted under valgrind's callgrind (`benchmarks/callgrind.py`):",
+           "instructions per iteration of the tensordict variant and of its floor, from two runs",
+           "of N1 and N2 iterations (the difference, so start-up work cancels out). Timings of a",
+           "2-core machine move by 3x to 6x when other work runs; these counts do not.", "",
+           "| report | benchmark | tensordict | floor | ratio | command |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for f in files:
+        data = json.loads(f.read_text())
+        rep = f.stem[len("callgrind_"):]
+        for r in data.get("rows", []):
+            v = r["variants"]
+            td, fl = v.get("tensordict", {}), v.get("floor", {})
+            n1, n2 = r["iterations"]
+            ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else "n/a"
+            out.append(f"| {rep} | `{r['row']}` | {td.get('per_iteration', 0):,.0f} | "
+                       f"{fl.get('per_iteration', 0):,.0f} | {ratio} | `python3 "
+                       f"benchmarks/callgrind.py {data.get('binary', '?')} {r['row']} "
+                       f"--iterations {n1} {n2}` |")
     return out
 
 
@@ -234,7 +300,7 @@ def counters_table(data: dict) -> list[str]:
     return out
 
 
-def markdown(reports: dict[str, dict]) -> str:
+def markdown(reports: dict[str, dict], results: Path = RESULTS) -> str:
     targets = {(rep, name): (t, label) for rep, name, t, label in HEADLINES
                if isinstance(name, str)}
     out = [
@@ -268,6 +334,8 @@ def markdown(reports: dict[str, dict]) -> str:
         out.append(f"| {label} | {display_name(name)} | {r['ratio']:.2f}x | {m_s} "
                    f"| <= {target:.2f}x | {met} |")
     out += peer_summary(reports)
+    out += libtorch_comparison(reports)
+    out += instruction_counts(results)
     for rep, data in reports.items():
         ctx = data.get("context", {})
         rpt = data.get("report", {})
@@ -354,7 +422,7 @@ def main(argv: list[str]) -> int:
         print(f"report.py: no results in {args.results}; run benchmarks/run.py first",
               file=sys.stderr)
         return 1
-    (args.out_dir / "benchmarks.md").write_text(markdown(reports))
+    (args.out_dir / "benchmarks.md").write_text(markdown(reports, args.results))
     print(f"wrote {args.out_dir / 'benchmarks.md'}")
     if not args.no_plot:
         plot(reports, args.out_dir / "benchmarks.png")
