@@ -23,6 +23,9 @@ import json
 import sys
 from pathlib import Path
 
+# The peers of benchmarks/run.py --peer (variant -> column label) and their tables.
+from run import PEERS, other_peer_rows, peer_versions
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 REGENERATE = "bash scripts/benchmark-report.sh"
@@ -108,8 +111,6 @@ HEADLINES = [
 ]
 
 
-# The peers of benchmarks/run.py --peer: variant -> column label.
-PEERS = {"python": "Python", "torchrl": "TorchRL"}
 # Issue #36's goals against the peers: per-call operations at least 10x faster than the
 # peer, bulk ones never slower. A row is bulk when its hand-written floor takes at least
 # BULK_FLOOR_NS (the tensor work, I/O or transfer then dominates), per-call otherwise.
@@ -363,20 +364,9 @@ def markdown(reports: dict[str, dict], results: Path = RESULTS) -> str:
                          else " | |" for p in peers)
             out.append(f"| `{r['name']}` | {fmt_ns(r['tensordict_ns'])} | "
                        f"{fmt_ns(r['floor_ns'])} | {r['ratio']:.2f}x | {m_s} | {t_s} |{vs}")
-        others = [r for r in data.get("peer_rows", []) if r["variant"] not in PEERS]
-        if others:
-            out += ["", "Other ways of doing it in the peer library:", "",
-                    "| benchmark | time | tensordict | peer time / tensordict time |",
-                    "| --- | --- | --- | --- |"]
-            for r in others:
-                td = fmt_ns(r["tensordict_ns"]) if r["tensordict_ns"] else ""
-                tf = f"{r['times_faster']:.1f}x" if r["times_faster"] else ""
-                out.append(f"| `{r['name']}` | {fmt_ns(r['peer_ns'])} | {td} | {tf} |")
+        out += other_peer_rows(data, fmt_ns)
         for peer in data.get("peers", []):
-            c = peer.get("context", {})
-            versions = ", ".join(f"{k} {c[k]}" for k in ("torch", "tensordict", "torchrl")
-                                 if k in c)
-            out.append(f"\nPeer: `{peer['command']}` ({versions}).")
+            out.append(f"\nPeer: `{peer['command']}` ({peer_versions(peer.get('context', {}))}).")
         out += counters_table(data)
     return "\n".join(out) + "\n"
 

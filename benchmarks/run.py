@@ -356,6 +356,27 @@ def regenerate_command(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in ["python3", str(script), *argv])
 
 
+def other_peer_rows(doc: dict, fmt) -> list[str]:
+    """The table of the peers' second ways of doing an operation (variants "<peer>_<how>",
+    python_consolidated), times written by `fmt`; shared with report.py."""
+    rows = [r for r in doc.get("peer_rows", []) if r["variant"] not in PEERS]
+    if not rows:
+        return []
+    out = ["", "Other ways of doing the same in the peer libraries (peer time / tensordict time):",
+           "", "| peer row | time | tensordict | times faster |", "| --- | ---: | ---: | ---: |"]
+    for r in rows:
+        td = fmt(r["tensordict_ns"]) if r["tensordict_ns"] else ""
+        tf = f"{r['times_faster']:.1f}x" if r["times_faster"] else ""
+        out.append(f"| `{r['name']}` | {fmt(r['peer_ns'])} | {td} | {tf} |")
+    return out
+
+
+def peer_versions(context: dict) -> str:
+    """The library versions a peer reported, for the line under a table."""
+    return ", ".join(f"{k} {context[k]}" for k in ("python", "torch", "tensordict", "torchrl")
+                     if k in context)
+
+
 def fmt_ns(x: float) -> str:
     if x >= 100:
         return f"{x:,.0f}"
@@ -444,19 +465,9 @@ def markdown(name: str, binary: Path, doc: dict, ratios: list[dict],
             row += (f" {fmt_ns(r[f'{p}_ns'])} | {r[f'vs_{p}']:.1f}x |" if f"vs_{p}" in r
                     else " | |")
         lines.append(row)
-    extra_peers = [r for r in doc.get("peer_rows", []) if r["variant"] not in PEERS]
-    if extra_peers:
-        lines += ["", "Other ways of doing the same in the peer libraries (peer time / "
-                  "tensordict time):", "", "| peer row | time (ns) | tensordict (ns) | "
-                  "times faster |", "| --- | ---: | ---: | ---: |"]
-        for r in extra_peers:
-            td = fmt_ns(r["tensordict_ns"]) if r["tensordict_ns"] else ""
-            tf = f"{r['times_faster']:.1f}x" if r["times_faster"] else ""
-            lines.append(f"| {r['name']} | {fmt_ns(r['peer_ns'])} | {td} | {tf} |")
+    lines += other_peer_rows(doc, fmt_ns)
     for peer in doc.get("peers", []):
-        ctx_p = peer.get("context", {})
-        versions = ", ".join(f"{k} {ctx_p[k]}" for k in ("python", "torch", "tensordict",
-                                                        "torchrl") if k in ctx_p)
+        versions = peer_versions(peer.get("context", {}))
         lines += ["", f"Peer `{peer['command']}`" + (f" ({versions})" if versions else "")
                   + ": run once after the binary in each of the "
                   f"{args.repetitions} round(s), on the same filter."]
