@@ -9,7 +9,18 @@
 //                                                          | weights and updates
 //   rb_sumtree256     SumTree set of 256 + find_prefix_sum | a flat-array sum tree by hand
 //                     of 256                               |
-// Every buffer is filled before timing.
+//   rb_sample256_without_replacement                       | a randperm per epoch, the next
+//                     SamplerWithoutReplacement sample of  | 256 of it, index_select per leaf
+//                     256                                  |
+//   rb_slice256       SliceSampler (slice_len 16, ends at  | trajectories from the done flags
+//                     ("next", "done")) sample of 256      | with torch ops, 16 random starts,
+//                                                          | index_select per leaf, the
+//                                                          | truncated/done/terminated flags
+//   rb_maxvalue_extend256                                  | a std heap of (rank, row) and a
+//                     TensorDictMaxValueWriter extend of   | memcpy of each kept item's rows
+//                     256 (rank ("next", "reward"))        |
+// The last three store 7 leaves (the 5 above, next/done and next/reward: one
+// episode ends on average every 50 rows). Every buffer is filled before timing.
 #include <benchmark/benchmark.h>
 #include "bench_main.h"
 
@@ -21,7 +32,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace td = tensordict;
@@ -45,8 +58,37 @@ std::vector<torch::Tensor> leaves(const td::TensorDictBase& d) {
   return {d.get("obs"), d.get("action"), d.get("reward"), d.get("done"), d.get({"next", "obs"})};
 }
 
+// The transitions of the slice and max-value rows: next/done ends an episode,
+// next/reward ranks a transition.
+td::TensorDict episode_steps(int64_t n) {
+  torch::Tensor done = torch::rand({n}).lt(0.02);
+  return td::TensorDict({{"obs", torch::randn({n, 4})},
+                         {"action", torch::randint(4, {n}, torch::kLong)},
+                         {"reward", torch::randn({n})},
+                         {"done", done},
+                         {"next", td::TensorDict({{"obs", torch::randn({n, 4})},
+                                                  {"done", done.clone()},
+                                                  {"reward", torch::randn({n})}},
+                                                 {n})}},
+                        {n});
+}
+
+std::vector<torch::Tensor> episode_leaves(const td::TensorDictBase& d) {
+  return {d.get("obs"),           d.get("action"),         d.get("reward"),          d.get("done"),
+          d.get({"next", "obs"}), d.get({"next", "done"}), d.get({"next", "reward"})};
+}
+
 // The raw storage of the floors: the same 5 leaves, filled.
 std::vector<torch::Tensor> raw_storage() { return leaves(transitions(kCapacity)); }
+
+// A floor's sample: the rows `idx` of every raw leaf, then `idx` (the "index" entry).
+std::vector<torch::Tensor> gather(const std::vector<torch::Tensor>& src, const torch::Tensor& idx) {
+  std::vector<torch::Tensor> out;
+  out.reserve(src.size() + 4);
+  for (const auto& t : src) out.push_back(t.index_select(0, idx));
+  out.push_back(idx);
+  return out;
+}
 
 rb::ReplayBuffer filled(std::shared_ptr<rb::Sampler> sampler = nullptr) {
   rb::ReplayBuffer buffer(kCapacity, std::move(sampler));
@@ -86,6 +128,20 @@ struct FlatTree {
     return n - leaves;
   }
 };
+
+// Times buffer.sample(kBatch), or `floor` (the same work by hand) for the floor row.
+template <bool kFloor, class Floor>
+void time_samples(benchmark::State& state, rb::ReplayBuffer& buffer, Floor&& floor) {
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      floor();
+    } else {
+      td::TensorDict s = buffer.sample(kBatch);
+      benchmark::DoNotOptimize(s);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
 
 template <bool kFloor>
 void add_one(benchmark::State& state) {
@@ -139,20 +195,10 @@ template <bool kFloor>
 void sample256(benchmark::State& state) {
   rb::ReplayBuffer buffer = filled();
   std::vector<torch::Tensor> src = raw_storage();
-  for (auto _ : state) {
-    if constexpr (kFloor) {
-      torch::Tensor idx = torch::randint(kCapacity, {kBatch}, torch::kLong);
-      std::vector<torch::Tensor> out;
-      out.reserve(src.size() + 1);
-      for (const auto& t : src) out.push_back(t.index_select(0, idx));
-      out.push_back(idx);
-      benchmark::DoNotOptimize(out);
-    } else {
-      td::TensorDict s = buffer.sample(kBatch);
-      benchmark::DoNotOptimize(s);
-    }
-  }
-  state.SetItemsProcessed(state.iterations() * kBatch);
+  time_samples<kFloor>(state, buffer, [&] {
+    torch::Tensor idx = torch::randint(kCapacity, {kBatch}, torch::kLong);
+    benchmark::DoNotOptimize(gather(src, idx));
+  });
 }
 
 template <bool kFloor>
@@ -223,6 +269,107 @@ void sumtree256(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 
+template <bool kFloor>
+void sample256_without_replacement(benchmark::State& state) {
+  rb::ReplayBuffer buffer = filled(std::make_shared<rb::SamplerWithoutReplacement>());
+  std::vector<torch::Tensor> src = raw_storage();
+  torch::Tensor order;
+  int64_t next = kCapacity;  // a new epoch at the first sample
+  time_samples<kFloor>(state, buffer, [&] {
+    if (next >= kCapacity) {
+      order = torch::randperm(kCapacity, torch::kLong);
+      next = 0;
+    }
+    const int64_t n = std::min(kBatch, kCapacity - next);  // the epoch's last batch is shorter
+    torch::Tensor idx = order.slice(0, next, next + n);
+    next += n;
+    benchmark::DoNotOptimize(gather(src, idx));
+  });
+}
+
+template <bool kFloor>
+void slice256(benchmark::State& state) {
+  constexpr int64_t kSliceLen = 16, kSlices = kBatch / kSliceLen;
+  rb::SliceSamplerOptions options;
+  options.slice_len = kSliceLen;
+  options.end_key = td::NestedKey{"next", "done"};
+  rb::ReplayBuffer buffer(kCapacity, std::make_shared<rb::SliceSampler>(options));
+  td::TensorDict data = episode_steps(kCapacity);
+  buffer.extend(data);  // full, the last row written is the last row
+  std::vector<torch::Tensor> src = episode_leaves(data);
+  const torch::Tensor stored_done = data.get({"next", "done"});
+  time_samples<kFloor>(state, buffer, [&] {
+    // Trajectories end at each done flag and at the row written last.
+    torch::Tensor ends = stored_done.clone();
+    ends[kCapacity - 1] = true;
+    torch::Tensor stops = ends.nonzero().squeeze(1);
+    torch::Tensor starts = torch::cat({torch::zeros({1}, torch::kLong), stops.slice(0, 0, -1) + 1});
+    torch::Tensor lengths = stops - starts + 1;
+    torch::Tensor fit = lengths.ge(kSliceLen);
+    torch::Tensor fit_starts = starts.masked_select(fit), fit_len = lengths.masked_select(fit);
+    torch::Tensor pick = torch::randint(fit_starts.numel(), {kSlices}, torch::kLong);
+    torch::Tensor room = fit_len.index_select(0, pick) - (kSliceLen - 1);
+    torch::Tensor offset = (torch::rand({kSlices}, torch::kDouble) * room).floor().to(torch::kLong);
+    torch::Tensor first = fit_starts.index_select(0, pick) + offset;
+    torch::Tensor idx =
+        (first.unsqueeze(1) + torch::arange(kSliceLen, torch::kLong)).reshape({kBatch});
+    std::vector<torch::Tensor> out = gather(src, idx);
+    torch::Tensor truncated = torch::zeros({kSlices, kSliceLen}, torch::kBool);
+    truncated.select(1, kSliceLen - 1).fill_(true);
+    truncated = truncated.reshape({kBatch});
+    out[5] = out[5].logical_or(truncated);  // next/done or'ed with the slice end
+    out.push_back(truncated);
+    out.push_back(torch::zeros({kBatch}, torch::kBool));  // next/terminated: none stored
+    benchmark::DoNotOptimize(out);
+  });
+}
+
+template <bool kFloor>
+void maxvalue_extend256(benchmark::State& state) {
+  rb::ReplayBuffer buffer(kCapacity, nullptr, "memory", {},
+                          std::make_shared<rb::TensorDictMaxValueWriter>());
+  td::TensorDict data = episode_steps(kCapacity);
+  buffer.extend(data);
+  td::TensorDict batch = episode_steps(kBatch);
+  // The floor: a min-heap of (rank, row) over the same filled storage.
+  std::vector<torch::Tensor> dst = episode_leaves(data.clone());
+  std::vector<torch::Tensor> src = episode_leaves(batch);
+  using Entry = std::pair<double, int64_t>;
+  std::vector<Entry> heap;
+  {
+    const float* r = dst[6].data_ptr<float>();
+    for (int64_t i = 0; i < kCapacity; ++i) heap.emplace_back(r[i], i);
+    std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  }
+  std::vector<size_t> row_bytes;
+  for (const auto& t : src) row_bytes.push_back(t.nbytes() / kBatch);
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      torch::Tensor rows = torch::full({kBatch}, -1, torch::kLong);
+      int64_t* out = rows.data_ptr<int64_t>();
+      const float* rank = src[6].data_ptr<float>();
+      for (int64_t k = 0; k < kBatch; ++k) {
+        if (rank[k] <= heap.front().first) continue;  // ranks too low: dropped
+        std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+        const int64_t row = heap.back().second;
+        heap.back() = {rank[k], row};
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+        for (int64_t j = 0; j < k; ++j)  // an earlier item of the batch on that row is lost
+          if (out[j] == row) out[j] = -1;
+        out[k] = row;
+        for (size_t leaf = 0; leaf < dst.size(); ++leaf)
+          std::memcpy(static_cast<char*>(dst[leaf].data_ptr()) + row * row_bytes[leaf],
+                      static_cast<const char*>(src[leaf].data_ptr()) + k * row_bytes[leaf],
+                      row_bytes[leaf]);
+      }
+      benchmark::DoNotOptimize(rows);
+    } else {
+      benchmark::DoNotOptimize(buffer.extend(batch));
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
 void register_all() {
   const NamedBench benchmarks[] = {
       {"BM_rb_add/tensordict", add_one<false>},
@@ -235,6 +382,12 @@ void register_all() {
       {"BM_rb_prioritized256/floor", prioritized256<true>},
       {"BM_rb_sumtree256/tensordict", sumtree256<false>},
       {"BM_rb_sumtree256/floor", sumtree256<true>},
+      {"BM_rb_sample256_without_replacement/tensordict", sample256_without_replacement<false>},
+      {"BM_rb_sample256_without_replacement/floor", sample256_without_replacement<true>},
+      {"BM_rb_slice256/tensordict", slice256<false>},
+      {"BM_rb_slice256/floor", slice256<true>},
+      {"BM_rb_maxvalue_extend256/tensordict", maxvalue_extend256<false>},
+      {"BM_rb_maxvalue_extend256/floor", maxvalue_extend256<true>},
   };
   register_min_time(benchmarks, 0.3);
 }

@@ -1,4 +1,5 @@
-// The replay buffer of examples/replay_buffer next to hand-written floors:
+// The replay buffer of examples/replay_buffer (a tensordict::rb::ReplayBuffer
+// over a from_schema storage) next to hand-written floors:
 // writing one transition and a batch of 256 (floor: memcpy of each leaf's
 // bytes into the same preallocated storage), and a uniform sample of 256
 // (floor: randint + index_select on each raw leaf tensor).
@@ -23,7 +24,7 @@
 
 namespace fs = std::filesystem;
 namespace td = tensordict;
-using replay::ReplayBuffer;
+using replay::Buffer;
 
 namespace {
 
@@ -48,14 +49,14 @@ td::TensorDict transitions(int64_t n) {
 }
 
 // One buffer per storage, filled once so that every page exists.
-ReplayBuffer& buffer(const std::string& storage) {
-  static std::map<std::string, ReplayBuffer> buffers;
+Buffer& buffer(const std::string& storage) {
+  static std::map<std::string, Buffer> buffers;
   auto it = buffers.find(storage);
   if (it == buffers.end()) {
     std::optional<fs::path> dir;
     if (storage == "memmap") dir = bench_dir() / "replay";
-    ReplayBuffer rb = ReplayBuffer::create(kCapacity, storage, dir);
-    rb.extend(transitions(kCapacity));
+    Buffer rb = Buffer::create(kCapacity, storage, dir);
+    rb.buffer().extend(transitions(kCapacity));
     it = buffers.emplace(storage, std::move(rb)).first;
   }
   return it->second;
@@ -71,7 +72,7 @@ const std::string kStorages[] = {"memmap", "memory"};
 
 template <bool kFloor>
 void write_one(benchmark::State& state, const std::string& storage) {
-  ReplayBuffer& rb = buffer(storage);
+  Buffer& rb = buffer(storage);
   td::TensorDict one = transitions(1)[0];
   std::vector<torch::Tensor> dst = leaves(rb.storage());
   std::vector<torch::Tensor> src = leaves(one);
@@ -81,7 +82,7 @@ void write_one(benchmark::State& state, const std::string& storage) {
       memcpy_rows(dst, src, row, 1);
       row = (row + 1) % kCapacity;
     } else {
-      benchmark::DoNotOptimize(rb.add(one));
+      benchmark::DoNotOptimize(rb.buffer().add(one));
     }
   }
   state.SetItemsProcessed(state.iterations());
@@ -89,7 +90,7 @@ void write_one(benchmark::State& state, const std::string& storage) {
 
 template <bool kFloor>
 void write_batch(benchmark::State& state, const std::string& storage) {
-  ReplayBuffer& rb = buffer(storage);
+  Buffer& rb = buffer(storage);
   td::TensorDict batch = transitions(kBatch);
   std::vector<torch::Tensor> dst = leaves(rb.storage());
   std::vector<torch::Tensor> src = leaves(batch);
@@ -99,7 +100,7 @@ void write_batch(benchmark::State& state, const std::string& storage) {
       memcpy_rows(dst, src, row, kBatch);
       row = (row + kBatch) % kCapacity;  // kCapacity is a multiple of kBatch: no wrap
     } else {
-      benchmark::DoNotOptimize(rb.extend(batch));
+      benchmark::DoNotOptimize(rb.buffer().extend(batch));
     }
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
@@ -107,8 +108,9 @@ void write_batch(benchmark::State& state, const std::string& storage) {
 
 template <bool kFloor>
 void sample(benchmark::State& state, const std::string& storage) {
-  ReplayBuffer& rb = buffer(storage);
+  Buffer& rb = buffer(storage);
   std::vector<torch::Tensor> src = leaves(rb.storage());
+  tensordict::rb::RandomSampler uniform;
   for (auto _ : state) {
     if constexpr (kFloor) {
       torch::Tensor idx = torch::randint(kCapacity, {kBatch}, torch::kLong);
@@ -117,7 +119,7 @@ void sample(benchmark::State& state, const std::string& storage) {
       for (const auto& t : src) out.push_back(t.index_select(0, idx));
       benchmark::DoNotOptimize(out);
     } else {
-      replay::Transition batch = rb.sample(kBatch);
+      replay::Transition batch = rb.at(uniform.sample(rb.size(), kBatch, nullptr).index);
       benchmark::DoNotOptimize(batch);
     }
   }

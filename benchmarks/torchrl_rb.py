@@ -29,7 +29,11 @@ quotes it). Without either, the script is a peer of bench_rb for
 --min-time, then --repetitions runs), and writes one Google Benchmark JSON
 document (stdout, or --out FILE) whose rows carry bench_rb's op names with the
 variant torchrl: BM_rb_add/torchrl, BM_rb_extend256/torchrl,
-BM_rb_sample256/torchrl, BM_rb_prioritized256/torchrl, BM_rb_sumtree256/torchrl.
+BM_rb_sample256/torchrl, BM_rb_prioritized256/torchrl, BM_rb_sumtree256/torchrl,
+BM_rb_sample256_without_replacement/torchrl, BM_rb_slice256/torchrl,
+BM_rb_maxvalue_extend256/torchrl. The last two store 7 leaves: the 5 above and
+("next", "done") (an episode ends every 50 rows on average) and ("next",
+"reward"), the rank of TensorDictMaxValueWriter.
 --filter is then a regular expression on those names, and --suite names the
 binary whose rows are wanted (only "rb" has any).
 """
@@ -50,6 +54,9 @@ from torchrl.data import (
     RandomSampler,
     ReplayBuffer,
     RoundRobinWriter,
+    SamplerWithoutReplacement,
+    SliceSampler,
+    TensorDictMaxValueWriter,
 )
 from torchrl.data.replay_buffers.samplers import prioritized as torchrl_prioritized
 
@@ -75,14 +82,23 @@ def transitions(n):
     )
 
 
-def buffer(sampler=None, fill=True):
+def episode_steps(n):
+    """n rows of the 7-leaf transition: ("next", "done") ends an episode,
+    ("next", "reward") ranks a row."""
+    rows = transitions(n)
+    rows["next", "done"] = rows["done"].clone()
+    rows["next", "reward"] = torch.randn(n)
+    return rows
+
+
+def buffer(sampler=None, fill=True, writer=None, rows=transitions):
     rb = ReplayBuffer(
         storage=LazyTensorStorage(CAPACITY),
         sampler=sampler if sampler is not None else RandomSampler(),
-        writer=RoundRobinWriter(),
+        writer=writer if writer is not None else RoundRobinWriter(),
     )
     if fill:
-        rb.extend(transitions(CAPACITY))
+        rb.extend(rows(CAPACITY))
     return rb
 
 
@@ -155,6 +171,20 @@ def cases():
 
         return call
 
+    def sample_without_replacement():
+        rb = buffer(SamplerWithoutReplacement())
+        return lambda: rb.sample(BATCH)
+
+    def sample_slices():
+        rb = buffer(SliceSampler(slice_len=16, end_key=("next", "done")), rows=episode_steps)
+        return lambda: rb.sample(BATCH)
+
+    def max_value_extend():
+        rb = buffer(writer=TensorDictMaxValueWriter(rank_key=("next", "reward")),
+                    rows=episode_steps)
+        rows = episode_steps(BATCH)
+        return lambda: rb.extend(rows)
+
     return [
         ("rb_add_one", "add one transition", add_one, None),
         ("rb_extend256", "extend by 256 transitions", extend, None),
@@ -164,6 +194,13 @@ def cases():
          sample_prioritized_update, prioritized_unavailable()),
         ("sum_tree_update_sample256", "SumSegmentTreeFp32: set 256 leaves, 256 prefix sums",
          sum_tree, prioritized_unavailable()),
+        ("rb_sample256_without_replacement", "sample 256 (SamplerWithoutReplacement)",
+         sample_without_replacement, None),
+        ("rb_slice256", "sample 256 (SliceSampler, slice_len 16, end_key (next, done))",
+         sample_slices, None),
+        ("rb_maxvalue_extend256",
+         "extend by 256 (TensorDictMaxValueWriter, rank_key (next, reward))",
+         max_value_extend, None),
     ]
 
 
@@ -174,6 +211,9 @@ BENCH_RB_OPS = {
     "rb_sample256_uniform": "rb_sample256",
     "rb_sample256_prioritized_update": "rb_prioritized256",
     "sum_tree_update_sample256": "rb_sumtree256",
+    "rb_sample256_without_replacement": "rb_sample256_without_replacement",
+    "rb_slice256": "rb_slice256",
+    "rb_maxvalue_extend256": "rb_maxvalue_extend256",
 }
 
 

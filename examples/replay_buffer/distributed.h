@@ -19,7 +19,13 @@
 //   ID-progress    per actor (batch [N]): written (transitions in total, kept
 //                  across runs), run_written and seconds (the last run), so the
 //                  learner knows which rows hold data;
-//   ID-priorities  the prioritized sampler's weights, saved by the learner.
+//   ID-priorities  the prioritized sampler's state (the leaves of its trees and
+//                  the largest priority), saved by the learner.
+// The rows are written by the actors with a cursor per segment kept in the
+// store, which rb::ReplayBuffer's in-process writer cannot share across
+// processes. So the actors write the store themselves, and the learner draws
+// uniformly over the filled rows of every segment and by priority through
+// the library's rb::PrioritizedSampler, reading the store directly.
 // An actor updates its progress row only after its rows are written (one
 // MULTI/EXEC each), so the learner samples only complete rows.
 #pragma once
@@ -37,12 +43,13 @@
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace replay {
+
+using at::indexing::Slice;
 
 struct DistributedOptions {
   std::string redis;                 // "host:port" or a Unix socket path
@@ -91,6 +98,25 @@ inline td::storage::Redis redis_store(const DistributedOptions& o, const std::st
   td::storage::Redis r = td::redis::options_from(redis_storage_options(o));
   r.td_id = td_id;
   return r;
+}
+
+// The prioritized sampler's state as a tensordict any storage can keep, and back.
+inline td::TensorDict priorities_state(const rb::PrioritizedSampler& sampler) {
+  const rb::PrioritizedSamplerState state = sampler.state();
+  return td::TensorDict(
+      {{"sum_leaves", state.sum_leaves},
+       {"min_leaves", state.min_leaves},
+       {"max_priority", at::scalar_tensor(state.max_priority, at::kDouble)},
+       {"max_priority_slot", at::scalar_tensor(state.max_priority_slot, at::kLong)}});
+}
+inline void load_priorities_state(rb::PrioritizedSampler& sampler,
+                                  const td::TensorDictBase& saved) {
+  rb::PrioritizedSamplerState state = sampler.state();  // alpha, beta, eps, capacity
+  state.sum_leaves = saved.get("sum_leaves").contiguous();
+  state.min_leaves = saved.get("min_leaves").contiguous();
+  state.max_priority = saved.get("max_priority").item<double>();
+  state.max_priority_slot = saved.get("max_priority_slot").item<int64_t>();
+  sampler.load_state(state);
 }
 
 // Seconds since the epoch: actors' clocks compared by the learner (one host,
@@ -176,13 +202,14 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
   at::Tensor before = progress.get("written").clone();
   const int64_t written_before = before.sum().item<int64_t>();
 
-  PrioritizedSampler sampler(capacity);
+  std::shared_ptr<rb::PrioritizedSampler> prioritized_sampler = make_prioritized_sampler(capacity);
+  rb::PrioritizedSampler& sampler = *prioritized_sampler;
   std::vector<int64_t> known(static_cast<std::size_t>(n), 0);  // rows the sampler knows, per actor
   bool priorities_loaded = false;
   if (resume) {
     try {
       auto saved = td::redis::from_store(redis_store(o, id + "-priorities"));
-      sampler.load_state(saved, id + "-priorities");
+      load_priorities_state(sampler, saved);
       priorities_loaded = true;
       for (int64_t k = 0; k < n; ++k) known[k] = before[k].item<int64_t>();
     } catch (const td::KeyError&) {  // never saved: the rows start with equal priorities
@@ -194,7 +221,7 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
       const int64_t now = written[k].item<int64_t>();
       const int64_t from = std::max(known[k], now - segment);
       if (now > from)
-        sampler.mark_written(at::arange(from, now, at::kLong).remainder_(segment) + k * segment);
+        sampler.on_write(at::arange(from, now, at::kLong).remainder_(segment) + k * segment);
       known[k] = now;
     }
   };
@@ -255,7 +282,7 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
   }
 
   // ---- sample while they write --------------------------------------------
-  std::mt19937_64 rng(o.seed);
+  at::manual_seed(static_cast<int64_t>(o.seed));
   bool ok = true, rows_ok = true;
   int64_t uniform = 0, prioritized = 0;
   double uniform_busy = 0, prioritized_busy = 0;
@@ -293,10 +320,10 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
     Transition batch = Transition::from_tensordict(buffer.index({rows}));  // one round trip
     uniform_busy += seconds_since(start);
     start = Clock::now();
-    PrioritizedSampler::Batch pick = sampler.sample(o.batch_size, capacity, rng);
-    Transition picked = Transition::from_tensordict(buffer.index({pick.indices}));
+    const at::Tensor pick = sampler.sample(capacity, o.batch_size, nullptr).index;
+    Transition picked = Transition::from_tensordict(buffer.index({pick}));
     // A stand-in for the learner's |TD error|: episode ends matter more.
-    sampler.update_priorities(pick.indices, picked.done().to(at::kFloat) * 10 + 0.1);
+    sampler.update_priority(pick, picked.done().to(at::kFloat) * 10 + 0.1);
     prioritized_busy += seconds_since(start);
     rows_ok &= whole_transitions(batch) && whole_transitions(picked);
     ++uniform;
@@ -347,7 +374,7 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
   }
 
   // ---- what a restarted learner needs ---------------------------------------
-  td::redis::from_tensordict(sampler.state(), redis_store(o, id + "-priorities"));
+  td::redis::from_tensordict(priorities_state(sampler), redis_store(o, id + "-priorities"));
   std::cout
       << "\nrestart the learner from the store with:\n  replay_buffer --storage redis --redis "
       << o.redis << " --resume " << id << "\n";

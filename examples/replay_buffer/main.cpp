@@ -1,6 +1,7 @@
 // The README's main example: an RL replay buffer on tensordict.
 //
-// It pre-allocates a buffer from a typed schema (memmap by default), writes
+// It pre-allocates a buffer from a typed schema (memmap by default) and keeps
+// it in a tensordict::rb::ReplayBuffer (replay_buffer.h), writes
 // transitions of a synthetic environment one at a time and in batches,
 // samples batches uniformly and with priorities (updating them), checks every
 // sampled row against what was written, and reopens the buffer from its
@@ -24,6 +25,9 @@
 #include "../example_support.h"
 
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -37,11 +41,11 @@
 
 namespace td = tensordict;
 namespace fs = std::filesystem;
+namespace rb = tensordict::rb;
+using replay::Buffer;
 using replay::Clock;
 using replay::make_batch;
 using replay::make_transition;
-using replay::PrioritizedSampler;
-using replay::ReplayBuffer;
 using replay::report;
 using replay::seconds_since;
 using replay::Transition;
@@ -186,11 +190,11 @@ Options parse(int argc, char** argv) {
 
 // Every row of `batch` is a whole transition of the environment, from the
 // last `size` written.
-bool consistent(const Transition& batch, const ReplayBuffer& rb) {
+bool consistent(const Transition& batch, const Buffer& buffer) {
   at::Tensor ids = batch.reward().to(at::kLong);
   return replay::whole_transitions(batch) &&
-         ids.ge(rb.total_written() - rb.size()).all().item<bool>() &&
-         ids.lt(rb.total_written()).all().item<bool>();
+         ids.ge(buffer.total_written() - buffer.size()).all().item<bool>() &&
+         ids.lt(buffer.total_written()).all().item<bool>();
 }
 
 // ---- output -----------------------------------------------------------------
@@ -263,12 +267,19 @@ int run_distributed(const Options& opt, const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef __GLIBC__
+  // Every sample allocates its batch (256 transitions: two 5 MiB frame leaves)
+  // and frees it a moment later. By default glibc may give such blocks back to
+  // the kernel and fault fresh zeroed pages in at the next batch, which made a
+  // prioritized sample 3x slower here; keep them in the heap for reuse.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
   Options opt = parse(argc, argv);
 #ifdef TENSORDICT_EXAMPLE_WITH_REDIS
   if (opt.storage == "redis") return run_distributed(opt, argv[0]);
 #endif
   at::manual_seed(static_cast<int64_t>(opt.seed));
-  std::mt19937_64 rng(opt.seed);
 
   std::unique_ptr<example::TempDir> temp;
   if (opt.storage == "memmap" && !opt.dir) {
@@ -277,14 +288,12 @@ int main(int argc, char** argv) {
   }
 
   // ---- create, or resume what an earlier run left ---------------------------
-  const bool resume = opt.dir && !opt.fresh && ReplayBuffer::exists(*opt.dir);
-  ReplayBuffer rb = resume ? ReplayBuffer::open(*opt.dir)
-                           : ReplayBuffer::create(opt.capacity, opt.storage, opt.dir);
-  PrioritizedSampler sampler(rb.capacity());
-  if (resume && fs::exists(*opt.dir / "priorities"))
-    sampler.load(*opt.dir / "priorities");
-  else if (rb.size() > 0)
-    sampler.mark_written(at::arange(rb.size(), at::kLong));
+  const bool resume = opt.dir && !opt.fresh && Buffer::exists(*opt.dir);
+  Buffer rb = resume ? Buffer::open(*opt.dir) : Buffer::create(opt.capacity, opt.storage, opt.dir);
+  rb.buffer().manual_seed(opt.seed);
+  // Uniform batches come from a second sampler over the same rows; the
+  // buffer's own sampler is the prioritized one.
+  rb::RandomSampler uniform;
 
   const double kb_per_row = 84 * 84 * 3 * 2 / 1024.0 + (4 * 4 + 4 + 1) / 1024.0;
   std::cout << "replay buffer: " << opt.storage << " storage"
@@ -305,7 +314,7 @@ int main(int argc, char** argv) {
     for (int64_t k = 0; k < opt.steps; ++k) {
       td::TensorDict t = make_transition(rb.total_written());
       auto start = Clock::now();
-      sampler.mark_written(rb.add(t));
+      rb.buffer().add(t);
       busy += seconds_since(start);
       bar.update(k + 1);
     }
@@ -319,7 +328,7 @@ int main(int argc, char** argv) {
     for (int64_t k = 0; k < opt.batches; ++k) {
       td::TensorDict batch = make_batch(rb.total_written(), opt.batch_size);
       auto start = Clock::now();
-      sampler.mark_written(rb.extend(batch));
+      rb.buffer().extend(batch);
       busy += seconds_since(start);
       bar.update(k + 1);
     }
@@ -335,7 +344,7 @@ int main(int argc, char** argv) {
     bool rows_ok = true;
     for (int64_t k = 0; k < opt.samples; ++k) {
       auto start = Clock::now();
-      Transition batch = rb.sample(opt.batch_size);
+      Transition batch = rb.at(uniform.sample(rb.size(), opt.batch_size, nullptr).index);
       busy += seconds_since(start);
       rows_ok &= consistent(batch, rb);
       bar.update(k + 1);
@@ -352,14 +361,14 @@ int main(int argc, char** argv) {
     int64_t drawn = 0, done_drawn = 0;
     for (int64_t k = 0; k < opt.samples; ++k) {
       auto start = Clock::now();
-      PrioritizedSampler::Batch pick = sampler.sample(opt.batch_size, rb.size(), rng);
-      Transition batch = rb.at(pick.indices);
+      td::TensorDict picked = rb.buffer().sample(opt.batch_size);  // + index, priority_weight
+      Transition batch = Transition::from_tensordict(picked);
       busy += seconds_since(start);
       rows_ok &= consistent(batch, rb);
       // A stand-in for the learner's |TD error| (a learner would also scale its
-      // loss by pick.weights, the importance weights).
-      at::Tensor td_error = batch.done().to(at::kFloat) * 10 + 0.1;
-      sampler.update_priorities(pick.indices, td_error);
+      // loss by picked["priority_weight"], the importance weights).
+      picked.set("td_error", batch.done().to(at::kFloat) * 10 + 0.1);
+      rb.buffer().update_tensordict_priority(picked);
       if (k >= opt.samples / 2) {  // once most priorities are known
         drawn += opt.batch_size;
         done_drawn += batch.done().sum().item<int64_t>();
@@ -380,14 +389,12 @@ int main(int argc, char** argv) {
   // ---- restart: reopen the directory as a new process would --------------------
   if (opt.dir) {
     rb.flush();
-    sampler.save(*opt.dir / "priorities");
     if (rb.size() > 0) {
-      at::Tensor probe = rb.sample_indices(std::min<int64_t>(opt.batch_size, rb.size()));
+      at::Tensor probe =
+          uniform.sample(rb.size(), std::min<int64_t>(opt.batch_size, rb.size()), nullptr).index;
       Transition before = rb.at(probe);
       auto start = Clock::now();
-      ReplayBuffer reopened = ReplayBuffer::open(*opt.dir);
-      PrioritizedSampler reloaded(reopened.capacity());
-      reloaded.load(*opt.dir / "priorities");
+      Buffer reopened = Buffer::open(*opt.dir);
       const double secs = seconds_since(start);
       Transition after = reopened.at(probe);
       ok &= example::check(reopened.cursor() == rb.cursor() && reopened.size() == rb.size() &&
@@ -395,7 +402,7 @@ int main(int argc, char** argv) {
                            "write position survives a restart");
       ok &= example::check((before == after).all(), "stored transitions survive a restart");
       ok &= example::check(
-          reloaded.weight(probe[0].item<int64_t>()) == sampler.weight(probe[0].item<int64_t>()),
+          reopened.priorities().sum_tree().get(probe).equal(rb.priorities().sum_tree().get(probe)),
           "priorities survive a restart");
       std::cout << "\nreopened " << opt.dir->string() << " in " << std::setprecision(2)
                 << 1e3 * secs << " ms: write position " << reopened.cursor() << ", "

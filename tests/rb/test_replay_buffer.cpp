@@ -410,3 +410,28 @@ TEST(ReplayBuffer, CustomSamplerHearsEveryWrite) {
   EXPECT_EQ(sampler->written, (std::vector<int64_t>{0, 2, 3, 0, 1}));
   EXPECT_EQ(ids_of(buffer.sample(3)), (std::vector<int64_t>{4, 5, 2}));
 }
+
+// Rows of 4 KiB or more (image frames) are gathered by index_select, smaller
+// ones row by row: both give the sampled rows, in the sampled order.
+TEST(ReplayBufferSample, GathersLargeAndSmallRowsAlike) {
+  const int64_t n = 16;
+  for (const std::string storage : {"memory", "shared"}) {
+    rb::ReplayBuffer buffer(
+        td::from_schema(td::Schema{{"frame", {{64, 80}, at::kByte}}, {"id", {{}, at::kLong}}}, {n},
+                        storage),
+        nullptr);
+    at::Tensor ids = at::arange(n, at::kLong);
+    buffer.extend(td::TensorDict(
+        {{"frame", ids.to(at::kByte).view({n, 1, 1}).expand({n, 64, 80}).contiguous()},
+         {"id", ids}},
+        {n}));
+    buffer.manual_seed(3);
+    td::TensorDict s = buffer.sample(256);
+    at::Tensor index = s.get("index");
+    EXPECT_TRUE(at::equal(s.get("id"), index)) << storage;
+    EXPECT_TRUE(
+        at::equal(s.get("frame"), index.to(at::kByte).view({256, 1, 1}).expand({256, 64, 80})))
+        << storage;
+    EXPECT_LT(index.min().item<int64_t>(), index.max().item<int64_t>()) << storage;
+  }
+}
