@@ -71,6 +71,19 @@ std::vector<double> TensorDictMaxValueWriter::ranks(const TensorDictBase& data,
   if (c10::isComplexType(type) || !(c10::isFloatingType(type) || c10::isIntegralType(type, true)))
     throw TypeError(where + " is " + std::string(c10::toString(type)) + ", expected real numbers");
   const int64_t n = lead ? t.size(0) : 1;
+  // One float or double per item in CPU memory (a reward column): read as it
+  // is, without the conversions below (a few tensor calls per write).
+  if (t.device().is_cpu() && t.numel() == n && t.is_contiguous() &&
+      (type == at::kFloat || type == at::kDouble)) {
+    std::vector<double> out(static_cast<std::size_t>(n));
+    for (int64_t k = 0; k < n; ++k) {
+      const double v = type == at::kFloat ? static_cast<double>(t.data_ptr<float>()[k])
+                                          : t.data_ptr<double>()[k];
+      if (std::isnan(v)) throw ValueError(where + " is NaN for item " + std::to_string(k));
+      out[static_cast<std::size_t>(k)] = v;
+    }
+    return out;
+  }
   t = t.to(at::kCPU).reshape({n, -1});
   const int64_t per_item = t.size(1);
   if (per_item == 0) throw ShapeError(where + " has no element per item");

@@ -86,7 +86,7 @@ struct ReplayBuffer::State {
   // Copies one checked row (`src`, its leaves) into row r of the storage.
   void write_row(int64_t r, const TensorDictBase& row, const std::vector<at::Tensor>& src);
   // extend() through a writer other than RoundRobinWriter: the rows it chose.
-  at::Tensor extend_chosen(const TensorDictBase& batch);
+  at::Tensor extend_chosen(const TensorDictBase& batch, const std::vector<at::Tensor>& src);
 
   // Takes `given` (a RandomSampler when null), checked against the capacity.
   void set_sampler(std::shared_ptr<Sampler> given) {
@@ -382,8 +382,9 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   s.check("ReplayBuffer::extend", batch, 1, n, src);
   if (n == 0) return at::empty({0}, at::kLong);
   if (!s.round_robin) {
+    at::Tensor rows = s.extend_chosen(batch, src);
     src.clear();
-    return s.extend_chosen(batch);
+    return rows;
   }
   const int64_t kept = std::min(n, s.capacity);
   const int64_t skip = n - kept;  // items overwritten within this same extend
@@ -423,18 +424,50 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   return rows;
 }
 
-at::Tensor ReplayBuffer::State::extend_chosen(const TensorDictBase& batch) {
+at::Tensor ReplayBuffer::State::extend_chosen(const TensorDictBase& batch,
+                                              const std::vector<at::Tensor>& src) {
   const at::Tensor item_rows = writer->write_rows(batch, capacity);  // -1: not kept
-  const at::Tensor items = item_rows.ge(0).nonzero().view({-1});
-  const at::Tensor rows = item_rows.index_select(0, items);
-  if (rows.numel() == 0) return item_rows;
+  // The items kept and their rows, read in one pass (a writer that keeps few
+  // items, the max-value one on a full buffer, spends most of a write here).
+  const at::Tensor given = item_rows.to(at::kCPU).to(at::kLong).contiguous();
+  const int64_t* row_of = given.data_ptr<int64_t>();
+  std::vector<int64_t> kept_items, kept_rows;
+  for (int64_t k = 0; k < given.numel(); ++k)
+    if (row_of[k] >= 0) {
+      kept_items.push_back(k);
+      kept_rows.push_back(row_of[k]);
+    }
+  if (kept_rows.empty()) return item_rows;
+  const auto count = static_cast<int64_t>(kept_rows.size());
+  const at::Tensor items = at::empty({count}, at::kLong);
+  const at::Tensor rows = at::empty({count}, at::kLong);
+  std::memcpy(items.data_ptr<int64_t>(), kept_items.data(), kept_items.size() * sizeof(int64_t));
+  std::memcpy(rows.data_ptr<int64_t>(), kept_rows.data(), kept_rows.size() * sizeof(int64_t));
   try {
-    storage.index_put_({rows}, batch.index({items}));
+    if (direct) {
+      // Row by row: the writer keeps a few scattered items (a max-value
+      // writer on a full buffer), where two index calls per leaf cost more.
+      for (size_t k = 0; k < src.size(); ++k) {
+        const Leaf& leaf = leaves[k];
+        const at::Tensor& t = src[k];
+        if (!t.is_contiguous() || !t.device().is_cpu()) {
+          leaf.data.index_copy_(0, rows, t.index_select(0, items));
+          continue;
+        }
+        const char* from = static_cast<const char*>(t.data_ptr());
+        char* to = static_cast<char*>(leaf.data.data_ptr());
+        for (size_t i = 0; i < kept_rows.size(); ++i)
+          std::memcpy(to + kept_rows[i] * leaf.row_bytes, from + kept_items[i] * leaf.row_bytes,
+                      static_cast<size_t>(leaf.row_bytes));
+      }
+    } else {
+      storage.index_put_({rows}, batch.index({items}));
+    }
   } catch (...) {
     writer->undo();
     throw;
   }
-  last_row = rows[-1].item<int64_t>();
+  last_row = kept_rows.back();
   sampler->on_write(rows);
   return item_rows;
 }
