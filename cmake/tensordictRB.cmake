@@ -13,5 +13,6 @@ tensordict_add_library_component(tensordict_rb rb
   src/rb/slice_sampler.cpp
   src/rb/sampler.cpp
   src/rb/replay_buffer.cpp
+  src/rb/prefetcher.cpp
   src/rb/checkpoint.cpp)
 message(STATUS "tensordict: rb component (replay buffers)")
