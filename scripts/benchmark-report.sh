@@ -40,7 +40,7 @@ for b in "${BENCHES[@]}"; do
   PEERS=()
   ARGS=(--repetitions "$REPETITIONS")
   case "$b" in
-    bench_core | bench_ops | bench_memmap | bench_hdf5 | bench_redis | bench_parity)
+    bench_core | bench_ops | bench_memmap | bench_hdf5 | bench_redis | bench_parity | bench_checkpoint)
       PEERS=(--peer "$PYTHON_PEER") ;;
     # send/recv of each size and map; the paired rows (several floors and the
     # tensordict in turn inside one benchmark) get a report of their own below.

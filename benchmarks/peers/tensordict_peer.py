@@ -812,6 +812,76 @@ def parity_leaf_memory():
 
 
 # ---------------------------------------------------------------------------------------------
+# checkpoint: bench_checkpoint.cpp. The 101 MB transformer of examples/checkpoint_model.h
+# ("100mb": vocab 12000, context 512, dim 512, hidden 2048, 6 blocks), the same modules under
+# the same names, saved with from_module + memmap and loaded back into the module.
+
+class _Block(torch.nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.ln2 = torch.nn.LayerNorm(dim)
+        self.fc1 = torch.nn.Linear(dim, hidden)
+        self.fc2 = torch.nn.Linear(hidden, dim)
+
+
+class _Transformer(torch.nn.Module):
+    def __init__(self, vocab=12000, context=512, dim=512, hidden=2048, blocks=6):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Embedding(context, dim)
+        self.blocks = torch.nn.ModuleList(_Block(dim, hidden) for _ in range(blocks))
+        self.ln_f = torch.nn.LayerNorm(dim)
+        self.register_buffer("position_ids", torch.arange(context))
+
+
+_CKPT = {}
+
+
+def ckpt_model():
+    if "model" not in _CKPT:
+        torch.manual_seed(0)
+        _CKPT["model"] = _Transformer()
+    return _CKPT["model"]
+
+
+# The C++ rows run 10 iterations each (real time): the same here.
+@row("checkpoint", "BM_ckpt_save_100MB/python", iterations=10)
+def ckpt_save():
+    m, path = ckpt_model(), bench_dir() / "ckpt_save"
+    # TensorDict.from_module(model).memmap(path): one writer thread (num_threads=0)
+    return lambda: TensorDict.from_module(m).memmap(path, existsok=True)
+
+
+@row("checkpoint", "BM_ckpt_save_100MB/python_torch_save", iterations=10)
+def ckpt_torch_save():
+    m, path = ckpt_model(), bench_dir() / "ckpt.pt"
+    return lambda: torch.save(m.state_dict(), path)  # torch.save(model.state_dict(), path)
+
+
+@row("checkpoint", "BM_ckpt_load_100MB/python", iterations=10)
+def ckpt_load():
+    m, path = ckpt_model(), bench_dir() / "ckpt_load"
+    TensorDict.from_module(m).memmap(path, existsok=True)
+    target = _Transformer()
+    # TensorDict.load_memmap(path).to_module(model, inplace=True): the values copied into the
+    # module's own parameters, as the C++ default (to_module copies)
+    return lambda: TensorDict.load_memmap(path).to_module(target, inplace=True)
+
+
+@row("checkpoint", "BM_ckpt_load_100MB/python_swap", iterations=10)
+def ckpt_load_swap():
+    m, path = ckpt_model(), bench_dir() / "ckpt_load_swap"
+    TensorDict.from_module(m).memmap(path, existsok=True)
+    target = _Transformer()
+    # TensorDict.load_memmap(path).to_module(model): Python's default, the module's parameters
+    # swapped for the mapped tensors (zero-copy, as the C++ share_storage)
+    return lambda: TensorDict.load_memmap(path).to_module(target)
+
+
+# ---------------------------------------------------------------------------------------------
 # Driver
 
 def context():
@@ -903,7 +973,7 @@ def main(argv=None):
     p.add_argument("--filter", help="only the rows whose name matches this regex (re.search)")
     p.add_argument("--suite", action="append",
                    help="only the rows mirroring this binary (core, ops, memmap, hdf5, redis, "
-                   "distributed, parity; repeatable)")
+                   "distributed, parity, checkpoint; repeatable)")
     p.add_argument("--out", help="write the JSON document here instead of stdout")
     p.add_argument("--list", action="store_true", help="print the rows (suite and name) and exit")
     p.add_argument("--repetitions", type=int, default=1)
