@@ -54,12 +54,16 @@ done
 /usr/bin/python3 benchmarks/run.py "$BUILD_DIR/benchmarks/bench_distributed" \
   --repetitions "$(( (REPETITIONS + 1) / 2 ))" --filter _paired --name distributed_paired
 # The per-call rows as instruction counts (valgrind's callgrind), which machine
-# load does not move: about 15 minutes (LibTorch starts under valgrind 4 times per row).
-/usr/bin/python3 benchmarks/callgrind.py "$BUILD_DIR/benchmarks/bench_core" BM_get BM_nested_get \
-  BM_set BM_update BM_keys BM_items --iterations 5000 25000 --json benchmarks/results/callgrind_core.json
-/usr/bin/python3 benchmarks/callgrind.py "$BUILD_DIR/benchmarks/bench_ops" BM_index_int \
-  BM_index_slice BM_index_long256 BM_index_mask BM_index_put_int BM_stack64 BM_cat64 \
-  BM_apply_mul2 BM_clone BM_update --json benchmarks/results/callgrind_ops.json
+# load does not move: about 15 minutes (LibTorch starts under valgrind 4 times
+# per row). CALLGRIND=0 keeps the counts already in benchmarks/results/.
+if [[ ${CALLGRIND:-1} != 0 ]]; then
+  /usr/bin/python3 benchmarks/callgrind.py "$BUILD_DIR/benchmarks/bench_core" BM_get BM_nested_get \
+    BM_set BM_update BM_keys BM_items --iterations 5000 25000 \
+    --json benchmarks/results/callgrind_core.json
+  /usr/bin/python3 benchmarks/callgrind.py "$BUILD_DIR/benchmarks/bench_ops" BM_index_int \
+    BM_index_slice BM_index_long256 BM_index_mask BM_index_put_int BM_stack64 BM_cat64 \
+    BM_apply_mul2 BM_clone BM_update --json benchmarks/results/callgrind_ops.json
+fi
 # The core and tensor operations again against Debian's LibTorch 1.13, where it
 # is installed (Debian 12): the report compares the two builds row by row.
 torch113=/usr/lib/x86_64-linux-gnu/cmake/Torch
