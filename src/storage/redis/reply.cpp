@@ -51,9 +51,13 @@ std::string_view ReplyView::text(std::string_view what) const {
   return {r_->str, r_->len};
 }
 
+// One test of the type: this reads every row run of a leaf.
 std::string_view ReplyView::text_or_nil(std::string_view what) const {
-  if (is_nil()) return {};
-  return text(what);
+  if (r_ != nullptr) {
+    if (r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS) return {r_->str, r_->len};
+    if (r_->type == REDIS_REPLY_NIL) return {};
+  }
+  wrong_type(*this, what, "a string reply");
 }
 
 long long ReplyView::integer(std::string_view what) const {
