@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <string>
 
 namespace td = tensordict;
@@ -73,6 +74,11 @@ TEST_F(RedisReply, ReadsEachTypeThroughItsAccessor) {
   EXPECT_EQ(list[0].text("LRANGE l"), "x");
   EXPECT_EQ(list[1].text("LRANGE l"), "yz");
   EXPECT_EQ(r[1].integer_or(-1), -1);
+  // A hash reads as field -> value.
+  conn.call({"HSET", "h", "shape", "[2]", "dtype", "float32"}, "setup");
+  Reply fields = conn.call({"HGETALL", "h"}, "HGETALL h");
+  const auto hash = fields.hash("HGETALL h");
+  EXPECT_EQ(hash, (std::map<std::string, std::string>{{"dtype", "float32"}, {"shape", "[2]"}}));
 }
 
 TEST_F(RedisReply, WrongTypeNamesWhatWasExpectedAndWhatCame) {
@@ -91,6 +97,8 @@ TEST_F(RedisReply, WrongTypeNamesWhatWasExpectedAndWhatCame) {
             "Redis: the size of 's': expected an integer reply, got a string reply");
   EXPECT_EQ(format_error([&] { str.array("the fields of 's'"); }),
             "Redis: the fields of 's': expected an array reply, got a string reply");
+  EXPECT_EQ(format_error([&] { counter.hash("the metadata 'n'"); }),
+            "Redis: the metadata 'n': expected an array reply, got an integer reply");
   // A missing key is nil: text() refuses it, text_or_nil() reads no bytes.
   Reply missing = conn.call({"GET", "missing"}, "GET missing");
   EXPECT_EQ(format_error([&] { missing.text("'missing'"); }),

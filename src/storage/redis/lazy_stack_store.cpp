@@ -150,10 +150,7 @@ struct LazyStackState {
     const std::string where = "'" + meta_key(p) + "'";
     if (!meta.is_array() || meta.array(where).empty())
       throw FormatError(name() + ": leaf '" + p + "' has no metadata hash " + where);
-    std::map<std::string, std::string> f;
-    const ReplyArray hash = meta.array(where);
-    for (std::size_t i = 0; i + 1 < hash.size(); i += 2)
-      f[std::string(hash[i].text(where))] = std::string(hash[i + 1].text(where));
+    std::map<std::string, std::string> f = meta.hash(where);
     if (!f.count("shape") || !f.count("dtype"))
       throw FormatError("Redis metadata " + where +
                         ": no shape or dtype field (the lazy-stack "

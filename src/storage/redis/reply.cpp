@@ -74,6 +74,14 @@ ReplyArray ReplyView::array(std::string_view what) const {
   return ReplyArray(r_->element, r_->elements);
 }
 
+std::map<std::string, std::string> ReplyView::hash(std::string_view what) const {
+  const ReplyArray pairs = array(what);
+  std::map<std::string, std::string> out;
+  for (std::size_t i = 0; i + 1 < pairs.size(); i += 2)
+    out[std::string(pairs[i].text(what))] = std::string(pairs[i + 1].text(what));
+  return out;
+}
+
 std::string_view ReplyView::error_text() const noexcept {
   if (!is_error()) return {};
   return {r_->str, r_->len};

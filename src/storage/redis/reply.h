@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,9 @@ class ReplyView {
   long long integer_or(long long otherwise) const noexcept;
   /// The elements of an array reply; FormatError naming `what` otherwise.
   ReplyArray array(std::string_view what) const;
+  /// An HGETALL reply (field, value, field, value...) as field -> value;
+  /// FormatError naming `what` for another reply or a field that is not text.
+  std::map<std::string, std::string> hash(std::string_view what) const;
   /// The message of an error reply; empty for any other reply.
   std::string_view error_text() const noexcept;
 

@@ -145,10 +145,7 @@ struct Store {
     if (!r.is_array() || r.array(where).empty())
       throw FormatError("Redis store " + options.td_id + ": leaf '" + path +
                         "' has no metadata hash " + where);
-    std::map<std::string, std::string> fields;
-    const ReplyArray hash = r.array(where);
-    for (std::size_t i = 0; i + 1 < hash.size(); i += 2)
-      fields[std::string(hash[i].text(where))] = std::string(hash[i + 1].text(where));
+    std::map<std::string, std::string> fields = r.hash(where);
     LeafInfo info;
     if (fields["is_non_tensor"] == "1") {
       info.non_tensor = true;
