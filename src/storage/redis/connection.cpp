@@ -628,13 +628,14 @@ std::string Connection::run(std::vector<Group>& groups, const Batch& batch, std:
         for (std::size_t i : g.cmds) {
           if (g.asking) g.link->read(what);  // ASKING's OK
           Reply r = g.link->read(what);
-          if (auto to = destination(g, r)) {
-            redirect(g, i, to->first, to->second);
-            continue;
-          }
-          if (r.is_error())
+          if (r.is_error()) {  // tested first: most replies are not
+            if (auto to = destination(g, r)) {
+              redirect(g, i, to->first, to->second);
+              continue;
+            }
             errors.push_back("Redis server " + node + ": " + what + ": " +
                              std::string(r.error_text()));
+          }
           out[i] = std::move(r);
         }
         continue;
