@@ -4,6 +4,7 @@
 
 #include <tensordict/errors.h>
 
+#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -26,8 +27,6 @@ timeval to_timeval(double seconds) {
   tv.tv_usec = static_cast<suseconds_t>((seconds - std::floor(seconds)) * 1e6);
   return tv;
 }
-
-std::string reply_error(const redisReply* r) { return std::string(r->str, r->len); }
 
 constexpr std::array<uint16_t, 256> crc16_table() {
   std::array<uint16_t, 256> t{};
@@ -58,9 +57,8 @@ struct Redirect {
   int slot = 0;
   std::string address;
 };
-std::optional<Redirect> redirect_of(const redisReply* r, const std::string& from_host) {
-  if (r->type != REDIS_REPLY_ERROR) return std::nullopt;
-  const std::string_view e(r->str, r->len);
+std::optional<Redirect> redirect_of(const ReplyView& r, const std::string& from_host) {
+  const std::string_view e = r.error_text();
   const bool moved = e.rfind("MOVED ", 0) == 0, ask = e.rfind("ASK ", 0) == 0;
   if (!moved && !ask) return std::nullopt;
   const auto s1 = e.find(' '), s2 = e.find(' ', s1 + 1);
@@ -73,9 +71,8 @@ std::optional<Redirect> redirect_of(const redisReply* r, const std::string& from
   return out;
 }
 
-bool retryable(const redisReply* r) {
-  if (r->type != REDIS_REPLY_ERROR) return false;
-  const std::string_view e(r->str, r->len);
+bool retryable(const ReplyView& r) {
+  const std::string_view e = r.error_text();
   // Nothing was executed; the server (or cluster) will serve it shortly: a
   // slot mid-migration, a cluster settling, a restarted server loading its AOF.
   return e.rfind("TRYAGAIN", 0) == 0 || e.rfind("CLUSTERDOWN", 0) == 0 ||
@@ -135,17 +132,12 @@ int key_slot(std::string_view key) noexcept {
   return crc & 16383;
 }
 
-std::string_view text(const redisReply* r, const std::string& what) {
-  if (r == nullptr || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS))
-    throw FormatError("Redis: " + what + ": expected a string reply");
-  return {r->str, r->len};
-}
-
 std::vector<std::string> leaf_paths(Connection& conn, const std::string& key) {
   Reply members = conn.call({"SMEMBERS", key}, "reading " + key);
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < members->elements; ++i) {
-    std::string path(text(members->element[i], key));
+  const ReplyArray listed = members.array(key);
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    std::string path(listed[i].text(key));
     // Keys are UTF-8 and nested at most kMaxNestingDepth levels, as the core
     // and the other loaders require: a stored path that is not would reach
     // key lists and printing (and a deep one the recursive tree).
@@ -289,8 +281,8 @@ class Link {
     ++round_trips;
     for (const auto& args : setup) {
       Reply r = read("connection setup");
-      if (r->type == REDIS_REPLY_ERROR) {
-        const std::string detail = reply_error(r.get());
+      if (r.is_error()) {
+        const std::string detail(r.error_text());
         const bool auth = args[0] == "AUTH";
         close();
         throw ConnectionError((auth ? "authentication failed at the Redis server "
@@ -396,17 +388,17 @@ void Connection::refresh_slots() {
       last = e.what();
       continue;
     }
-    if (r->type == REDIS_REPLY_ERROR &&
-        reply_error(r.get()).find("cluster support disabled") == std::string::npos) {
+    const std::string refusal(r.error_text());
+    if (r.is_error() && refusal.find("cluster support disabled") == std::string::npos) {
       // Not ready (LOADING after a restart...): ask another node.
-      last = "Redis server " + address + ": CLUSTER SLOTS: " + reply_error(r.get());
+      last = "Redis server " + address + ": CLUSTER SLOTS: " + refusal;
       continue;
     }
-    if (r->type == REDIS_REPLY_ERROR)
-      throw StorageError("Redis server " + address +
-                         " is not a cluster node (the option cluster is set): CLUSTER SLOTS: " +
-                         reply_error(r.get()));
-    if (r->type != REDIS_REPLY_ARRAY)
+    if (r.is_error())
+      throw StorageError(
+          "Redis server " + address +
+          " is not a cluster node (the option cluster is set): CLUSTER SLOTS: " + refusal);
+    if (!r.is_array())
       throw FormatError("Redis server " + address + ": CLUSTER SLOTS: not an array");
     // Validated whole before the map changes: a reply from a broken or
     // hostile node (a negative, reversed or out-of-range slot range, fields
@@ -416,29 +408,30 @@ void Connection::refresh_slots() {
       std::string node;
     };
     std::vector<Range> ranges;
-    for (std::size_t i = 0; i < r->elements; ++i) {
-      const redisReply* e = r->element[i];
+    const std::string what = "Redis server " + address + ": CLUSTER SLOTS";
+    const ReplyArray entries = r.array(what);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const ReplyView e = entries[i];
       const auto bad = [&](const std::string& why) {
-        return FormatError("Redis server " + address + ": CLUSTER SLOTS: entry " +
-                           std::to_string(i) + ": " + why);
+        return FormatError(what + ": entry " + std::to_string(i) + ": " + why);
       };
-      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
+      if (!e.is_array() || e.array(what).size() < 3)
         throw bad("not an array [first slot, last slot, master, ...]");
-      const redisReply *first = e->element[0], *last = e->element[1], *master = e->element[2];
-      if (first->type != REDIS_REPLY_INTEGER || last->type != REDIS_REPLY_INTEGER)
+      const ReplyArray fields = e.array(what);
+      const ReplyView master = fields[2];
+      if (!fields[0].is_integer() || !fields[1].is_integer())
         throw bad("the slot range is not two integers");
-      if (first->integer < 0 || last->integer > 16383 || first->integer > last->integer)
-        throw bad("slot range " + std::to_string(first->integer) + ".." +
-                  std::to_string(last->integer) + " is not within 0..16383 in order");
-      if (master->type != REDIS_REPLY_ARRAY || master->elements < 2 ||
-          master->element[0]->type != REDIS_REPLY_STRING ||
-          master->element[1]->type != REDIS_REPLY_INTEGER || master->element[1]->integer < 1 ||
-          master->element[1]->integer > 65535)
+      const long long first = fields[0].integer(what), last = fields[1].integer(what);
+      if (first < 0 || last > 16383 || first > last)
+        throw bad("slot range " + std::to_string(first) + ".." + std::to_string(last) +
+                  " is not within 0..16383 in order");
+      const auto host_port = master.is_array() ? master.array(what) : ReplyArray(nullptr, 0);
+      if (host_port.size() < 2 || !host_port[0].is_text() || !host_port[1].is_integer() ||
+          host_port[1].integer(what) < 1 || host_port[1].integer(what) > 65535)
         throw bad("the master is not [host, port 1..65535, ...]");
-      std::string host(master->element[0]->str, master->element[0]->len);
+      std::string host(host_port[0].text(what));
       if (host.empty() || host == "?") host = l.host();
-      ranges.push_back({first->integer, last->integer,
-                        host + ":" + std::to_string(master->element[1]->integer)});
+      ranges.push_back({first, last, host + ":" + std::to_string(host_port[1].integer(what))});
     }
     // A map without any slot (a cluster whose slots are not assigned yet)
     // serves nothing: the blocks of a sharded store would have no master.
@@ -613,7 +606,7 @@ std::string Connection::run(std::vector<Group>& groups, const Batch& batch, std:
   // Where a refused command goes next (a redirection, or the same node again
   // for TRYAGAIN / CLUSTERDOWN); nullopt for any other reply.
   auto destination = [&](const Group& g,
-                         const redisReply* r) -> std::optional<std::pair<Link*, bool>> {
+                         const ReplyView& r) -> std::optional<std::pair<Link*, bool>> {
     if (auto to = redirect_of(r, g.link->host())) {
       Link* target = &link(to->address);
       if (!to->ask) {
@@ -623,7 +616,7 @@ std::string Connection::run(std::vector<Group>& groups, const Batch& batch, std:
       return std::make_pair(target, to->ask);
     }
     if (retryable(r)) {
-      if (waiting.empty()) waiting = reply_error(r);
+      if (waiting.empty()) waiting = r.error_text();
       return std::make_pair(g.link, g.asking);
     }
     return std::nullopt;
@@ -635,12 +628,14 @@ std::string Connection::run(std::vector<Group>& groups, const Batch& batch, std:
         for (std::size_t i : g.cmds) {
           if (g.asking) g.link->read(what);  // ASKING's OK
           Reply r = g.link->read(what);
-          if (auto to = destination(g, r.get())) {
-            redirect(g, i, to->first, to->second);
-            continue;
+          if (r.is_error()) {  // tested first: most replies are not
+            if (auto to = destination(g, r)) {
+              redirect(g, i, to->first, to->second);
+              continue;
+            }
+            errors.push_back("Redis server " + node + ": " + what + ": " +
+                             std::string(r.error_text()));
           }
-          if (r->type == REDIS_REPLY_ERROR)
-            errors.push_back("Redis server " + node + ": " + what + ": " + reply_error(r.get()));
           out[i] = std::move(r);
         }
         continue;
@@ -652,30 +647,32 @@ std::string Connection::run(std::vector<Group>& groups, const Batch& batch, std:
       Reply exec = g.link->read(what);
       // A redirected command aborts the transaction: re-send it whole.
       std::optional<std::pair<Link*, bool>> to;
-      for (std::size_t k = 0; k < queued.size() && !to; ++k) to = destination(g, queued[k].get());
+      for (std::size_t k = 0; k < queued.size() && !to; ++k) to = destination(g, queued[k]);
       if (to) {
         for (std::size_t i : g.cmds) redirect(g, i, to->first, to->second);
         continue;
       }
       std::string queue_error;
-      if (multi->type == REDIS_REPLY_ERROR) queue_error = reply_error(multi.get());
+      if (multi.is_error()) queue_error = multi.error_text();
       for (const auto& q : queued)
-        if (queue_error.empty() && q->type == REDIS_REPLY_ERROR) queue_error = reply_error(q.get());
+        if (queue_error.empty() && q.is_error()) queue_error = q.error_text();
       if (!queue_error.empty()) {
         errors.push_back("Redis server " + node + ": " + what + ": " + queue_error +
                          " (transaction not executed: nothing written)");
         continue;
       }
-      if (exec->type != REDIS_REPLY_ARRAY || exec->elements != g.cmds.size()) {
+      if (!exec.is_array() || exec.array(what).size() != g.cmds.size()) {
         errors.push_back("Redis server " + node + ": " + what + ": transaction failed: " +
-                         (exec->type == REDIS_REPLY_ERROR ? reply_error(exec.get()) : "no reply"));
+                         (exec.is_error() ? std::string(exec.error_text()) : "no reply"));
         continue;
       }
-      for (std::size_t k = 0; k < exec->elements; ++k) {
-        Reply r(exec->element[k]);
-        exec->element[k] = nullptr;  // now owned by `r`
-        if (r->type == REDIS_REPLY_ERROR)
-          errors.push_back("Redis server " + node + ": " + what + ": " + reply_error(r.get()));
+      redisReply* const results = exec.get();
+      for (std::size_t k = 0; k < results->elements; ++k) {
+        Reply r(results->element[k]);
+        results->element[k] = nullptr;  // now owned by `r`
+        if (r.is_error())
+          errors.push_back("Redis server " + node + ": " + what + ": " +
+                           std::string(r.error_text()));
         out[g.cmds[k]] = std::move(r);
       }
     }

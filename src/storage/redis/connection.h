@@ -2,7 +2,7 @@
 // The client of one Redis server or of one Redis Cluster, with checked
 // calls: every failure becomes a tensordict:: error naming the server
 // (ConnectionError, TimeoutError, StorageError for error replies). The only
-// place that calls hiredis.
+// place that calls hiredis; replies are read through reply.h.
 //
 // Cluster mode (storage::Redis::cluster or seeds): the slot map is read with
 // CLUSTER SLOTS, each command goes to the node owning the slot of its key
@@ -12,10 +12,10 @@
 // the commands it refused; ASK re-sends them once to the importing node after
 // ASKING. With a transaction, MULTI/EXEC wraps the commands of each slot.
 
+#include "storage/redis/reply.h"
+
 #include <tensordict/errors.h>
 #include <tensordict/storage/redis.h>
-
-#include <hiredis/hiredis.h>
 
 #include <array>
 #include <cstdint>
@@ -43,11 +43,6 @@ class SizeRefused : public ConflictError {
  private:
   std::string refusal_;
 };
-
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 /// The commands of one round trip. Arguments are views: strings given to
 /// own() live as long as the batch; other views must outlive send().
@@ -129,8 +124,6 @@ class Connection {
   std::recursive_mutex mu_;  // several stores (blocks of a sharded store) share one client
 };
 
-/// The text of a string or status reply; FormatError naming `what` otherwise.
-std::string_view text(const redisReply* r, const std::string& what);
 /// The leaf paths of a store's __keys__ set at `key` (one SMEMBERS round trip); FormatError for a
 /// path that is not UTF-8 or nested deeper than kMaxNestingDepth.
 std::vector<std::string> leaf_paths(Connection& conn, const std::string& key);

@@ -146,14 +146,11 @@ struct LazyStackState {
 
   /// Parses m:<path> (HGETALL) and d:<path>:idx (GET); FormatError naming
   /// the server key.
-  KeyInfo parse(const std::string& p, const redisReply* meta, const redisReply* idx) const {
+  KeyInfo parse(const std::string& p, const ReplyView& meta, const ReplyView& idx) const {
     const std::string where = "'" + meta_key(p) + "'";
-    if (meta->type != REDIS_REPLY_ARRAY || meta->elements == 0)
+    if (!meta.is_array() || meta.array(where).empty())
       throw FormatError(name() + ": leaf '" + p + "' has no metadata hash " + where);
-    std::map<std::string, std::string> f;
-    for (std::size_t i = 0; i + 1 < meta->elements; i += 2)
-      f[std::string(text(meta->element[i], where))] =
-          std::string(text(meta->element[i + 1], where));
+    std::map<std::string, std::string> f = meta.hash(where);
     if (!f.count("shape") || !f.count("dtype"))
       throw FormatError("Redis metadata " + where +
                         ": no shape or dtype field (the lazy-stack "
@@ -209,13 +206,13 @@ struct LazyStackState {
                         std::to_string(info.shapes.size()) + " entries for " +
                         std::to_string(count) + " elements");
     const std::string ik = "'" + idx_key(p) + "'";
-    if (idx->type != REDIS_REPLY_STRING ||
-        idx->len != static_cast<std::size_t>(count + 1) * sizeof(int64_t))
+    const std::string_view table = idx.is_text() ? idx.text(ik) : std::string_view();
+    if (!idx.is_text() || table.size() != static_cast<std::size_t>(count + 1) * sizeof(int64_t))
       throw FormatError("Redis store: offset table " + ik + " is missing or not " +
                         std::to_string(count + 1) + " int64 offsets");
     info.offsets.resize(static_cast<std::size_t>(count) + 1);
     // Little-endian hosts (docs/formats.md, "Byte order").
-    std::memcpy(info.offsets.data(), idx->str, idx->len);
+    std::memcpy(info.offsets.data(), table.data(), table.size());
     // Each offset is the sum of the sizes before it, computed without
     // overflow (the stored values may be anything).
     int64_t expected = 0;
@@ -268,7 +265,7 @@ struct LazyStackState {
     auto r = conn.send(b, "reading the metadata of " + name());
     std::map<std::string, KeyInfo> fresh;
     for (std::size_t i = 0; i < paths.size(); ++i)
-      fresh[paths[i]] = parse(paths[i], r[2 * i].get(), r[2 * i + 1].get());
+      fresh[paths[i]] = parse(paths[i], r[2 * i], r[2 * i + 1]);
     keys = std::move(fresh);
     loaded = true;
   }
@@ -368,14 +365,16 @@ bool fetch(LazyStackState& s, std::vector<Fetch>& fetches, bool count_keys = fal
   }
   auto replies = s.conn.send(b, "reading elements of " + s.name(), s.options.transaction);
   std::size_t next = 0;
-  if (count_keys && replies[next++]->integer != static_cast<long long>(s.keys.size())) return false;
+  if (count_keys &&
+      replies[next++].integer(s.key("__keys__")) != static_cast<long long>(s.keys.size()))
+    return false;
   for (std::size_t i = 0; i < fetches.size(); ++i) {
     auto& f = fetches[i];
     if (runs[i].empty()) continue;
     const int64_t want = f.info->total(s.count);
-    const redisReply* size = replies[next++].get();
-    if (size->type != REDIS_REPLY_INTEGER || size->integer != want) {
-      const int64_t got = size->type == REDIS_REPLY_INTEGER ? size->integer : 0;
+    const ReplyView size = replies[next++];
+    if (!size.is_integer() || size.integer_or(0) != want) {
+      const int64_t got = size.integer_or(0);
       const std::string message = "Redis store: '" + s.data_key(f.path) + "' has " +
                                   std::to_string(got) + " bytes where its metadata needs " +
                                   std::to_string(want);
@@ -383,10 +382,9 @@ bool fetch(LazyStackState& s, std::vector<Fetch>& fetches, bool count_keys = fal
       s.load();  // replaced or removed by another process: refresh the cache
       throw_size_mismatch(message, s.same_bytes(f.path, dtype, want));
     }
-    for (std::size_t k = 0; k < runs[i].size(); ++k) {  // one GETRANGE reply per run
-      const redisReply* r = replies[next++].get();
-      f.bytes.append(text(r, s.data_key(f.path)));
-    }
+    const std::string key = s.data_key(f.path);
+    for (std::size_t k = 0; k < runs[i].size(); ++k)  // one GETRANGE reply per run
+      f.bytes.append(replies[next++].text(key));
   }
   return true;
 }
@@ -996,14 +994,13 @@ LazyStackedTensorDictStore from_lazy_stack_store(const storage::Redis& storage) 
        {"__type__", "__count__", "__stack_dim__", "__inner_batch_size__", "__device__"})
     b.add({"GET", b.own(s->key(k))});
   auto r = s->conn.send(b, "attaching to " + s->name());
-  if (r[0]->type == REDIS_REPLY_NIL)
+  if (r[0].is_nil())
     throw KeyError("no LazyStackedTensorDictStore with td_id '" + storage.td_id + "' (prefix '" +
                    storage.prefix + "') at " + s->conn.where() + ": key '" + s->key("__type__") +
                    "' is missing");
   auto str = [&](std::size_t i, const char* k) -> std::string {
-    if (r[i]->type == REDIS_REPLY_NIL)
-      throw FormatError(s->name() + ": key '" + s->key(k) + "' is missing");
-    return std::string(detail::redis::text(r[i].get(), s->key(k)));
+    if (r[i].is_nil()) throw FormatError(s->name() + ": key '" + s->key(k) + "' is missing");
+    return std::string(r[i].text(s->key(k)));
   };
   const std::string type = str(0, "__type__");
   if (type != detail::redis::kLazyStackType)
@@ -1034,7 +1031,7 @@ LazyStackedTensorDictStore from_lazy_stack_store(const storage::Redis& storage) 
     throw FormatError(s->name() + ": stack dim " + std::to_string(s->stack_dim) +
                       " is out of range for elements of batch size " + ibs);
   s->batch = detail::redis::with_dim(s->inner, s->stack_dim, s->count);
-  const std::string dev = r[4]->type == REDIS_REPLY_NIL ? "" : str(4, "__device__");
+  const std::string dev = r[4].is_nil() ? "" : str(4, "__device__");
   s->device = detail::redis::stored_device(dev, "'" + s->key("__device__") + "'");
   s->load();
   return LazyStackedTensorDictStore(std::make_shared<LazyStackStoreNode>(s, ""));

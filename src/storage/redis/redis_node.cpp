@@ -385,28 +385,28 @@ class RedisNode final : public StoreNode {
     Batch b;
     b.add({"GET", b.own(s_->data_key(p))}).add({"HGETALL", b.own(s_->meta_key(p))});
     auto r = s_->conn.send(b, "reading '" + s_->data_key(p) + "'");
-    if (r[1]->type == REDIS_REPLY_ARRAY && r[1]->elements == 0) {  // removed by another process
+    if (r[1].is_array() && r[1].array(s_->meta_key(p)).empty()) {  // removed by another process
       s_->forget(p);
       return std::nullopt;
     }
-    LeafInfo info = s_->parse_meta(p, r[1].get());
+    LeafInfo info = s_->parse_meta(p, r[1]);
     s_->remember(p, info);
-    const redisReply* data = r[0].get();
-    const bool nil = data->type == REDIS_REPLY_NIL;
+    const ReplyView data = r[0];
     if (!info.non_tensor) {
-      const std::size_t n = nil ? 0 : data->len;
+      const std::string_view bytes = data.text_or_nil(s_->data_key(p));
+      const std::size_t n = bytes.size();
       if (static_cast<int64_t>(n) != info.nbytes())
         throw FormatError("Redis store: '" + s_->data_key(p) + "' has " + std::to_string(n) +
                           " bytes, its metadata (" + json_list(info.shape) + ", " +
                           dtype_to_string(info.dtype) + ") needs " + std::to_string(info.nbytes()));
-      return Value(from_bytes(nil ? nullptr : data->str, n, info.shape, info.dtype));
+      return Value(from_bytes(bytes.data(), n, info.shape, info.dtype));
     }
     if (info.encoding == "pickle")
       throw FormatError(
           "Redis store: '" + s_->data_key(p) +
           "' holds a pickled Python object, which C++ cannot read (store JSON values instead)");
     json value =
-        parse_stored_json(text(data, s_->data_key(p)), "Redis store: '" + s_->data_key(p) + "'");
+        parse_stored_json(data.text(s_->data_key(p)), "Redis store: '" + s_->data_key(p) + "'");
     const std::vector<int64_t> batch = batch_size().vec();
     if (info.encoding == "json") return Value(NonTensorData(std::move(value), batch, s_->device));
     if (!value.is_array())
@@ -473,26 +473,22 @@ class RedisNode final : public StoreNode {
       }
       // The size is checked before the result is allocated: metadata
       // changed on the server could ask for any size.
-      const redisReply* size = replies[next++].get();
-      if (size->type != REDIS_REPLY_INTEGER || size->integer != info.nbytes()) {
-        const std::string message =
-            "Redis store: '" + s_->data_key(paths[i]) + "' has " +
-            std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
-            " bytes where its metadata (" + json_list(info.shape) + ", " +
-            dtype_to_string(info.dtype) + ") needs " + std::to_string(info.nbytes());
+      const ReplyView size = replies[next++];
+      if (!size.is_integer() || size.integer_or(0) != info.nbytes()) {
+        const std::string message = "Redis store: '" + s_->data_key(paths[i]) + "' has " +
+                                    std::to_string(size.integer_or(0)) +
+                                    " bytes where its metadata (" + json_list(info.shape) + ", " +
+                                    dtype_to_string(info.dtype) + ") needs " +
+                                    std::to_string(info.nbytes());
         s_->load();  // replaced or removed by another process: refresh the cache
         throw_size_mismatch(message, s_->same_bytes(paths[i], info));
       }
       at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
       char* out = static_cast<char*>(t.data_ptr());
+      const std::string key = s_->data_key(paths[i]);  // once per leaf: this loop runs per row
       for (const auto& [off, len] : runs[i]) {
-        const redisReply* r = replies[next++].get();
-        // The key's name is built only for the error (this runs per row).
-        const bool is_text = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
-                             r->type == REDIS_REPLY_NIL;
-        const std::size_t n = r->type == REDIS_REPLY_NIL ? 0
-                              : is_text                  ? r->len
-                                                         : text(r, s_->data_key(paths[i])).size();
+        const std::string_view bytes = replies[next++].text_or_nil(key);
+        const std::size_t n = bytes.size();
         if (static_cast<int64_t>(n) != len) {
           // Shorter than its metadata says: replaced or removed by another
           // process. Refresh the cache so that the next call sees it.
@@ -503,7 +499,7 @@ class RedisNode final : public StoreNode {
           s_->load();
           throw_size_mismatch(message, s_->same_bytes(paths[i], info));
         }
-        std::memcpy(out, r->str, n);
+        std::memcpy(out, bytes.data(), n);
         out += n;
       }
       mine[i]->out = selected_here[i] ? rows.apply(t).clone() : t;
@@ -808,30 +804,27 @@ TensorDictStore from_store(const storage::Redis& storage) {
   // __type__: a LazyStackedTensorDictStore (docs/formats.md, "Redis lazy-stack stores").
   b.add({"GET", b.own(s->key("__type__"))});
   auto r = s->conn.send(b, "attaching to store " + storage.td_id);
-  if (r[3]->type != REDIS_REPLY_NIL) {
+  if (!r[3].is_nil()) {
     // The only store type that says what it is (a plain or sharded store has
     // no __type__): another value is a store this build cannot read.
-    const auto type = detail::redis::text(r[3].get(), s->key("__type__"));
+    const auto type = r[3].text(s->key("__type__"));
     if (type != detail::redis::kLazyStackType)
       throw FormatError("Redis store: '" + s->key("__type__") + "' is '" +
                         std::string(type.substr(0, 100)) + "', expected '" +
                         std::string(detail::redis::kLazyStackType) + "' or no such key");
     return from_lazy_stack_store(storage);
   }
-  if (r[0]->type == REDIS_REPLY_NIL && r[2]->type != REDIS_REPLY_NIL)  // a sharded store
+  if (r[0].is_nil() && !r[2].is_nil())  // a sharded store
     return TensorDictStore(
-        detail::redis::attach_sharded(storage, s->client,
-                                      detail::redis::text(r[2].get(), s->key("__shards__")))
+        detail::redis::attach_sharded(storage, s->client, r[2].text(s->key("__shards__")))
             .node_ptr());
-  if (r[0]->type == REDIS_REPLY_NIL)
+  if (r[0].is_nil())
     throw KeyError("no Redis store with td_id '" + storage.td_id + "' (prefix '" + storage.prefix +
                    "') at " + s->conn.where() + ": key '" + s->key("__batch_size__") +
                    "' is missing");
-  s->batch = detail::redis::parse_sizes(detail::redis::text(r[0].get(), s->key("__batch_size__")),
+  s->batch = detail::redis::parse_sizes(r[0].text(s->key("__batch_size__")),
                                         "Redis store: '" + s->key("__batch_size__") + "'");
-  const std::string dev = r[1]->type == REDIS_REPLY_NIL
-                              ? ""
-                              : std::string(detail::redis::text(r[1].get(), "__device__"));
+  const std::string dev(r[1].text_or_nil(s->key("__device__")));
   s->device = detail::redis::stored_device(dev, "'" + s->key("__device__") + "'");
   s->load();  // checks that every leaf starts with the batch size
   return TensorDictStore(std::make_shared<RedisNode>(s, ""));
@@ -878,8 +871,8 @@ std::optional<std::string> tensorclass_name(const TensorDictBase& td) {
   std::lock_guard lock(n.mutex());
   const std::string key = n.server_key("__tensorclass__");
   auto r = n.client().call({"GET", key}, "reading the tensorclass of store " + n.id());
-  if (r->type == REDIS_REPLY_NIL) return std::nullopt;
-  return std::string(detail::redis::text(r.get(), key));
+  if (r.is_nil()) return std::nullopt;
+  return std::string(r.text(key));
 }
 
 void set_tensorclass_name(const TensorDictBase& td, const std::string& name) {

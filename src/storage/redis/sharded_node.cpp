@@ -28,9 +28,9 @@ int64_t string_limit(Connection& c) {
   for (const auto& r :
        c.call_each_node({"CONFIG", "GET", "proto-max-bulk-len"}, "reading proto-max-bulk-len")) {
     int64_t v = kDefaultMaxBulk;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_STRING)
-      v = std::atoll(r->element[1]->str);
+    const ReplyArray pair = r.is_array() ? r.array("proto-max-bulk-len") : ReplyArray(nullptr, 0);
+    if (pair.size() == 2 && pair[1].is_text())
+      v = std::atoll(std::string(pair[1].text("proto-max-bulk-len")).c_str());
     if (v > 0) best = best == 0 ? v : std::min(best, v);
   }
   return best > 0 ? best : kDefaultMaxBulk;
@@ -297,7 +297,7 @@ class ShardedNode final : public StoreNode {
     for (std::size_t i = 0; i < r.size(); ++i) {
       const std::string where = s_->blocks[i]->data_key(p);
       nlohmann::json v =
-          parse_stored_json(text(r[i].get(), where), "sharded Redis store: '" + where + "'");
+          parse_stored_json(r[i].text(where), "sharded Redis store: '" + where + "'");
       if (!rows) return Value(NonTensorData(std::move(v), batch_size().vec(), s_->device));
       if (!v.is_array() || static_cast<int64_t>(v.size()) != s_->count(i))
         throw FormatError("sharded Redis store: '" + where +
@@ -355,13 +355,13 @@ class ShardedNode final : public StoreNode {
         for (const auto& pc : pieces)
           if (!seen[pc.block]) {
             seen[pc.block] = true;
-            const redisReply* size = replies[next++].get();
+            const ReplyView size = replies[next++];
             const int64_t want = s_->count(pc.block) * row;
-            if (size->type != REDIS_REPLY_INTEGER || size->integer != want) {
-              const std::string message =
-                  "sharded Redis store: '" + s_->blocks[pc.block]->data_key(paths[i]) + "' has " +
-                  std::to_string(size->type == REDIS_REPLY_INTEGER ? size->integer : 0) +
-                  " bytes where its block needs " + std::to_string(want);
+            if (!size.is_integer() || size.integer_or(0) != want) {
+              const std::string message = "sharded Redis store: '" +
+                                          s_->blocks[pc.block]->data_key(paths[i]) + "' has " +
+                                          std::to_string(size.integer_or(0)) +
+                                          " bytes where its block needs " + std::to_string(want);
               s_->head().load();
               throw_size_mismatch(message, s_->head().same_bytes(paths[i], info));
             }
@@ -371,18 +371,18 @@ class ShardedNode final : public StoreNode {
       char* out = static_cast<char*>(t.data_ptr());
       if (row > 0 && !pieces.empty()) {
         for (const auto& pc : pieces) {  // the GETRANGEs follow the leaf's STRLENs
-          const redisReply* r = replies[next++].get();
+          const ReplyView r = replies[next++];
           const int64_t len = pc.count * row;
-          if (r->type != REDIS_REPLY_STRING || static_cast<int64_t>(r->len) != len) {
+          const std::string_view range = r.is_text() ? r.text({}) : std::string_view();
+          if (!r.is_text() || static_cast<int64_t>(range.size()) != len) {
             const std::string message = "sharded Redis store: '" +
                                         s_->blocks[pc.block]->data_key(paths[i]) +
-                                        "' returned a range of " +
-                                        std::to_string(r->type == REDIS_REPLY_STRING ? r->len : 0) +
+                                        "' returned a range of " + std::to_string(range.size()) +
                                         " bytes where its block needs " + std::to_string(len);
             s_->head().load();
             throw_size_mismatch(message, s_->head().same_bytes(paths[i], info));
           }
-          std::memcpy(out + pc.out * row, r->str, static_cast<std::size_t>(len));
+          std::memcpy(out + pc.out * row, range.data(), static_cast<std::size_t>(len));
         }
       }
       if (here)
@@ -782,11 +782,11 @@ TensorDictBase attach_sharded(const storage::Redis& options, std::shared_ptr<Con
   const auto sizes = s->client->send(b, "opening sharded store " + s->options.td_id);
   for (std::size_t k = 0; k < s->blocks.size(); ++k) {
     const std::string key = s->blocks[k]->key("__batch_size__");
-    if (sizes[k]->type == REDIS_REPLY_NIL)
+    if (sizes[k].is_nil())
       throw FormatError(where + " lists block " + std::to_string(k) + " ('" +
                         s->blocks[k]->options.td_id + "'), whose '" + key +
                         "' is missing: the block was deleted or never written");
-    const auto found = parse_sizes(text(sizes[k].get(), key), "sharded Redis store: '" + key + "'");
+    const auto found = parse_sizes(sizes[k].text(key), "sharded Redis store: '" + key + "'");
     if (found != s->block_batch(k))
       throw FormatError("sharded Redis store: '" + key + "' is " + json_list(found) + ", but " +
                         where + " gives block " + std::to_string(k) + " the batch size " +

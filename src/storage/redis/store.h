@@ -140,14 +140,12 @@ struct Store {
   std::string meta_key(std::string_view path) const { return base + "m:" + std::string(path); }
 
   /// Parses an m: hash (HGETALL reply); FormatError naming the key.
-  LeafInfo parse_meta(const std::string& path, const redisReply* r) const {
+  LeafInfo parse_meta(const std::string& path, const ReplyView& r) const {
     const std::string where = "'" + meta_key(path) + "'";
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+    if (!r.is_array() || r.array(where).empty())
       throw FormatError("Redis store " + options.td_id + ": leaf '" + path +
                         "' has no metadata hash " + where);
-    std::map<std::string, std::string> fields;
-    for (std::size_t i = 0; i + 1 < r->elements; i += 2)
-      fields[std::string(text(r->element[i], where))] = std::string(text(r->element[i + 1], where));
+    std::map<std::string, std::string> fields = r.hash(where);
     LeafInfo info;
     if (fields["is_non_tensor"] == "1") {
       info.non_tensor = true;
@@ -181,7 +179,7 @@ struct Store {
     auto replies = conn.send(b, "reading leaf metadata");
     std::map<std::string, LeafInfo> fresh;
     for (std::size_t i = 0; i < paths.size(); ++i) {
-      LeafInfo& info = fresh[paths[i]] = parse_meta(paths[i], replies[i].get());
+      LeafInfo& info = fresh[paths[i]] = parse_meta(paths[i], replies[i]);
       info.data_key = data_key(paths[i]);
       // Every tensor leaf, at any level, starts with the store's batch size
       // (nested levels extend it): a leaf shorter than its rows would be
