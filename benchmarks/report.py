@@ -122,6 +122,8 @@ MISS_EXPLAINED = {
     "checkpoint save vs write()": "checkpoint.md#compared-with-torchsave--torchload",
     "checkpoint load vs torch::load, warm heap": "checkpoint.md#compared-with-torchsave--torchload",
     "send/recv 1 MB, default mode, vs the better floor": "distributed.md#speed",
+    "send/recv 1 MB, better mode, vs the better floor": "distributed.md#speed",
+    "Redis td[i] = row, 10 leaves": "redis.md#speed",
     "batching runner, 8 actors, 1 row in flight each": "nn_batching.md",
     "batching runner, 8 actors, 4 rows in flight each": "nn_batching.md",
 }
