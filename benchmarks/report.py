@@ -285,7 +285,9 @@ def instruction_counts(results: Path) -> list[str]:
             v = r["variants"]
             td, fl = v.get("tensordict", {}), v.get("floor", {})
             n1, n2 = r["iterations"]
-            ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else "n/a"
+            ok = td.get("per_iteration", 0) > 0 and fl.get("per_iteration", 0) > 0
+            # A count at or below zero: start-up noise larger than the row's work.
+            ratio = f"{r['ratio']:.2f}x" if ok and r.get("ratio") else "n/a (too few iterations)"
             out.append(f"| {rep} | `{r['row']}` | {td.get('per_iteration', 0):,.0f} | "
                        f"{fl.get('per_iteration', 0):,.0f} | {ratio} | `python3 "
                        f"benchmarks/callgrind.py {data.get('binary', '?')} {r['row']} "
