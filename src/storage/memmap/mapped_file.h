@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -73,6 +74,8 @@ void install_dir(const std::filesystem::path& stage, const std::filesystem::path
 void remove_replaced_save(const std::filesystem::path& dir);
 /// Whether replaced saves still hold disk space.
 bool replaced_saves_pending();
+/// How many batches of replaced files the background thread has closed.
+std::uint64_t replaced_saves_freed();
 /// fsync() of every directory of the tree at `stage`, `stage` last.
 void sync_tree_dirs(const std::filesystem::path& stage, int num_threads);
 /// After install_dir: fsync() of the directory holding `root` and of each

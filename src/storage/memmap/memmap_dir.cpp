@@ -520,13 +520,14 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
       throw;
     }
   };
+  const std::uint64_t freed_before = replaced_saves_freed();
   try {
     stage_and_install();
   } catch (const StorageError&) {
     // The space of saves replaced earlier is freed in the background: on a
     // nearly full disk it may be what this one lacked. Once it is free, one
     // more attempt (a failed one left the earlier save as it was).
-    if (!replaced_saves_pending()) throw;
+    if (!replaced_saves_pending() && replaced_saves_freed() == freed_before) throw;
     wait_for_replaced_saves();
     stage_and_install();
   }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <memory>
@@ -70,6 +71,13 @@ class Reaper {
     return held_ > 0;
   }
 
+  // Batches of files closed so far: a save compares it before and after a
+  // failure, since the space it lacked may have been freed in between.
+  std::uint64_t freed() {
+    std::lock_guard lock(mutex_);
+    return freed_;
+  }
+
   void wait_idle() {
     std::unique_lock lock(mutex_);
     idle_.wait(lock, [&] { return held_ == 0; });
@@ -100,6 +108,7 @@ class Reaper {
       close_all(fds);
       lock.lock();
       held_ -= fds.size();
+      ++freed_;
       if (held_ == 0) idle_.notify_all();
     }
   }
@@ -131,6 +140,7 @@ class Reaper {
   std::condition_variable idle_;
   std::deque<std::vector<int>> pending_;
   std::size_t held_ = 0;  // descriptors in pending_ and being closed
+  std::uint64_t freed_ = 0;
   bool stopping_ = false;
   std::unique_ptr<std::thread> worker_;
 };
@@ -168,6 +178,7 @@ void remove_replaced_save(const fs::path& dir) {
 }
 
 bool replaced_saves_pending() { return Reaper::instance().pending(); }
+std::uint64_t replaced_saves_freed() { return Reaper::instance().freed(); }
 
 }  // namespace detail
 
