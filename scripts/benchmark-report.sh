@@ -34,8 +34,8 @@ export TENSORDICT_NN_MODELS="$PWD/$BUILD_DIR/nn-models"
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${BENCHES[@]}"
 # The peers (benchmarks/README.md, "Peers"): the same operations in the real Python
 # tensordict, and TorchRL for bench_rb, alternating with each binary round by round.
-PYTHON_PEER="${TD_VENV:-$PWD/.venv}/bin/python benchmarks/peers/tensordict_peer.py"
-TORCHRL_PEER="${TD_TORCHRL_VENV:-$PWD/.venv-torchrl}/bin/python benchmarks/torchrl_rb.py"
+PYTHON_PEER="${TD_VENV:-.venv}/bin/python benchmarks/peers/tensordict_peer.py"
+TORCHRL_PEER="${TD_TORCHRL_VENV:-.venv-torchrl}/bin/python benchmarks/torchrl_rb.py"
 for b in "${BENCHES[@]}"; do
   PEERS=()
   ARGS=(--repetitions "$REPETITIONS")
