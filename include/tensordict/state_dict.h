@@ -188,7 +188,9 @@ void save_state_dict(const StateDict& state_dict, const std::string& path,
                      const SaveStateDictOptions& options);
 /// Reads a file written by save_state_dict, or by Python's torch.save of a
 /// plain dict of tensors (see state_dict_from_ivalue). FormatError naming the
-/// file when it is not a readable pickle archive.
+/// file when it is not a readable pickle archive. The file is read once into
+/// one buffer and the tensors are views of it (as from_consolidated's are):
+/// it is freed with the last of them, so clone() a value kept alone.
 StateDict load_state_dict_file(const std::string& path);
 
 }  // namespace tensordict

@@ -775,6 +775,9 @@ class ItemList {
   using Entries = std::vector<std::pair<std::string, Value>>;
   using Owned = std::vector<std::pair<NestedKey, Value>>;
 
+  // The keys and values are read through base pointers and strides, so that
+  // a view (keys in one array, values inside the level's entries) and a
+  // snapshot (pairs) iterate with the same few instructions per item.
   class iterator {
    public:
     using iterator_category = std::forward_iterator_tag;
@@ -818,22 +821,28 @@ class ItemList {
   using const_iterator = iterator;
 
   ItemList() = default;
-  /// A view of a level's entries: `keys` is its key list (same order),
-  /// `entries` its entries, owned by `keep_alive`; `key_changes` counts the
-  /// level's key-set changes.
-  ItemList(KeyList keys, std::shared_ptr<const void> keep_alive, const Entries* entries,
-           const std::uint64_t* key_changes)
-      : keys_(std::move(keys)),
-        keep_alive_(std::move(keep_alive)),
+  /// A view of a level's entries, both owned by `keep_alive`: `keys` is its
+  /// key list (same order), `entries` its entries; `key_changes` counts the
+  /// changes of the level's key index. The level keeps `keys` until that
+  /// count moves, so the view reads neither once it has (one shared owner,
+  /// not two: items() is a hot call).
+  ItemList(std::shared_ptr<const void> keep_alive, const std::vector<NestedKey>* keys,
+           const Entries* entries, const std::uint64_t* key_changes)
+      : keep_alive_(std::move(keep_alive)),
+        keys_(reinterpret_cast<const char*>(keys->data())),
+        values_(entries->empty() ? nullptr
+                                 : reinterpret_cast<const char*>(&entries->front().second)),
+        key_stride_(sizeof(NestedKey)),
+        value_stride_(sizeof(Entries::value_type)),
         entries_(entries),
         key_changes_(key_changes),
-        key_changes_seen_(key_changes ? *key_changes : 0) {}
+        key_changes_seen_(*key_changes) {}
   /// A snapshot.
-  explicit ItemList(Owned items) : owned_(std::make_shared<const Owned>(std::move(items))) {}
+  explicit ItemList(Owned items);
 
   iterator begin() const { return iterator(this, 0); }
   iterator end() const { return iterator(this, size()); }
-  std::size_t size() const noexcept { return owned_ ? owned_->size() : keys_.size(); }
+  std::size_t size() const noexcept { return entries_ ? entries_->size() : owned_size_; }
   bool empty() const noexcept { return size() == 0; }
   Item operator[](std::size_t i) const { return at(i); }
   Owned to_vector() const;
@@ -841,18 +850,21 @@ class ItemList {
 
  private:
   Item at(std::size_t i) const {
-    if (owned_) return {(*owned_)[i].first, (*owned_)[i].second};
     if (*key_changes_ != key_changes_seen_) throw_keys_changed();
-    return {keys_[i], (*entries_)[i].second};
+    return {*reinterpret_cast<const NestedKey*>(keys_ + i * key_stride_),
+            *reinterpret_cast<const Value*>(values_ + i * value_stride_)};
   }
   [[noreturn]] static void throw_keys_changed();
+  static constexpr std::uint64_t kNoChanges = 0;
 
-  KeyList keys_;
-  std::shared_ptr<const void> keep_alive_;
-  const Entries* entries_ = nullptr;
-  const std::uint64_t* key_changes_ = nullptr;
+  std::shared_ptr<const void> keep_alive_;  // the level, or the snapshot
+  const char* keys_ = nullptr;              // the first key
+  const char* values_ = nullptr;            // the first value
+  std::size_t key_stride_ = 0, value_stride_ = 0;
+  const Entries* entries_ = nullptr;  // a view's entries (null for a snapshot)
+  std::size_t owned_size_ = 0;        // a snapshot's size
+  const std::uint64_t* key_changes_ = &kNoChanges;
   std::uint64_t key_changes_seen_ = 0;
-  std::shared_ptr<const Owned> owned_;
 };
 
 // Arithmetic and comparison operators; see the named methods.

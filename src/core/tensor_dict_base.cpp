@@ -425,7 +425,7 @@ ItemList TensorDictBase::items(const KeysOptions& options) const {
   const Node& n = node();
   if (top_level_only(options) && n.is_memory_node()) {
     const auto& mem = static_cast<const detail::MemoryNode&>(n);
-    return ItemList(KeyList(mem.key_list()), node_, &mem.entries(), mem.key_changes());
+    return ItemList(node_, mem.key_list_view(), &mem.entries(), mem.key_changes());
   }
   return ItemList(collect_items(n, options));
 }
@@ -463,6 +463,17 @@ bool KeyList::contains(const NestedKey& key) const {
   for (const auto& k : list())
     if (k == key) return true;
   return false;
+}
+
+ItemList::ItemList(Owned items) {
+  auto owned = std::make_shared<const Owned>(std::move(items));
+  owned_size_ = owned->size();
+  if (owned_size_ != 0) {
+    keys_ = reinterpret_cast<const char*>(&owned->front().first);
+    values_ = reinterpret_cast<const char*>(&owned->front().second);
+  }
+  key_stride_ = value_stride_ = sizeof(Owned::value_type);
+  keep_alive_ = std::move(owned);
 }
 
 ItemList::Owned ItemList::to_vector() const {

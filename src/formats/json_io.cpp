@@ -112,7 +112,8 @@ const char* file_kind(mode_t mode) {
                           : "a special file";
 }
 
-std::string read_regular_file(const std::string& path, const std::string& what) {
+std::size_t read_regular_file_into(const std::string& path, const std::string& what,
+                                   const std::function<char*(std::size_t)>& allocate) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw FormatError("cannot open " + what + " " + path + ": " + std::strerror(errno));
@@ -126,20 +127,36 @@ std::string read_regular_file(const std::string& path, const std::string& what) 
   if (!S_ISREG(st.st_mode))
     throw FormatError("cannot read " + what + " " + path + ": not a regular file (" +
                       file_kind(st.st_mode) + ")");
-  std::string out(static_cast<std::size_t>(st.st_size), '\0');
+  const auto size = static_cast<std::size_t>(st.st_size);
+  char* out = allocate(size);
   std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+  while (done < size) {
+    const ssize_t n = ::read(fd, out + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw FormatError("cannot read " + what + " " + path + ": " + std::strerror(errno));
     if (n == 0) break;  // shrunk meanwhile: what is there
     done += static_cast<std::size_t>(n);
   }
-  out.resize(done);
+  return done;
+}
+
+std::string read_regular_file(const std::string& path, const std::string& what) {
+  std::string out;
+  out.resize(read_regular_file_into(path, what, [&out](std::size_t size) {
+    out.resize(size);
+    return out.data();
+  }));
   return out;
 }
 
 void replace_file_atomically(const std::string& path, const char* data, std::size_t size,
+                             const std::string& op, bool durable) {
+  replace_file_atomically(
+      path, [&](const ByteSink& sink) { sink(data, size); }, op, durable);
+}
+
+void replace_file_atomically(const std::string& path,
+                             const std::function<void(const ByteSink&)>& produce,
                              const std::string& op, bool durable) {
   namespace fs = std::filesystem;
   fs::path target(path);
@@ -156,13 +173,16 @@ void replace_file_atomically(const std::string& path, const char* data, std::siz
   // Durable: the bytes reach the disk before the name does, so a power loss
   // after the rename cannot leave an empty or partial file at `path`.
   try {
-    write_new_file(tmp.string(), data, size, durable, op);
+    write_new_file(tmp.string(), produce, durable, op);
     if (::rename(tmp.c_str(), target.c_str()) != 0)
       throw StorageError(op + ": cannot rename " + tmp.string() + " to " + target.string() + ": " +
                          std::strerror(errno));
   } catch (const StorageError& e) {
     ::unlink(tmp.c_str());
     throw StorageError(std::string(e.what()) + " (" + path + " is left as it was)");
+  } catch (...) {  // what `produce` throws
+    ::unlink(tmp.c_str());
+    throw;
   }
   if (durable) {
     // The rename itself is made durable by syncing the directory holding it.

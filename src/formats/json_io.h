@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 
 namespace tensordict::detail {
@@ -26,6 +27,11 @@ const char* file_kind(mode_t mode);
 /// device such as /dev/zero behind a symbolic link, a directory) with a
 /// FormatError naming `what`, instead of blocking or reading forever.
 std::string read_regular_file(const std::string& path, const std::string& what);
+/// The same check and read, into the buffer `allocate(size)` returns for the
+/// file's size (not zero-filled first: the read writes every byte of it).
+/// Returns the bytes read, fewer when the file shrank meanwhile.
+std::size_t read_regular_file_into(const std::string& path, const std::string& what,
+                                   const std::function<char*(std::size_t)>& allocate);
 
 /// Writes `size` bytes to a new file beside `path`, then renames it over
 /// `path` (through a symbolic link, over the file it names): a reader, a
@@ -35,6 +41,12 @@ std::string read_regular_file(const std::string& path, const std::string& what);
 /// rename (a failure leaves `path` as it was) and its directory after.
 void replace_file_atomically(const std::string& path, const char* data, std::size_t size,
                              const std::string& op, bool durable = false);
+/// The same, with the bytes produced in order by `produce` (each piece passed
+/// to its sink is written out, not gathered in memory first).
+void replace_file_atomically(
+    const std::string& path,
+    const std::function<void(const std::function<void(const char*, std::size_t)>&)>& produce,
+    const std::string& op, bool durable = false);
 
 /// `j` as a plain nlohmann::json (objects sorted by key), NaN and infinities
 /// kept.

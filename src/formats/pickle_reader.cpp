@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -35,7 +36,7 @@ struct Record {
 
 class Zip {
  public:
-  Zip(const std::string& bytes, const std::string& what) : b_(bytes), what_(what) { parse(); }
+  Zip(std::string_view bytes, const std::string& what) : b_(bytes), what_(what) { parse(); }
 
   const std::map<std::string, Record>& records() const { return records_; }
 
@@ -87,7 +88,7 @@ class Zip {
       const std::size_t name_at = at + 46;
       if (name_at > b_.size() || name_len > b_.size() - name_at)
         fail("a zip entry name past the end");
-      std::string name = b_.substr(name_at, name_len);
+      std::string name(b_.substr(name_at, name_len));
       // zip64 sizes and offset, in that order, for the fields saturated above.
       std::size_t x = name_at + name_len;
       const std::size_t x_end = x + extra_len;
@@ -112,7 +113,7 @@ class Zip {
     }
   }
 
-  const std::string& b_;
+  std::string_view b_;
   std::string what_;
   std::map<std::string, Record> records_;
 };
@@ -149,9 +150,9 @@ std::optional<at::ScalarType> storage_dtype(const std::string& global) {
 
 class Machine {
  public:
-  Machine(const std::string& bytes, const Zip& zip, const std::string& prefix,
+  Machine(const at::Tensor& file, std::string_view bytes, const Zip& zip, const std::string& prefix,
           const std::string& what)
-      : b_(bytes), zip_(zip), prefix_(prefix), what_(what) {}
+      : file_(file), b_(bytes), zip_(zip), prefix_(prefix), what_(what) {}
 
   c10::IValue run(std::size_t begin, std::size_t end) {
     p_ = begin;
@@ -444,10 +445,16 @@ class Machine {
     if (static_cast<uint64_t>(numel) > rec->second.size / item)
       fail("the storage '" + key + "' holds " + std::to_string(rec->second.size) +
            " bytes, fewer than " + std::to_string(numel) + " elements");
-    at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(*dtype));
-    if (numel > 0)
-      std::memcpy(t.data_ptr(), b_.data() + rec->second.offset,
-                  static_cast<std::size_t>(numel) * item);
+    // A view of the file's bytes (no copy) when the record is aligned for
+    // the dtype: torch.save aligns every record to 64 bytes.
+    const auto offset = static_cast<int64_t>(rec->second.offset);
+    at::Tensor t;
+    if (numel == 0)
+      t = at::empty({0}, at::TensorOptions().dtype(*dtype));
+    else if (offset % static_cast<int64_t>(item) == 0)
+      t = file_.narrow(0, offset, numel * static_cast<int64_t>(item)).view(*dtype);
+    else
+      t = file_.narrow(0, offset, numel * static_cast<int64_t>(item)).clone().view(*dtype);
     storages_.emplace(key, t);
     return Item{t, "", 0};
   }
@@ -483,8 +490,10 @@ class Machine {
       fail("a tensor reaching element " + std::to_string(last) + " of a storage of " +
            std::to_string(storage.numel()));
     if (a.size() >= 5 && !a[4].isBool()) fail("requires_grad is not a bool");
-    at::Tensor t =
-        count == 0 ? at::empty(size, storage.options()) : storage.as_strided(size, stride, offset);
+    // as_strided's offset counts from the start of the underlying buffer,
+    // where this storage (a view of the file) starts at its own offset.
+    at::Tensor t = count == 0 ? at::empty(size, storage.options())
+                              : storage.as_strided(size, stride, storage.storage_offset() + offset);
     return Item{t, "", 0};
   }
 
@@ -513,7 +522,10 @@ class Machine {
         fail("a storage of " + std::to_string(bytes.numel()) + " bytes for elements of " +
              std::to_string(item));
       std::vector<c10::IValue> v2(a.begin(), a.begin() + 6);
-      v2[0] = bytes.numel() == 0 ? at::empty({0}, bytes.options().dtype(dtype)) : bytes.view(dtype);
+      // A byte view of the file is viewed as dtype in place when aligned.
+      v2[0] = bytes.numel() == 0                   ? at::empty({0}, bytes.options().dtype(dtype))
+              : bytes.storage_offset() % item == 0 ? bytes.view(dtype)
+                                                   : bytes.clone().view(dtype);
       return rebuild_tensor(v2);
     }
     if (f == "torch._utils._rebuild_parameter") {
@@ -578,7 +590,8 @@ class Machine {
       }
   }
 
-  const std::string& b_;
+  const at::Tensor& file_;
+  std::string_view b_;
   const Zip& zip_;
   std::string prefix_;
   std::string what_;
@@ -592,7 +605,9 @@ class Machine {
 
 }  // namespace
 
-c10::IValue read_torch_archive(const std::string& bytes, const std::string& what) {
+c10::IValue read_torch_archive(const at::Tensor& file, const std::string& what) {
+  const std::string_view bytes(static_cast<const char*>(file.data_ptr()),
+                               static_cast<std::size_t>(file.numel()));
   if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80)
     throw FormatError(what +
                       ": a legacy (non-zip) torch.save file, written by PyTorch before 1.6 or "
@@ -612,7 +627,7 @@ c10::IValue read_torch_archive(const std::string& bytes, const std::string& what
     }
   }
   if (!pkl) zip.fail("no <name>/data.pkl record");
-  Machine m(bytes, zip, prefix, what);
+  Machine m(file, bytes, zip, prefix, what);
   return m.run(pkl->offset, pkl->offset + pkl->size);
 }
 

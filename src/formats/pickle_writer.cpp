@@ -12,6 +12,7 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <string>
@@ -305,26 +306,36 @@ class StateDictPickler {
 
 }  // namespace
 
-std::vector<char> torch_save_bytes(const StateDict& state_dict) {
+void torch_save_to(const StateDict& state_dict,
+                   const std::function<void(const char*, std::size_t)>& sink) {
   StateDictPickler pickler;
   pickler.dump(state_dict);
-  std::vector<char> out;
+  // The first failure of `sink` is kept and thrown once the archive is done:
+  // a short write would make PyTorchStreamWriter throw, and then finish the
+  // archive from its destructor through the same failing function, which
+  // throws again there (std::terminate).
+  std::exception_ptr failed;
   try {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
-      const char* p = static_cast<const char*>(data);
-      out.insert(out.end(), p, p + n);
+      if (!failed) {
+        try {
+          sink(static_cast<const char*>(data), n);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      }
       return n;
     });
     writer.writeRecord("data.pkl", pickler.pickle().data(), pickler.pickle().size());
     writer.writeRecord("byteorder", "little", 6);
     const auto& storages = pickler.storages();
-    for (std::size_t i = 0; i < storages.size(); ++i)
+    for (std::size_t i = 0; i < storages.size() && !failed; ++i)
       writer.writeRecord("data/" + std::to_string(i), storages[i].data_ptr(), storages[i].nbytes());
     writer.writeEndOfFile();
   } catch (const c10::Error& e) {
-    throw StorageError(std::string("save_state_dict: ") + e.what_without_backtrace());
+    if (!failed) throw StorageError(std::string("save_state_dict: ") + e.what_without_backtrace());
   }
-  return out;
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace tensordict::detail

@@ -8,14 +8,18 @@
 
 #include <tensordict/state_dict.h>
 
-#include <vector>
+#include <cstddef>
+#include <functional>
 
 namespace tensordict::detail {
 
-/// The bytes of the torch zip archive holding `state_dict`: an OrderedDict of
-/// its items (nested StateDicts as nested OrderedDicts), whose metadata is the
-/// `_metadata` attribute Python's state_dict() carries, and one storage record
-/// per tensor.
-std::vector<char> torch_save_bytes(const StateDict& state_dict);
+/// Writes the torch zip archive holding `state_dict`, passing its bytes in
+/// order to `sink` as they are made (the tensors' bytes from where they are,
+/// not copied): an OrderedDict of its items (nested StateDicts as nested
+/// OrderedDicts), whose metadata is the `_metadata` attribute Python's
+/// state_dict() carries, and one storage record per tensor. What `sink`
+/// throws is thrown once the archive is finished.
+void torch_save_to(const StateDict& state_dict,
+                   const std::function<void(const char*, std::size_t)>& sink);
 
 }  // namespace tensordict::detail

@@ -935,15 +935,29 @@ void save_state_dict(const StateDict& state_dict, const std::string& path) {
 
 void save_state_dict(const StateDict& state_dict, const std::string& path,
                      const SaveStateDictOptions& options) {
-  const std::vector<char> bytes = detail::torch_save_bytes(state_dict);
-  detail::replace_file_atomically(path, bytes.data(), bytes.size(), "save_state_dict",
-                                  options.durable);
+  // Streamed into the new file: the tensors' bytes are written from where
+  // they are, without an archive held in memory.
+  detail::replace_file_atomically(
+      path,
+      [&state_dict](const std::function<void(const char*, std::size_t)>& sink) {
+        detail::torch_save_to(state_dict, sink);
+      },
+      "save_state_dict", options.durable);
 }
 
 StateDict load_state_dict_file(const std::string& path) {
-  std::string text;
+  // The file is read once into one buffer, and the values are views of it:
+  // loading into a tensordict then copies each value once, as Python's
+  // torch.load + load_state_dict does.
+  at::Tensor bytes;
   try {
-    text = detail::read_regular_file(path, "the state dict file");
+    const std::size_t n =
+        detail::read_regular_file_into(path, "the state dict file", [&bytes](std::size_t size) {
+          bytes = at::empty({static_cast<int64_t>(size)}, at::kByte);
+          return static_cast<char*>(bytes.data_ptr());
+        });
+    if (n < static_cast<std::size_t>(bytes.numel()))
+      bytes = bytes.narrow(0, 0, static_cast<int64_t>(n));
   } catch (const FormatError& e) {
     throw FormatError(std::string("load_state_dict_file: ") + e.what());
   }
@@ -951,7 +965,7 @@ StateDict load_state_dict_file(const std::string& path) {
   // LibTorch's unpickler.
   c10::IValue value;
   try {
-    value = detail::read_torch_archive(text, "load_state_dict_file: " + path);
+    value = detail::read_torch_archive(bytes, "load_state_dict_file: " + path);
   } catch (const c10::Error& e) {
     std::throw_with_nested(
         FormatError("load_state_dict_file: " + path + ": " + e.what_without_backtrace()));

@@ -96,6 +96,33 @@ TEST_F(Reliability, StateDictArchiveInPythonsLayoutLoads) {
   EXPECT_TRUE(t.get("a").equal(torch::arange(3, torch::kFloat)));
 }
 
+// The values are views of the file's one buffer where a record is aligned
+// for its dtype (torch.save aligns every record to 64 bytes), and copies
+// where it is not: a crafted archive never gives a misaligned tensor.
+TEST_F(Reliability, StateDictValuesViewTheFileWhereAlignedAndAreCopiedWhereNot) {
+  const std::string saved = (root / "saved.pt").string();
+  td::StateDict out;
+  out.insert("a", torch::arange(3, torch::kFloat));
+  out.insert("b", torch::arange(5, torch::kDouble));
+  td::save_state_dict(out, saved);
+  auto back = td::load_state_dict_file(saved);
+  EXPECT_TRUE(back.tensor("a").equal(out.tensor("a")));
+  EXPECT_TRUE(back.tensor("b").equal(out.tensor("b")));
+  EXPECT_TRUE(back.tensor("a").is_alias_of(back.tensor("b")));
+  // The float record shifted by 0..3 bytes (a record before it): every
+  // shift loads the same values at an aligned address.
+  for (int shift = 0; shift < 4; ++shift) {
+    const std::string file = (root / ("shifted" + std::to_string(shift) + ".pt")).string();
+    write_text(file, zip({{"py/data.pkl", python_style_pickle()},
+                          {"py/pad", std::string(static_cast<std::size_t>(shift), 'x')},
+                          {"py/data/0", floats({0, 1, 2})}}));
+    auto sd = td::load_state_dict_file(file);
+    const at::Tensor a = sd.tensor("a");
+    EXPECT_TRUE(a.equal(torch::arange(3, torch::kFloat))) << shift;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data_ptr()) % alignof(float), 0u) << shift;
+  }
+}
+
 // Every truncation and many single-byte mutations of real archives (the
 // writer's own, nested and legacy layouts, and the Python-style one).
 TEST_F(Reliability, TruncatedOrMutatedStateDictArchivesAreFormatErrors) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -493,6 +494,33 @@ TEST(TensorDictItems, TopLevelItemsAreAViewOfTheValues) {
   for (const auto& [k, v] : all)
     if (v.is_tensor()) t.set(k.join() + "_again", v.tensor());
   EXPECT_EQ(t.keys(), (Keys{"obs", "next", "label", "obs_again"}));
+}
+
+TEST(TensorDictItems, AViewKeepsItsLevelAndReadsOnWhenAnotherNodeChangesSharedKeys) {
+  std::optional<td::ItemList> kept;
+  {
+    auto t = make_td();
+    kept = t.items();
+  }  // the handle is gone: the view keeps the level
+  ASSERT_EQ(kept->size(), 3u);
+  EXPECT_EQ((*kept)[2].first, td::NestedKey("label"));
+  // A row shares the level's key index; a key added to the row copies the
+  // index, and the view of the original (and its key list) reads on.
+  auto t = make_td();
+  auto view = t.items();
+  {
+    auto row = t[0];
+    row.set("added", torch::zeros({}));
+  }
+  std::vector<std::string> seen;
+  for (const auto& [k, v] : view) seen.push_back(k.join());
+  EXPECT_EQ(seen, (std::vector<std::string>{"obs", "next", "label"}));
+  EXPECT_TRUE(view[0].second.tensor().is_same(t.get("obs")));
+  // A snapshot (a nested walk) iterates through the same iterator.
+  std::vector<std::string> leaves;
+  for (const auto& [k, v] : t.items(true, true)) leaves.push_back(k.join());
+  EXPECT_EQ(leaves, (std::vector<std::string>{"obs", "next.reward", "next.done"}));
+  EXPECT_TRUE(td::ItemList().empty());
 }
 
 TEST(TensorDictKeysView, TopLevelKeysInOrderWithoutCopies) {

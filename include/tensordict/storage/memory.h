@@ -78,8 +78,11 @@ class MemoryNode final : public Node {
   /// The keys as a shared list, built once per key set (and shared with the
   /// nodes sharing this key index).
   std::shared_ptr<const std::vector<NestedKey>> key_list() const;
-  /// Counts the key-set changes of this level (a key added or removed), for
-  /// views that must notice them (ItemList).
+  /// The same list, kept by this node until key_changes() moves.
+  const std::vector<NestedKey>* key_list_view() const;
+  /// Counts the changes of this level's key index (a key added or removed,
+  /// or the index copied or rebuilt), for views that must notice them
+  /// (ItemList, which holds key_list_view() until this count moves).
   const std::uint64_t* key_changes() const noexcept { return &key_changes_; }
   /// True when both nodes share one key index: the same keys at the same
   /// positions (e.g. a tensordict and the results of indexing it), so their

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,16 @@ void write_file(const std::string& path, const at::Tensor& tensor, bool copy_dat
 /// message, empty on success.
 std::string write_all(int fd, const char* data, std::size_t size, const std::string& path);
 
+/// Receives the bytes of a file in order (StorageError when they cannot be
+/// written).
+using ByteSink = std::function<void(const char* data, std::size_t size)>;
+/// Creates the new file `path` (O_EXCL) and writes into it, in order, the
+/// bytes `produce` passes to its sink, without holding them in memory; with
+/// `durable`, fsync()s it before closing it. StorageError prefixed by `op`;
+/// what `produce` throws passes through (the file may be left in both cases:
+/// the caller removes it).
+void write_new_file(const std::string& path, const std::function<void(const ByteSink&)>& produce,
+                    bool durable, const std::string& op);
 /// Creates the new file `path` (O_EXCL) holding `size` bytes of `data`; with
 /// `durable`, fsync()s it before closing it. StorageError prefixed by `op`
 /// (the file may be left: the caller removes it).

@@ -74,6 +74,9 @@ void MemoryNode::cache_index() noexcept {
 }
 
 MemoryNode::KeyIndex& MemoryNode::own_index() {
+  // The key list views handed out (key_list_view()) end here: the list is
+  // dropped or belongs to another node's index from now on.
+  ++key_changes_;
   if (!index_) {
     index_ = std::make_shared<KeyIndex>();
   } else if (index_.use_count() > 1) {
@@ -85,6 +88,12 @@ MemoryNode::KeyIndex& MemoryNode::own_index() {
     index_->has_key_list.store(false, std::memory_order_relaxed);
   }
   return *index_;
+}
+
+const std::vector<NestedKey>* MemoryNode::key_list_view() const {
+  if (index_ && index_->has_key_list.load(std::memory_order_acquire)) return index_->key_list.get();
+  static const std::vector<NestedKey> none;
+  return index_ ? key_list().get() : &none;
 }
 
 std::shared_ptr<const std::vector<NestedKey>> MemoryNode::key_list() const {
@@ -143,8 +152,7 @@ void MemoryNode::write(std::string_view key, Value value) {
     entries_[pos].second = std::move(value);
     return;
   }
-  KeyIndex& ix = own_index();
-  ++key_changes_;
+  KeyIndex& ix = own_index();  // counts the key change
   entries_.emplace_back(std::string(key), std::move(value));
   ix.tags.push_back(tag_of(key));
   cache_index();
