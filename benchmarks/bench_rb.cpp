@@ -191,6 +191,20 @@ void add_one(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The floor's copy of an extend: each leaf's kBatch rows from row `cursor`,
+// wrapping as the buffer does (a head before the end, the rest at 0).
+void memcpy_wrapped(const std::vector<torch::Tensor>& dst, const std::vector<torch::Tensor>& src,
+                    int64_t cursor) {
+  const int64_t head = std::min(kBatch, kCapacity - cursor);
+  for (size_t k = 0; k < dst.size(); ++k) {
+    const size_t row = src[k].nbytes() / kBatch;
+    char* to = static_cast<char*>(dst[k].data_ptr());
+    const char* from = static_cast<const char*>(src[k].data_ptr());
+    std::memcpy(to + cursor * row, from, head * row);
+    std::memcpy(to, from + head * row, (kBatch - head) * row);
+  }
+}
+
 template <bool kFloor>
 void extend256(benchmark::State& state) {
   rb::ReplayBuffer buffer = filled();
@@ -200,15 +214,7 @@ void extend256(benchmark::State& state) {
   int64_t cursor = 0;
   for (auto _ : state) {
     if constexpr (kFloor) {
-      // The same wrap as the buffer: a head before the end, the rest at 0.
-      const int64_t head = std::min(kBatch, kCapacity - cursor);
-      for (size_t k = 0; k < dst.size(); ++k) {
-        const size_t row = src[k].nbytes() / kBatch;
-        char* to = static_cast<char*>(dst[k].data_ptr());
-        const char* from = static_cast<const char*>(src[k].data_ptr());
-        std::memcpy(to + cursor * row, from, head * row);
-        std::memcpy(to, from + head * row, (kBatch - head) * row);
-      }
+      memcpy_wrapped(dst, src, cursor);
       torch::Tensor rows =
           torch::arange(cursor, cursor + kBatch, torch::kLong).remainder_(kCapacity);
       cursor = (cursor + kBatch) % kCapacity;
@@ -467,15 +473,7 @@ void extend256_shared(benchmark::State& state) {
   for (auto _ : state) {
     if constexpr (kFloor) {
       const int64_t ticket = raw.reserve(kBatch);
-      const int64_t cursor = ticket % kCapacity;
-      const int64_t head = std::min(kBatch, kCapacity - cursor);
-      for (size_t k = 0; k < dst.size(); ++k) {
-        const size_t row = src[k].nbytes() / kBatch;
-        char* to = static_cast<char*>(dst[k].data_ptr());
-        const char* from = static_cast<const char*>(src[k].data_ptr());
-        std::memcpy(to + cursor * row, from, head * row);
-        std::memcpy(to, from + head * row, (kBatch - head) * row);
-      }
+      memcpy_wrapped(dst, src, ticket % kCapacity);
       torch::Tensor rows =
           torch::arange(ticket, ticket + kBatch, torch::kLong).remainder_(kCapacity);
       raw.commit(ticket, kBatch);
@@ -539,7 +537,9 @@ class WriterProcesses {
   }
   ~WriterProcesses() {
     for (const Child& c : children_) {
-      ::close(c.go);  // end of file: the child leaves its loop
+      // 'q', not end of file: the later children hold copies of this pipe.
+      [[maybe_unused]] const auto sent = ::write(c.go, "q", 1);
+      ::close(c.go);
       ::close(c.done);
       ::waitpid(c.pid, nullptr, 0);
     }

@@ -368,6 +368,38 @@ TEST_F(SharedWriters, RefusedInputs) {
   EXPECT_EQ(mine->reserved(), 0);
 }
 
+// The calls that set the counters, and checkpoints, on an attached buffer.
+TEST_F(SharedWriters, StateCallsMoveTheSharedCounters) {
+  const Opener open = memmap(16);
+  auto cursor = open.cursor(0);
+  rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(open.storage(0), cursor);
+  EXPECT_EQ(buffer.shared_cursor(), cursor);
+  EXPECT_THROW(buffer.sample(4), td::ValueError);  // empty
+  buffer.extend(rows_of(0, 0, 20));                // wraps: tickets 0..19
+  EXPECT_EQ(buffer.writer_state(), (rb::WriterState{4, 20}));
+  EXPECT_EQ(buffer.size(), 16);
+  // Another process's view of the same counters.
+  rb::ReplayBuffer other = rb::ReplayBuffer::attach(open.storage(1), open.cursor(1));
+  EXPECT_EQ(other.writer_state(), (rb::WriterState{4, 20}));
+  EXPECT_THROW(buffer.load_writer_state({1, 3}), td::ValueError);
+  EXPECT_EQ(cursor->committed(), 20);
+  buffer.load_writer_state({3, 3});
+  EXPECT_EQ(other.size(), 3);
+  EXPECT_EQ(cursor->reserved(), 3);
+
+  const fs::path saved = dir_ / "checkpoint";
+  buffer.dumps(saved);
+  rb::ReplayBuffer loaded(16);
+  loaded.loads(saved);
+  EXPECT_EQ(loaded.writer_state(), (rb::WriterState{3, 3}));
+  EXPECT_THROW(buffer.loads(saved), td::UnsupportedError);
+
+  other.empty();
+  EXPECT_EQ(buffer.size(), 0);
+  EXPECT_EQ(cursor->reserved(), 0);
+  EXPECT_TRUE(at::equal(buffer.extend(rows_of(1, 0, 2)), at::arange(0, 2, at::kLong)));
+}
+
 #ifdef TENSORDICT_RB_TEST_REDIS
 
 class SharedRedisWriters : public ::testing::Test {
