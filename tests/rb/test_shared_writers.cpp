@@ -435,7 +435,14 @@ TEST_F(SharedRedisWriters, CursorKeysBesideTheStore) {
   const Opener open = redis(16);
   const auto cursor = open.cursor(0);
   rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(open.storage(0), cursor);
+  server_.reset_stats();
   buffer.extend(rows_of(0, 0, 5));
+  // Two round trips of the cursor beside the store's one row write: MULTI,
+  // INCRBY, GET (the epoch), EXEC; the row write's script; the commit script.
+  auto calls = server_.command_calls();
+  EXPECT_EQ(calls["incrby"], 1);
+  EXPECT_EQ(calls["multi"], 1);
+  EXPECT_EQ(calls["eval"], 2);
   auto* redis_cursor = dynamic_cast<rb::RedisCursor*>(cursor.get());
   ASSERT_NE(redis_cursor, nullptr);
   EXPECT_EQ(server_.command({"GET", redis_cursor->key("__rb_reserved__")}), "5");

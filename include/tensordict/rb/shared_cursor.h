@@ -76,10 +76,11 @@ class SharedCursor {
   /// recover() or reset() discarded `r`.
   void commit(const Reservation& r) {
     if (r.count == 0) return;
+    int64_t seen = try_commit(r);
+    if (seen == kCommitted) return;  // the common case: no clock read
     const auto deadline = std::chrono::steady_clock::now() + commit_timeout_;
     auto pause = std::chrono::microseconds(2);
-    for (int spins = 0;; ++spins) {
-      const int64_t seen = try_commit(r);
+    for (int spins = 0;; ++spins, seen = try_commit(r)) {
       if (seen == kCommitted) return;
       if (seen == kDiscarded)
         throw ConflictError("SharedCursor::commit: the reservation of tickets [" +
