@@ -97,6 +97,19 @@ MappedCursor::MappedCursor(const std::filesystem::path& path, int64_t capacity)
   commit_word_ = reinterpret_cast<uint64_t*>(static_cast<char*>(map) + kCommitOffset);
 }
 
+std::shared_ptr<MappedCursor> MappedCursor::beside(const TensorDictBase& storage) {
+  if (storage.batch_dims() != 1)
+    throw ShapeError("MappedCursor::beside: the storage must have batch size [capacity], got " +
+                     std::to_string(storage.batch_dims()) + " batch dims");
+  const std::optional<std::string> dir = storage.saved_path();
+  if (!dir)
+    throw ValueError(
+        "MappedCursor::beside: the storage is neither memory-mapped nor in shared memory (it "
+        "has no directory to put the cursor file in); open MappedCursor(path, capacity)");
+  return std::make_shared<MappedCursor>(std::filesystem::path(*dir) / "rb_cursor",
+                                        storage.batch_size()[0]);
+}
+
 MappedCursor::~MappedCursor() {
   if (map_) ::munmap(map_, kFileBytes);
 }

@@ -205,40 +205,35 @@ class SharedWriters : public ::testing::Test {
   void TearDown() override {
     fs::remove_all(dir_);
     for (const auto& name : shared_) td::unlink_shared(name);
-    std::error_code ec;
-    for (const auto& file : files_) fs::remove(file, ec);
   }
 
-  // A memmap buffer in dir_/storage, its cursor in dir_/storage/cursor; each
-  // process loads the directory and opens the cursor file itself.
+  // A memmap buffer in dir_/storage, its cursor in dir_/storage/rb_cursor;
+  // each process loads the directory and opens the cursor file itself.
   Opener memmap(int64_t capacity) {
     const fs::path root = dir_ / "storage";
     td::TensorDictBase made =
         td::from_schema(row_schema(), {capacity}, "memmap", {{"prefix", root.string()}});
     mark_unwritten(made);
     return {"memmap", [root](int) { return td::load_memmap(root.string()); },
-            [root, capacity](int) -> std::shared_ptr<rb::SharedCursor> {
-              return std::make_shared<rb::MappedCursor>(root / "cursor", capacity);
+            [root](int) -> std::shared_ptr<rb::SharedCursor> {
+              return rb::MappedCursor::beside(td::load_memmap(root.string()));
             }};
   }
 
-  // A shared-memory buffer; the cursor file under /dev/shm beside it.
+  // A shared-memory buffer; the cursor file in its /dev/shm directory.
   Opener shared(int64_t capacity) {
     td::TensorDictBase made = td::from_schema(row_schema(), {capacity}, "shared");
     mark_unwritten(made);
     const std::string name = made.shared_name();
     shared_.push_back(name);
-    const fs::path cursor = fs::path("/dev/shm") / (fs::path(name).filename().string() + "-cursor");
-    files_.push_back(cursor);
     return {"shared", [name](int) { return td::attach_shared(name); },
-            [cursor, capacity](int) -> std::shared_ptr<rb::SharedCursor> {
-              return std::make_shared<rb::MappedCursor>(cursor, capacity);
+            [name](int) -> std::shared_ptr<rb::SharedCursor> {
+              return rb::MappedCursor::beside(td::attach_shared(name));
             }};
   }
 
   fs::path dir_;
   std::vector<std::string> shared_;
-  std::vector<fs::path> files_;
   RestoreThreads one_thread_;
 };
 
@@ -317,7 +312,7 @@ void killed_writer(const Opener& open,
 
 TEST_F(SharedWriters, MemmapWriterKilledBetweenReserveAndCommit) {
   const Opener open = memmap(32);
-  const fs::path file = dir_ / "storage" / "cursor";
+  const fs::path file = dir_ / "storage" / "rb_cursor";
   killed_writer(open,
                 [&] { return std::make_shared<DiesBeforeCommit<rb::MappedCursor>>(file, 32); });
 }
@@ -361,6 +356,7 @@ TEST_F(SharedWriters, RefusedInputs) {
                                         std::make_shared<rb::PrioritizedSampler>(8, 0.6, 0.4)),
                td::UnsupportedError);
   EXPECT_THROW(rb::ReplayBuffer::attach(storage, nullptr), td::ValueError);
+  EXPECT_THROW(rb::MappedCursor::beside(storage), td::ValueError);  // in memory: no directory
   // Bad rows change nothing: no ticket is reserved.
   rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(storage, mine);
   EXPECT_THROW(buffer.extend(td::TensorDict({{"writer", at::zeros({2}, at::kLong)}}, {2})),

@@ -27,11 +27,13 @@
 /// of a discarded reservation fails with ConflictError.
 
 #include <tensordict/errors.h>
+#include <tensordict/tensor_dict_base.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -130,6 +132,13 @@ class MappedCursor : public SharedCursor {
   /// FormatError when it is not a cursor file; StorageError when it cannot be
   /// created or mapped.
   MappedCursor(const std::filesystem::path& path, int64_t capacity);
+  /// The cursor file "rb_cursor" inside the directory of `storage`, a memmap
+  /// tensordict (saved or loaded) or a shared-memory one (its /dev/shm
+  /// directory, removed with it by unlink_shared), for its batch size [C]:
+  /// every process that opens the storage opens the same cursor this way.
+  /// ValueError for a storage with no directory (give a path then);
+  /// ShapeError unless the batch size is [C].
+  static std::shared_ptr<MappedCursor> beside(const TensorDictBase& storage);
   ~MappedCursor() override;
   MappedCursor(const MappedCursor&) = delete;
   MappedCursor& operator=(const MappedCursor&) = delete;
