@@ -2,11 +2,12 @@
 /// @file rb/shared_cursor.h
 /// A round-robin write cursor shared by several processes (and hosts), kept
 /// with the storage instead of in one process: SharedCursor is the contract,
-/// MappedCursor keeps it in a small mapped file (beside a memmap storage, or
-/// in /dev/shm beside a shared-memory one), RedisCursor (rb/redis_cursor.h,
+/// MappedCursor keeps it in a small mapped file (in the directory of a
+/// memmap or shared-memory storage), RedisCursor (rb/redis_cursor.h,
 /// component tensordict::redis) on the Redis server beside a store. A
 /// ReplayBuffer opened with ReplayBuffer::attach(storage, cursor) writes
-/// through it. See docs/replay_buffer_library.md, "Several processes".
+/// through it. See docs/replay_buffer_library.md, "Several processes and
+/// hosts".
 ///
 /// Tickets: the t-th row ever written through the cursor (counted from 0)
 /// has ticket t and goes to row t % capacity. A write RESERVES its tickets
