@@ -21,21 +21,50 @@
 //                     256 (rank ("next", "reward"))        |
 // The last three store 7 leaves (the 5 above, next/done and next/reward: one
 // episode ends on average every 50 rows). Every buffer is filled before timing.
+// The cursor shared by processes (rb/shared_cursor.h), on the same memory
+// buffer attached with a MappedCursor in /dev/shm:
+//   rb_add_shared     add of one transition                | atomic fetch-add on a mapped
+//   rb_extend256_shared extend of 256                      | word, the memcpys, the ordered
+//                                                          | commit (compare-exchange)
+// With the Redis component: 4 writer processes (forked once, each with its
+// own connection) writing one Redis store of 65,536 rows, each 16 extends of
+// 64 transitions per iteration (rows/s over the 4):
+//   rb_redis_4writers ReplayBuffer::attach + RedisCursor   | hiredis by hand: INCRBY, the
+//                     extend                               | SETRANGEs of each leaf in
+//                                                          | MULTI/EXEC, the ordered commit
+//                                                          | script, into the same keys
 #include <benchmark/benchmark.h>
 #include "bench_main.h"
 
 #include <tensordict/rb/replay_buffer.h>
 #include <tensordict/rb/segment_tree.h>
+#include <tensordict/rb/shared_cursor.h>
 #include <tensordict/tensordict.h>
 #include <torch/torch.h>
 
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
+
+#ifdef TENSORDICT_BENCH_RB_REDIS
+#include <tensordict/rb/redis_cursor.h>
+#include <tensordict/storage/redis.h>
+
+#include "redis_bench_rows.h"
+#include "support/redis_server.h"
+#endif
 
 namespace td = tensordict;
 namespace rb = tensordict::rb;
@@ -162,6 +191,20 @@ void add_one(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The floor's copy of an extend: each leaf's kBatch rows from row `cursor`,
+// wrapping as the buffer does (a head before the end, the rest at 0).
+void memcpy_wrapped(const std::vector<torch::Tensor>& dst, const std::vector<torch::Tensor>& src,
+                    int64_t cursor) {
+  const int64_t head = std::min(kBatch, kCapacity - cursor);
+  for (size_t k = 0; k < dst.size(); ++k) {
+    const size_t row = src[k].nbytes() / kBatch;
+    char* to = static_cast<char*>(dst[k].data_ptr());
+    const char* from = static_cast<const char*>(src[k].data_ptr());
+    std::memcpy(to + cursor * row, from, head * row);
+    std::memcpy(to, from + head * row, (kBatch - head) * row);
+  }
+}
+
 template <bool kFloor>
 void extend256(benchmark::State& state) {
   rb::ReplayBuffer buffer = filled();
@@ -171,15 +214,7 @@ void extend256(benchmark::State& state) {
   int64_t cursor = 0;
   for (auto _ : state) {
     if constexpr (kFloor) {
-      // The same wrap as the buffer: a head before the end, the rest at 0.
-      const int64_t head = std::min(kBatch, kCapacity - cursor);
-      for (size_t k = 0; k < dst.size(); ++k) {
-        const size_t row = src[k].nbytes() / kBatch;
-        char* to = static_cast<char*>(dst[k].data_ptr());
-        const char* from = static_cast<const char*>(src[k].data_ptr());
-        std::memcpy(to + cursor * row, from, head * row);
-        std::memcpy(to, from + head * row, (kBatch - head) * row);
-      }
+      memcpy_wrapped(dst, src, cursor);
       torch::Tensor rows =
           torch::arange(cursor, cursor + kBatch, torch::kLong).remainder_(kCapacity);
       cursor = (cursor + kBatch) % kCapacity;
@@ -370,6 +405,275 @@ void maxvalue_extend256(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 
+// A cursor file in /dev/shm, removed when the benchmark ends.
+struct ShmCursorFile {
+  std::filesystem::path path = "/dev/shm/td-bench-rb-cursor-" + std::to_string(::getpid());
+  ShmCursorFile() { std::filesystem::remove(path); }
+  ~ShmCursorFile() { std::filesystem::remove(path); }
+};
+
+// The floor of the shared cursor: the two counters in one shared anonymous
+// page (as the cursor file), reserved with fetch_add and committed in order
+// with compare_exchange, around the same memcpys.
+struct RawCursor {
+  std::atomic<int64_t>* reserved;
+  std::atomic<int64_t>* committed;
+  void* page;
+  RawCursor() {
+    page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    reserved = new (static_cast<char*>(page) + 64) std::atomic<int64_t>(0);
+    committed = new (static_cast<char*>(page) + 128) std::atomic<int64_t>(0);
+  }
+  ~RawCursor() { ::munmap(page, 4096); }
+  int64_t reserve(int64_t n) { return reserved->fetch_add(n, std::memory_order_acq_rel); }
+  void commit(int64_t first, int64_t n) {
+    int64_t expected = first;
+    while (!committed->compare_exchange_weak(expected, first + n, std::memory_order_acq_rel))
+      expected = first;
+  }
+};
+
+rb::ReplayBuffer attached_filled(const std::filesystem::path& cursor_file) {
+  auto cursor = std::make_shared<rb::MappedCursor>(cursor_file, kCapacity);
+  rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(transitions(kCapacity), cursor);
+  cursor->reset(kCapacity);  // filled
+  return buffer;
+}
+
+template <bool kFloor>
+void add_shared(benchmark::State& state) {
+  ShmCursorFile file;
+  rb::ReplayBuffer buffer = attached_filled(file.path);
+  td::TensorDict one = transitions(1)[0];
+  std::vector<torch::Tensor> dst = raw_storage();
+  std::vector<torch::Tensor> src = leaves(one);
+  RawCursor raw;
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      const int64_t ticket = raw.reserve(1);
+      const int64_t row = ticket % kCapacity;
+      memcpy_rows(dst, src, row, 1);
+      raw.commit(ticket, 1);
+      benchmark::DoNotOptimize(row);
+    } else {
+      benchmark::DoNotOptimize(buffer.add(one));
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+template <bool kFloor>
+void extend256_shared(benchmark::State& state) {
+  ShmCursorFile file;
+  rb::ReplayBuffer buffer = attached_filled(file.path);
+  td::TensorDict batch = transitions(kBatch);
+  std::vector<torch::Tensor> dst = raw_storage();
+  std::vector<torch::Tensor> src = leaves(batch);
+  RawCursor raw;
+  for (auto _ : state) {
+    if constexpr (kFloor) {
+      const int64_t ticket = raw.reserve(kBatch);
+      memcpy_wrapped(dst, src, ticket % kCapacity);
+      torch::Tensor rows =
+          torch::arange(ticket, ticket + kBatch, torch::kLong).remainder_(kCapacity);
+      raw.commit(ticket, kBatch);
+      benchmark::DoNotOptimize(rows);
+    } else {
+      benchmark::DoNotOptimize(buffer.extend(batch));
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+#ifdef TENSORDICT_BENCH_RB_REDIS
+
+constexpr int64_t kRedisCapacity = 65'536;
+constexpr int kWriters = 4;
+constexpr int64_t kWriterBatch = 64;
+constexpr int kWriterExtends = 16;
+
+td_test::RedisServer& redis_server() {
+  static auto s = std::make_unique<td_test::RedisServer>();
+  return *s;
+}
+
+// kWriters processes forked once; each makes its job with make(writer) (its
+// own connection) and runs it whenever the parent says so through a pipe.
+class WriterProcesses {
+ public:
+  using Job = std::function<void()>;
+  explicit WriterProcesses(const std::function<Job(int)>& make) {
+    for (int w = 0; w < kWriters; ++w) {
+      int go[2], done[2];
+      if (::pipe(go) != 0 || ::pipe(done) != 0) throw std::runtime_error("pipe failed");
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(go[1]);
+        ::close(done[0]);
+        char answer = 'k';
+        Job job;
+        try {
+          job = make(w);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "writer %d: %s\n", w, e.what());
+          answer = 'e';
+        }
+        char command = 0;
+        while (::read(go[0], &command, 1) == 1 && command == 'g') {
+          if (answer == 'k') try {
+              job();
+            } catch (const std::exception& e) {
+              std::fprintf(stderr, "writer %d: %s\n", w, e.what());
+              answer = 'e';
+            }
+          if (::write(done[1], &answer, 1) != 1) break;
+        }
+        ::_exit(0);
+      }
+      ::close(go[0]);
+      ::close(done[1]);
+      children_.push_back({pid, go[1], done[0]});
+    }
+  }
+  ~WriterProcesses() {
+    for (const Child& c : children_) {
+      // 'q', not end of file: the later children hold copies of this pipe.
+      [[maybe_unused]] const auto sent = ::write(c.go, "q", 1);
+      ::close(c.go);
+      ::close(c.done);
+      ::waitpid(c.pid, nullptr, 0);
+    }
+  }
+  // Every writer runs its job once, all at the same time; false on an error.
+  bool run() {
+    bool ok = true;
+    for (const Child& c : children_) ok = ::write(c.go, "g", 1) == 1 && ok;
+    for (const Child& c : children_) {
+      char answer = 'e';
+      ok = ::read(c.done, &answer, 1) == 1 && answer == 'k' && ok;
+    }
+    return ok;
+  }
+
+ private:
+  struct Child {
+    pid_t pid;
+    int go, done;
+  };
+  std::vector<Child> children_;
+};
+
+td::storage::Redis redis_options(const std::string& td_id) {
+  td::storage::Redis r{.host = "127.0.0.1", .port = redis_server().port()};
+  r.td_id = td_id;
+  return r;
+}
+
+// The commit the floor runs: the commit counter moves from ARGV[1] to
+// ARGV[2] only when it is at ARGV[1].
+constexpr const char* kFloorCommit =
+    "if tonumber(redis.call('GET', KEYS[1]) or '0') == tonumber(ARGV[1]) then "
+    "redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0";
+
+template <bool kFloor>
+void redis_4writers(benchmark::State& state) {
+  const std::string td_id = kFloor ? "rb-floor" : "rb-tensordict";
+  td::TensorDictBase store = td::from_schema(td::Schema{{"obs", {{4}, at::kFloat}},
+                                                        {"action", {{}, at::kLong}},
+                                                        {"reward", {{}, at::kFloat}},
+                                                        {"done", {{}, at::kBool}},
+                                                        {{"next", "obs"}, {{4}, at::kFloat}}},
+                                             {kRedisCapacity}, redis_options(td_id));
+  // Each writer's job: kWriterExtends extends of kWriterBatch transitions.
+  std::function<WriterProcesses::Job(int)> make;
+  if constexpr (!kFloor) {
+    make = [td_id](int) -> WriterProcesses::Job {
+      auto buffer = std::make_shared<rb::ReplayBuffer>(rb::ReplayBuffer::attach(
+          td::TensorDictStore::from_store(redis_options(td_id)),
+          std::make_shared<rb::RedisCursor>(redis_options(td_id), kRedisCapacity)));
+      auto batch = std::make_shared<td::TensorDict>(transitions(kWriterBatch));
+      return [buffer, batch] {
+        for (int i = 0; i < kWriterExtends; ++i) buffer->extend(*batch);
+      };
+    };
+  } else {
+    make = [store, td_id](int) -> WriterProcesses::Job {
+      std::shared_ptr<redisContext> c(redisConnect("127.0.0.1", redis_server().port()), redisFree);
+      if (!c || c->err) throw std::runtime_error("no connection");
+      const td::TensorDict batch = transitions(kWriterBatch);
+      struct Leaf {
+        std::string key;
+        std::string bytes;  // the batch's rows
+        int64_t row_bytes;
+      };
+      auto leaves_of = std::make_shared<std::vector<Leaf>>();
+      for (const char* path : {"obs", "action", "reward", "done", "next.obs"}) {
+        const td::NestedKey key =
+            std::string(path) == "next.obs" ? td::NestedKey{"next", "obs"} : td::NestedKey{path};
+        const torch::Tensor t = batch.get(key).contiguous();
+        leaves_of->push_back({td::redis::server_key(store, std::string("d:") + path),
+                              std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()),
+                              static_cast<int64_t>(t.nbytes()) / kWriterBatch});
+      }
+      const std::string reserved = td::redis::server_key(store, "floor_reserved");
+      const std::string committed = td::redis::server_key(store, "floor_committed");
+      return [c, leaves_of, reserved, committed] {
+        for (int i = 0; i < kWriterExtends; ++i) {
+          auto* r = static_cast<redisReply*>(redisCommand(
+              c.get(), "INCRBY %s %lld", reserved.c_str(), static_cast<long long>(kWriterBatch)));
+          const int64_t first = r->integer - kWriterBatch;
+          freeReplyObject(r);
+          const int64_t row = first % kRedisCapacity;
+          const int64_t head = std::min(kWriterBatch, kRedisCapacity - row);
+          std::size_t sent = 2;
+          redis_bench::append_command(c.get(), {"MULTI"});
+          std::vector<std::string> offsets;
+          offsets.reserve(2 * leaves_of->size());
+          for (const Leaf& leaf : *leaves_of) {
+            const std::string_view bytes(leaf.bytes);
+            offsets.push_back(std::to_string(row * leaf.row_bytes));
+            redis_bench::append_command(
+                c.get(), {"SETRANGE", leaf.key, offsets.back(),
+                          bytes.substr(0, static_cast<std::size_t>(head * leaf.row_bytes))});
+            ++sent;
+            if (head < kWriterBatch) {
+              redis_bench::append_command(
+                  c.get(), {"SETRANGE", leaf.key, "0",
+                            bytes.substr(static_cast<std::size_t>(head * leaf.row_bytes))});
+              ++sent;
+            }
+          }
+          redis_bench::append_command(c.get(), {"EXEC"});
+          for (std::size_t k = 0; k < sent; ++k) {
+            void* reply = nullptr;
+            redisGetReply(c.get(), &reply);
+            freeReplyObject(reply);
+          }
+          const std::string from = std::to_string(first), to = std::to_string(first + kWriterBatch);
+          for (;;) {
+            auto* done =
+                static_cast<redisReply*>(redisCommand(c.get(), "EVAL %s 1 %s %s %s", kFloorCommit,
+                                                      committed.c_str(), from.c_str(), to.c_str()));
+            const bool ok = done->integer == 1;
+            freeReplyObject(done);
+            if (ok) break;
+          }
+        }
+      };
+    };
+  }
+  WriterProcesses writers(make);
+  for (auto _ : state)
+    if (!writers.run()) {
+      state.SkipWithError("a writer process failed");
+      break;
+    }
+  state.SetItemsProcessed(state.iterations() * kWriters * kWriterExtends * kWriterBatch);
+  td::redis::clear(store);
+}
+
+#endif
+
 void register_all() {
   const NamedBench benchmarks[] = {
       {"BM_rb_add/tensordict", add_one<false>},
@@ -388,8 +692,20 @@ void register_all() {
       {"BM_rb_slice256/floor", slice256<true>},
       {"BM_rb_maxvalue_extend256/tensordict", maxvalue_extend256<false>},
       {"BM_rb_maxvalue_extend256/floor", maxvalue_extend256<true>},
+      {"BM_rb_add_shared/tensordict", add_shared<false>},
+      {"BM_rb_add_shared/floor", add_shared<true>},
+      {"BM_rb_extend256_shared/tensordict", extend256_shared<false>},
+      {"BM_rb_extend256_shared/floor", extend256_shared<true>},
   };
   register_min_time(benchmarks, 0.3);
+#ifdef TENSORDICT_BENCH_RB_REDIS
+  const NamedBench redis[] = {
+      {"BM_rb_redis_4writers/tensordict", redis_4writers<false>},
+      {"BM_rb_redis_4writers/floor", redis_4writers<true>},
+  };
+  for (const auto& [name, fn] : redis)
+    run_length(benchmark::RegisterBenchmark(name, fn), 0.5)->UseRealTime();
+#endif
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <tensordict/errors.h>
 #include <tensordict/rb/replay_buffer.h>
+#include <tensordict/rb/shared_cursor.h>
 #include <tensordict/rb/slice_sampler.h>
 #include <tensordict/storage/memmap.h>
 
@@ -11,6 +12,8 @@
 #include <c10/util/StringUtil.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -70,12 +73,25 @@ struct ReplayBuffer::State {
   // The storage keeps its tensors in this process (memory, memmap, shared):
   // rows are copied straight into them, without going through index_put_.
   bool direct = false;
+  // The cursor shared with other processes (attach()); null otherwise.
+  std::shared_ptr<SharedCursor> shared;
 
   int64_t size() const {
-    const int64_t written =
-        round_robin ? round_robin->position().write_count : writer->state().write_count;
+    const int64_t written = shared        ? shared->committed()
+                            : round_robin ? round_robin->position().write_count
+                                          : writer->state().write_count;
     return std::min(written, capacity);
   }
+
+  // An attached buffer's writer state, from the shared counters.
+  WriterState shared_state() const {
+    const int64_t committed = shared->committed();
+    return {committed % capacity, committed};
+  }
+
+  // sample() of an attached buffer: the rows committed when it starts; drawn
+  // again when a write of another process reached one of them meanwhile.
+  TensorDict sample_shared(int64_t batch_size, SampleInfo& info);
 
   // The row a round-robin writer at `state` wrote last; -1 for other writers
   // (they do not say) and before any write.
@@ -323,6 +339,66 @@ ReplayBuffer::ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler, s
   state_->generator = at::make_generator<at::CPUGeneratorImpl>(std::random_device{}());
 }
 
+ReplayBuffer ReplayBuffer::attach(TensorDictBase storage, std::shared_ptr<SharedCursor> cursor,
+                                  std::shared_ptr<Sampler> sampler) {
+  if (!cursor) throw ValueError("ReplayBuffer::attach: the shared cursor is null");
+  if (sampler && typeid(*sampler) != typeid(RandomSampler) &&
+      typeid(*sampler) != typeid(SamplerWithoutReplacement))
+    throw UnsupportedError("ReplayBuffer::attach: a " + sampler->name() +
+                           " keeps per-row state that the writes of other processes would not "
+                           "update; an attached buffer samples with RandomSampler or "
+                           "SamplerWithoutReplacement");
+  ReplayBuffer buffer(std::move(storage), std::move(sampler));
+  if (cursor->capacity() != buffer.state_->capacity)
+    throw ValueError("ReplayBuffer::attach: the cursor at " + cursor->where() + " cycles over " +
+                     std::to_string(cursor->capacity()) + " rows, the storage holds " +
+                     std::to_string(buffer.state_->capacity));
+  buffer.state_->shared = std::move(cursor);
+  return buffer;
+}
+
+std::shared_ptr<SharedCursor> ReplayBuffer::shared_cursor() const { return state_->shared; }
+
+TensorDict ReplayBuffer::State::sample_shared(int64_t batch_size, SampleInfo& info) {
+  // A seqlock on the cursor: rows whose tickets were reserved after
+  // `committed` was read may have been overwritten while this sample read
+  // them. Bounded in time so that writers wrapping faster than a sample
+  // reads are an error, not a hang.
+  const auto deadline = std::chrono::steady_clock::now() + shared->commit_timeout();
+  for (;;) {
+    const int64_t committed = shared->committed();
+    const int64_t filled = std::min(committed, capacity);
+    if (filled == 0) throw ValueError("ReplayBuffer::sample: the buffer is empty");
+    const StorageView view{&storage, filled, capacity, (committed - 1) % capacity};
+    info = sampler->sample_from(view, batch_size, &generator);
+    TensorDict out;
+    if (direct) {
+      info.index = detail::checked_rows(info.index, filled, sampler->name() + "::sample");
+      out = gather(info.index);
+    } else {
+      TensorDictBase rows = storage.index({info.index});
+      out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    // Tickets in [from, reserved) overwrote rows that were already filled.
+    const int64_t from = std::max(committed, capacity);
+    const int64_t overwritten = shared->reserved() - from;
+    if (overwritten <= 0) return out;
+    if (overwritten < capacity) {
+      const int64_t lo = from % capacity, hi = (from + overwritten) % capacity;
+      const at::Tensor index = info.index.to(at::kLong).contiguous();
+      const int64_t* rows = index.data_ptr<int64_t>();
+      bool clean = true;
+      for (int64_t k = 0; clean && k < index.numel(); ++k)
+        clean = lo < hi ? (rows[k] < lo || rows[k] >= hi) : (rows[k] < lo && rows[k] >= hi);
+      if (clean) return out;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw TimeoutError("ReplayBuffer::sample: other processes overwrote the sampled rows at " +
+                         shared->where() + " faster than a sample could read them");
+  }
+}
+
 ReplayBuffer::~ReplayBuffer() = default;
 ReplayBuffer::ReplayBuffer(ReplayBuffer&&) noexcept = default;
 ReplayBuffer& ReplayBuffer::operator=(ReplayBuffer&&) noexcept = default;
@@ -333,6 +409,18 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
   s.prepare("ReplayBuffer::add", row, 0);
   thread_local std::vector<at::Tensor> src;
   s.check("ReplayBuffer::add", row, 0, 0, src);
+  if (s.shared) {
+    // A failed copy leaves the reservation uncommitted: the failure rule of
+    // a writer that dies between reserve and commit (shared_cursor.h).
+    const Reservation reservation = s.shared->reserve(1);
+    const int64_t r = reservation.first % s.capacity;
+    s.write_row(r, row, src);
+    src.clear();
+    s.shared->commit(reservation);
+    s.last_row = r;
+    s.sampler->on_write_row(r);
+    return r;
+  }
   const int64_t r =
       s.round_robin ? s.round_robin->position().cursor : s.writer->write_row(row, s.capacity);
   if (r < 0) {  // not kept (a TensorDictMaxValueWriter's choice)
@@ -389,9 +477,21 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   const int64_t kept = std::min(n, s.capacity);
   const int64_t skip = n - kept;  // items overwritten within this same extend
   RoundRobinWriter writer = *s.round_robin;
-  at::Tensor rows = writer.next_rows(n, s.capacity);
-  if (skip) rows = rows.narrow(0, skip, kept);
-  const int64_t first = (s.round_robin->position().cursor + skip) % s.capacity;
+  Reservation reservation;
+  at::Tensor rows;
+  int64_t first = 0;
+  if (s.shared) {
+    // Tickets from the shared cursor (a failed copy leaves them uncommitted:
+    // the failure rule of shared_cursor.h).
+    reservation = s.shared->reserve(n);
+    const int64_t start = reservation.first + skip;
+    rows = at::arange(start, reservation.first + n, at::kLong).remainder_(s.capacity);
+    first = start % s.capacity;
+  } else {
+    rows = writer.next_rows(n, s.capacity);
+    if (skip) rows = rows.narrow(0, skip, kept);
+    first = (s.round_robin->position().cursor + skip) % s.capacity;
+  }
   const int64_t head = std::min(kept, s.capacity - first);  // rows before the wrap
   if (s.direct) {
     for (size_t k = 0; k < src.size(); ++k) {
@@ -418,8 +518,13 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
       s.storage.index_put_({rows}, items);
   }
   src.clear();
-  *s.round_robin = writer;
-  s.last_row = (writer.state().cursor + s.capacity - 1) % s.capacity;
+  if (s.shared) {
+    s.shared->commit(reservation);
+    s.last_row = (reservation.first + n - 1) % s.capacity;
+  } else {
+    *s.round_robin = writer;
+    s.last_row = (writer.state().cursor + s.capacity - 1) % s.capacity;
+  }
   s.sampler->on_write(rows);
   return rows;
 }
@@ -478,16 +583,22 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
   if (batch_size <= 0)
     throw ValueError("ReplayBuffer::sample: the batch size must be positive, got " +
                      std::to_string(batch_size));
-  if (s.size() == 0) throw ValueError("ReplayBuffer::sample: the buffer is empty");
-  const StorageView view{&s.storage, s.size(), s.capacity, s.last_row};
-  SampleInfo info = s.sampler->sample_from(view, batch_size, &s.generator);
+  SampleInfo info;
   TensorDict out;
-  if (s.direct) {
+  if (s.shared) {
+    out = s.sample_shared(batch_size, info);
+  } else if (s.size() == 0) {
+    throw ValueError("ReplayBuffer::sample: the buffer is empty");
+  } else if (s.direct) {
+    const StorageView view{&s.storage, s.size(), s.capacity, s.last_row};
+    info = s.sampler->sample_from(view, batch_size, &s.generator);
     // The sampler may be the user's: its rows are checked before they are
     // used as raw offsets.
     info.index = detail::checked_rows(info.index, s.size(), s.sampler->name() + "::sample");
     out = s.gather(info.index);
   } else {
+    const StorageView view{&s.storage, s.size(), s.capacity, s.last_row};
+    info = s.sampler->sample_from(view, batch_size, &s.generator);
     TensorDictBase rows = s.storage.index({info.index});
     out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
   }
@@ -527,12 +638,21 @@ TensorDictBase ReplayBuffer::storage() const {
 
 WriterState ReplayBuffer::writer_state() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->writer->state();
+  return state_->shared ? state_->shared_state() : state_->writer->state();
 }
 
 void ReplayBuffer::load_writer_state(const WriterState& state) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->writer->load_state(state, state_->capacity);
+  if (state_->shared) {
+    if (state.cursor != state.write_count % state_->capacity)
+      throw ValueError(
+          "ReplayBuffer::load_writer_state: an attached buffer's cursor is its "
+          "write_count % capacity (" +
+          std::to_string(state.write_count % state_->capacity) + "), got " +
+          std::to_string(state.cursor));
+    state_->shared->reset(state.write_count);
+  }
   state_->last_row = state_->newest_row(state);
 }
 
@@ -554,6 +674,7 @@ void ReplayBuffer::manual_seed(uint64_t seed) {
 
 void ReplayBuffer::empty() {
   std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->shared) state_->shared->reset(0);
   state_->writer->reset();
   state_->last_row = -1;
   state_->sampler->on_empty();
@@ -599,6 +720,7 @@ void ReplayBuffer::dumps(const fs::path& dir) const {
         stage / "storage" / "storage_metadata.json",
         ojson{{"metadata", ojson::object()}, {"is_pytree", false}, {"len", s.size()}});
     fs::create_directory(stage / "writer");
+    if (s.shared) s.writer->load_state(s.shared_state(), s.capacity);  // what dumps() writes
     s.writer->dumps(stage / "writer");
     // The library's buffers have no batch size of their own (sample(n) takes it).
     detail::write_json_file(stage / "buffer_metadata.json",
@@ -624,6 +746,11 @@ void ReplayBuffer::dumps(const fs::path& dir) const {
 void ReplayBuffer::loads(const fs::path& dir) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.shared)
+    throw UnsupportedError(
+        "ReplayBuffer::loads: the buffer is attached to a cursor shared by other processes; "
+        "load the checkpoint into a buffer of one process, then set the shared cursor with "
+        "load_writer_state()");
   const fs::path root = fs::absolute(dir).lexically_normal();
   std::error_code ec;
   if (!fs::is_directory(root, ec))

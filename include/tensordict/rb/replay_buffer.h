@@ -22,6 +22,13 @@
 /// the caller's own (copies of the rows). Writing to the storage() handle or
 /// the sampler() directly bypasses that lock and is the caller's business.
 ///
+/// Several processes (and hosts): ReplayBuffer::attach(storage, cursor)
+/// opens one buffer from each process, its round-robin cursor shared through
+/// a SharedCursor kept with the storage (rb/shared_cursor.h: a mapped file
+/// for memmap and shared memory, the Redis server for a store). Writes then
+/// reserve their rows atomically and commit them in order; samples see only
+/// committed rows. See docs/replay_buffer_library.md, "Several processes".
+///
 /// Errors: typed tensordict:: errors, raised before anything changes (bad
 /// input writes nothing and leaves the cursor and priorities as they were):
 /// a row whose keys, shapes or dtypes differ from the storage's (KeyError,
@@ -46,8 +53,28 @@
 
 namespace tensordict::rb {
 
+class SharedCursor;
+
 class ReplayBuffer {
  public:
+  /// Opens the buffer over `storage` (batch size [C], already allocated,
+  /// opened in this process: load_memmap, attach_shared,
+  /// TensorDictStore::from_store, ...) whose round-robin cursor is `cursor`,
+  /// shared by every process that attaches the same storage and cursor.
+  /// add and extend reserve their rows with cursor->reserve(), copy them and
+  /// cursor->commit() them; size() and sample() read cursor->committed(), so
+  /// they never cover a row reserved but not written. A sample retries when
+  /// another process overwrote (wrap-around) one of its rows while it read
+  /// it. `sampler` defaults to a RandomSampler; SamplerWithoutReplacement is
+  /// the other sampler taken (UnsupportedError for samplers that keep
+  /// per-row state written rows update: prioritized, slices). ValueError when
+  /// `cursor` is null or its capacity is not C; the storage's errors as the
+  /// constructor's.
+  static ReplayBuffer attach(TensorDictBase storage, std::shared_ptr<SharedCursor> cursor,
+                             std::shared_ptr<Sampler> sampler = nullptr);
+  /// The cursor of a buffer opened with attach(); null otherwise.
+  std::shared_ptr<SharedCursor> shared_cursor() const;
+
   /// A buffer over `storage`, a tensordict of batch size [capacity]
   /// pre-allocated in any storage (from_schema: memory, memmap, shared, h5,
   /// redis, ...), whose rows are taken as unwritten. `sampler` defaults to a
@@ -102,7 +129,8 @@ class ReplayBuffer {
   void update_tensordict_priority(const TensorDictBase& sampled,
                                   const NestedKey& priority_key = "td_error");
 
-  /// Rows filled so far: min(write_count, capacity).
+  /// Rows filled so far: min(write_count, capacity); for an attached buffer
+  /// write_count is the shared cursor's committed tickets.
   int64_t size() const;
   int64_t capacity() const;
   /// The storage (undefined before the first write of a buffer made with a
@@ -112,14 +140,19 @@ class ReplayBuffer {
   /// Resumes at `state` (e.g. from a checkpoint): ValueError unless
   /// 0 <= cursor < capacity and write_count >= 0. The storage must already
   /// hold the rows written. A TensorDictMaxValueWriter takes only {0, 0}
-  /// (UnsupportedError otherwise: its kept ranks come with loads()).
+  /// (UnsupportedError otherwise: its kept ranks come with loads()). An
+  /// attached buffer sets the shared cursor's counters to write_count
+  /// (ValueError unless cursor == write_count % capacity): only while no other
+  /// process writes.
   void load_writer_state(const WriterState& state);
   std::shared_ptr<Sampler> sampler() const;
   std::shared_ptr<Writer> writer() const;
   /// Seeds the buffer's random generator (every sample draws from it).
   void manual_seed(uint64_t seed);
   /// Forgets every row (TorchRL's empty()): cursor and write_count 0, the
-  /// sampler's on_empty(). The storage keeps its (now unreachable) data.
+  /// sampler's on_empty(). The storage keeps its (now unreachable) data. An
+  /// attached buffer resets the shared cursor: only while no other process
+  /// writes.
   void empty();
 
   /// Saves the buffer as a checkpoint directory in TorchRL's
@@ -145,7 +178,8 @@ class ReplayBuffer {
   /// FormatError naming the file and the field, and so is what the library
   /// does not hold (a transform's state, a writer's generations, a pytree
   /// storage). Everything is checked before the buffer changes: on error it
-  /// is as it was.
+  /// is as it was. UnsupportedError on an attached buffer (load into a
+  /// buffer of one process, then set the cursor with load_writer_state).
   void loads(const std::filesystem::path& dir);
 
  private:
