@@ -11,8 +11,8 @@ namespace {
 // CheckedWrite's script. KEYS: data keys. ARGV, per key: the bytes it must
 // hold, the number n of its ranges, then n (offset, bytes) pairs. Every
 // length (and that each key is still a string) is checked before the first
-// SETRANGE, and a failed check is a TDSIZE error that the client reports as
-// SizeRefused (send_checked); the server refuses a script's first write, not
+// SETRANGE, and a failed check is a TDSIZE error reply, which send_checked
+// tells apart; the server refuses a script's first write, not
 // a later one, when out of memory, so a refused script writes nothing.
 constexpr const char* kCheckedWrite = R"lua(
 local a = 1

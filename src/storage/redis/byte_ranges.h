@@ -173,17 +173,19 @@ void add_zeroed(Batch& b, std::string_view key, int64_t bytes);
 [[noreturn]] void throw_size_mismatch(const std::string& message, bool metadata_unchanged);
 
 /// Sends a batch holding RangeWrites (or CheckedWrite scripts). A script's
-/// refusal (a leaf not the size its metadata gives; nothing written) is told
-/// apart as throw_size_mismatch does, once `reload_unchanged` has read the
-/// metadata again and said whether it still gives every written leaf the
-/// same bytes. Other failures are thrown as the client threw them.
+/// refusal (a TDSIZE error: a leaf not the size its metadata gives; nothing
+/// written) is told apart as throw_size_mismatch does, once
+/// `reload_unchanged` has read the metadata again and said whether it still
+/// gives every written leaf the same bytes. Other failures are thrown as the
+/// client threw them.
 template <class ReloadUnchanged>
 void send_checked(Connection& conn, const Batch& b, const std::string& what,
                   ReloadUnchanged&& reload_unchanged, bool transaction = false) {
   try {
     conn.send(b, what, transaction);
-  } catch (const SizeRefused& e) {
-    const std::string refusal = e.refusal();
+  } catch (const StorageError& e) {
+    const std::string refusal = e.what();
+    if (refusal.find(": TDSIZE ") == std::string::npos) throw;
     throw_size_mismatch(refusal + "; nothing was written", reload_unchanged());
   }
 }

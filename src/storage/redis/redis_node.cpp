@@ -11,6 +11,7 @@
 // Metadata (leaf paths, shapes, dtypes) is cached per store object; a miss
 // re-reads it from the server.
 
+#include "core/json_limits.h"
 #include "formats/json_io.h"
 #include "storage/redis/byte_ranges.h"
 #include "storage/redis/lazy_stack_store.h"
@@ -51,6 +52,40 @@ return #ARGV / 2
 )lua";
 
 }  // namespace
+
+std::vector<std::string> leaf_paths(Connection& conn, const std::string& key) {
+  Reply members = conn.call({"SMEMBERS", key}, "reading " + key);
+  std::vector<std::string> out;
+  const ReplyArray listed = members.array(key);
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    std::string path(listed[i].text(key));
+    // Keys are UTF-8 and nested at most kMaxNestingDepth levels, as the core
+    // and the other loaders require: a stored path that is not would reach
+    // key lists and printing (and a deep one the recursive tree).
+    if (auto bad = first_invalid_utf8(path))
+      throw FormatError("Redis store: '" + key +
+                        "' lists a leaf path that is not valid UTF-8 (byte " +
+                        std::to_string(*bad) + ")");
+    if (std::count(path.begin(), path.end(), '.') >= kMaxNestingDepth)
+      throw FormatError("Redis store: '" + key + "' lists a leaf path nested deeper than " +
+                        std::to_string(kMaxNestingDepth) + " levels ('" + path.substr(0, 40) +
+                        "...')");
+    out.push_back(std::move(path));
+  }
+  // A path that is a leaf cannot also be a nested level ("a" and "a.x"):
+  // either would hide the other.
+  std::vector<std::string_view> sorted(out.begin(), out.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (const auto p : sorted) {
+    const std::string level = std::string(p) + ".";
+    const auto it = std::lower_bound(sorted.begin(), sorted.end(), std::string_view(level));
+    if (it != sorted.end() && it->starts_with(level))
+      throw FormatError("Redis store: '" + key + "' lists '" + std::string(p.substr(0, 100)) +
+                        "' both as a leaf and as a nested tensordict (with '" +
+                        std::string(it->substr(0, 100)) + "')");
+  }
+  return out;
+}
 
 int64_t checked_nbytes(at::IntArrayRef shape, at::ScalarType dtype, const std::string& where) {
   std::optional<int64_t> n = static_cast<int64_t>(c10::elementSize(dtype));

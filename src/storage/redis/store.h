@@ -45,6 +45,9 @@ std::vector<int64_t> parse_sizes(std::string_view text, const std::string& where
 /// parser (kMaxNestingDepth): FormatError naming `where` for text nested too
 /// deep, malformed or not UTF-8, never a raw nlohmann exception.
 nlohmann::json parse_stored_json(std::string_view text, const std::string& where);
+/// The leaf paths of a store's __keys__ set at `key` (one SMEMBERS round trip); FormatError for a
+/// path that is not UTF-8 or nested deeper than kMaxNestingDepth.
+std::vector<std::string> leaf_paths(Connection& conn, const std::string& key);
 /// The device recorded in a store (`where` names the key): none or the CPU;
 /// DeviceError for any other device (this library keeps Redis stores on the
 /// CPU, as create() does), FormatError for text that is not a device.
