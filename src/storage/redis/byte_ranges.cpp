@@ -142,6 +142,9 @@ std::size_t CheckedReads::leaf(Batch& b, std::string_view key_name, int64_t size
   // The key's size first: a leaf another process replaced with another
   // shape is refused instead of read as garbage.
   const std::size_t k = key(b, key_name, size);
+  // Grown geometrically: a sample of many rows plans thousands of runs.
+  if (runs_.capacity() < runs_.size() + runs.size())
+    runs_.reserve(std::max(2 * runs_.capacity(), runs_.size() + runs.size()));
   int64_t dest = 0;
   for (const auto& [off, len] : runs) {
     if (as_whole)
@@ -171,9 +174,8 @@ std::optional<std::string> CheckedReads::copy(std::size_t i, const std::vector<R
   const Leaf& l = leaves_[i];
   for (std::size_t j = l.first_run; j < l.end_run; ++j) {
     const Run& run = runs_[j];
-    const ReplyView r = replies[run.reply];
     // nil (a key gone between the commands) reads as no bytes.
-    const std::string_view bytes = r.is_text() ? r.text({}) : std::string_view();
+    const std::string_view bytes = replies[run.reply].text_or_nil(keys_[run.key].key);
     if (static_cast<int64_t>(bytes.size()) != run.len)
       return owner_ + ": '" + std::string(keys_[run.key].key) + "' returned " +
              std::to_string(bytes.size()) + " bytes where its metadata needs " +

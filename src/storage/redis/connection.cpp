@@ -32,7 +32,17 @@ Connection::Connection(storage::Redis options)
     : options_(std::move(options)),
       cluster_(cluster_of(options_)),
       links_(options_, cluster_),
-      slots_(seeds_of(options_)) {}
+      slots_(seeds_of(options_)) {
+  if (cluster_) {
+    where_ = "cluster ";
+    for (std::size_t i = 0; i < slots_.seeds().size(); ++i)
+      where_ += (i ? "," : "") + slots_.seeds()[i];
+  } else if (!options_.unix_socket.empty()) {
+    where_ = "unix:" + options_.unix_socket;
+  } else {
+    where_ = options_.host + ":" + std::to_string(options_.port);
+  }
+}
 
 Connection::~Connection() { close(); }
 
@@ -42,22 +52,12 @@ void Connection::close() noexcept {
   slots_.forget();
 }
 
-std::string Connection::where() const {
-  if (cluster_) {
-    std::string s = "cluster ";
-    for (std::size_t i = 0; i < slots_.seeds().size(); ++i) s += (i ? "," : "") + slots_.seeds()[i];
-    return s;
-  }
-  if (!options_.unix_socket.empty()) return "unix:" + options_.unix_socket;
-  return options_.host + ":" + std::to_string(options_.port);
-}
-
 std::vector<Group> Connection::groups_of(const Batch& batch, bool transaction) {
   const auto& commands = batch.commands();
   std::vector<Group> groups;
   if (!cluster_) {
     Group g;
-    g.link = &links_.get(where());
+    g.link = &links_.get(where_);
     g.tx = transaction;
     g.cmds.resize(commands.size());
     for (std::size_t i = 0; i < commands.size(); ++i) g.cmds[i] = i;
@@ -108,8 +108,8 @@ std::vector<Reply> Connection::send(const Batch& batch, const std::string& what,
   // Commands the server cannot serve yet are re-sent until the connect
   // timeout (5 s when none).
   p.run(
-      groups_of(batch, transaction), [this] { slots_.refresh(links_, round_trips_, where()); },
-      options_.connect_timeout > 0 ? options_.connect_timeout : 5.0, where());
+      groups_of(batch, transaction), [this] { slots_.refresh(links_, round_trips_, where_); },
+      options_.connect_timeout > 0 ? options_.connect_timeout : 5.0, where_);
   if (!p.errors().empty()) throw StorageError(p.errors().front());
   return std::move(p.replies());
 }
@@ -122,14 +122,14 @@ Reply Connection::call(std::vector<std::string_view> args, const std::string& wh
 
 std::vector<std::string> Connection::nodes() {
   std::lock_guard lock(mu_);
-  if (!cluster_) return {where()};
-  if (!slots_.known()) slots_.refresh(links_, round_trips_, where());
+  if (!cluster_) return {where_};
+  if (!slots_.known()) slots_.refresh(links_, round_trips_, where_);
   return slots_.masters();
 }
 
 std::string Connection::node_of(std::string_view key) {
   std::lock_guard lock(mu_);
-  if (!cluster_) return where();
+  if (!cluster_) return where_;
   return owner(key_slot(key)).address();
 }
 
@@ -141,7 +141,7 @@ std::vector<Reply> Connection::call_each_node(std::vector<std::string_view> args
   b.add(std::move(args));
   for (const auto& address : nodes()) {
     Pipeline p = pipeline(b, what);
-    (void)p.round({Group{&links_.get(cluster_ ? address : where()), false, false, -1, {0}}});
+    (void)p.round({Group{&links_.get(cluster_ ? address : where_), false, false, -1, {0}}});
     out.push_back(std::move(p.replies().front()));  // error replies are returned as such
   }
   return out;

@@ -53,8 +53,8 @@ class Connection {
   /// "host:port" of the node that owns `key` (where() when not a cluster).
   std::string node_of(std::string_view key);
   void close() noexcept;
-  /// "host:port" or "unix:<path>"; "cluster at host:port,..." for a cluster.
-  std::string where() const;
+  /// "host:port" or "unix:<path>"; "cluster host:port,..." for a cluster.
+  const std::string& where() const noexcept { return where_; }
   bool cluster() const noexcept { return cluster_; }
   const storage::Redis& options() const noexcept { return options_; }
   /// Round trips made so far (for tests and benchmarks): a pipeline sent to
@@ -65,12 +65,13 @@ class Connection {
   /// The commands of `batch` grouped by node (by slot with `transaction`).
   std::vector<Group> groups_of(const Batch& batch, bool transaction);
   Pipeline pipeline(const Batch& batch, const std::string& what);
-  Link& owner(int slot) { return slots_.owner(slot, links_, round_trips_, where()); }
+  Link& owner(int slot) { return slots_.owner(slot, links_, round_trips_, where_); }
 
   storage::Redis options_;
   bool cluster_ = false;
   LinkPool links_;
   SlotMap slots_;
+  std::string where_;  // made once: every send names it
   std::int64_t round_trips_ = 0;
   std::recursive_mutex mu_;  // several stores (blocks of a sharded store) share one client
 };

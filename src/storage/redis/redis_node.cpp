@@ -361,8 +361,7 @@ class RedisNode final : public StoreNode {
       const LeafInfo& info = infos[i];
       auto runs = whole ? std::nullopt : selected_bytes(rows, info.shape, info.dtype);
       selected_here.push_back(!whole && !runs);
-      if (!runs) runs = ByteRuns{{0, info.nbytes()}};
-      std::erase_if(*runs, [](const auto& run) { return run.second == 0; });
+      if (!runs) add_run(runs.emplace(), 0, info.nbytes());  // no run for an empty leaf
       reads.leaf(b, b.own(s_->data_key(paths[i])), info.nbytes(), *runs,
                  /*as_whole=*/whole || selected_here.back());
     }
@@ -459,8 +458,7 @@ class RedisNode final : public StoreNode {
     RangeWrites writes(s_->options.transaction);
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const LeafInfo& info = *cached[i].second;
-      auto runs = *selected_bytes(rows, info.shape, info.dtype);
-      std::erase_if(runs, [](const auto& run) { return run.second == 0; });
+      const auto runs = *selected_bytes(rows, info.shape, info.dtype);  // no empty run
       int64_t selected = 0;
       for (const auto& [off, len] : runs) {
         // Never past the leaf's end (a SETRANGE there would grow it).
