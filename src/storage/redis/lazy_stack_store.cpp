@@ -19,6 +19,7 @@
 // catches a leaf another process replaced.
 
 #include "storage/redis/lazy_stack_store.h"
+#include "storage/redis/byte_ranges.h"
 #include "storage/redis/connection.h"
 #include "storage/redis/layout.h"
 #include "storage/redis/store.h"
@@ -317,17 +318,10 @@ struct Fetch {
 };
 
 // Byte runs (offset, length) of `elements`, adjacent ones merged.
-std::vector<std::pair<int64_t, int64_t>> runs_of(const KeyInfo& k,
-                                                 const std::vector<int64_t>& elements) {
-  std::vector<std::pair<int64_t, int64_t>> out;
+ByteRuns runs_of(const KeyInfo& k, const std::vector<int64_t>& elements) {
+  ByteRuns out;
   for (int64_t e : elements)
-    k.for_ranges(e, [&](int64_t off, int64_t len) {
-      if (len == 0) return;
-      if (!out.empty() && out.back().first + out.back().second == off)
-        out.back().second += len;
-      else
-        out.emplace_back(off, len);
-    });
+    k.for_ranges(e, [&](int64_t off, int64_t len) { add_run(out, off, len); });
   return out;
 }
 
@@ -354,37 +348,24 @@ bool reload_unchanged(LazyStackState& s, const std::vector<std::string>& paths) 
 bool fetch(LazyStackState& s, std::vector<Fetch>& fetches, bool count_keys = false) {
   Batch b;
   if (count_keys) b.add({"SCARD", b.own(s.key("__keys__"))});
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> runs;
-  for (auto& f : fetches) {
-    runs.push_back(runs_of(*f.info, f.elements));
-    if (runs.back().empty()) continue;
-    const std::string_view dk = b.own(s.data_key(f.path));
-    b.add({"STRLEN", dk});
-    for (const auto& [off, len] : runs.back())
-      b.add({"GETRANGE", dk, b.own(std::to_string(off)), b.own(std::to_string(off + len - 1))});
-  }
+  CheckedReads reads("Redis store");
+  for (auto& f : fetches)
+    reads.leaf(b, b.own(s.data_key(f.path)), f.info->total(s.count), runs_of(*f.info, f.elements));
   auto replies = s.conn.send(b, "reading elements of " + s.name(), s.options.transaction);
-  std::size_t next = 0;
-  if (count_keys &&
-      replies[next++].integer(s.key("__keys__")) != static_cast<long long>(s.keys.size()))
+  if (count_keys && replies[0].integer(s.key("__keys__")) != static_cast<long long>(s.keys.size()))
     return false;
   for (std::size_t i = 0; i < fetches.size(); ++i) {
     auto& f = fetches[i];
-    if (runs[i].empty()) continue;
-    const int64_t want = f.info->total(s.count);
-    const ReplyView size = replies[next++];
-    if (!size.is_integer() || size.integer_or(0) != want) {
-      const int64_t got = size.integer_or(0);
-      const std::string message = "Redis store: '" + s.data_key(f.path) + "' has " +
-                                  std::to_string(got) + " bytes where its metadata needs " +
-                                  std::to_string(want);
+    if (reads.empty(i)) continue;
+    const auto conflict = [&](const std::string& message) {
       const at::ScalarType dtype = f.info->dtype;
+      const int64_t want = f.info->total(s.count);
       s.load();  // replaced or removed by another process: refresh the cache
       throw_size_mismatch(message, s.same_bytes(f.path, dtype, want));
-    }
-    const std::string key = s.data_key(f.path);
-    for (std::size_t k = 0; k < runs[i].size(); ++k)  // one GETRANGE reply per run
-      f.bytes.append(replies[next++].text(key));
+    };
+    if (auto message = reads.size_mismatch(i, replies)) conflict(*message);
+    f.bytes.resize(static_cast<std::size_t>(reads.bytes(i)));
+    if (auto message = reads.copy(i, replies, f.bytes.data())) conflict(*message);
   }
   return true;
 }
@@ -426,10 +407,10 @@ std::vector<at::Tensor> split(const Fetch& f) {
 // Adds the SETRANGEs writing `value` ([E, *element shape], the leaf's dtype)
 // into `elements`. ShapeError naming the key when an element's shape differs
 // (an element's size cannot change: heterogeneous offsets are fixed).
-// With `checked`, the ranges go to that script instead (all-or-nothing).
+// The ranges go to `writes` (a CheckedWrite script when it is checked).
 void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const KeyInfo& k,
                 const std::vector<int64_t>& elements, const at::Tensor& value,
-                CheckedWrite* checked = nullptr) {
+                RangeWrites& writes) {
   // The batch refers to the value's bytes, which must outlive it: a value
   // that is not contiguous (an expanded scalar) is copied into the batch, not
   // into a tensor that would be freed before the batch is sent.
@@ -440,7 +421,6 @@ void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const K
                        std::to_string(e) + " of '" + p + "' has shape " + show(k.shape_of(e)) +
                        ", the value written has " + show(vshape) +
                        " (the size of a stored element cannot change)");
-  const std::string_view dk = b.own(s.data_key(p));
   const char* data = nullptr;
   if (value.is_contiguous()) {
     data = static_cast<const char*>(value.data_ptr());
@@ -448,33 +428,10 @@ void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const K
     const at::Tensor copy = value.contiguous();
     data = b.own(std::string(static_cast<const char*>(copy.data_ptr()), copy.nbytes())).data();
   }
-  int64_t pos = 0;
   // Consecutive elements (in value order) that are adjacent on the server go
   // in one SETRANGE.
-  int64_t run_off = -1, run_len = 0, run_pos = 0;
-  if (checked != nullptr) checked->key(b, dk, k.total(s.count));
-  auto flush = [&] {
-    if (run_len > 0) {
-      const std::string_view off = b.own(std::to_string(run_off)),
-                             bytes(data + run_pos, static_cast<std::size_t>(run_len));
-      if (checked != nullptr)
-        checked->range(off, bytes);
-      else
-        b.add({"SETRANGE", dk, off, bytes});
-    }
-    run_len = 0;
-  };
-  for (int64_t e : elements)
-    k.for_ranges(e, [&](int64_t off, int64_t len) {
-      if (run_len > 0 && run_off + run_len == off) {
-        run_len += len;
-      } else {
-        flush();
-        run_off = off, run_len = len, run_pos = pos;
-      }
-      pos += len;
-    });
-  flush();
+  writes.key(b, b.own(s.data_key(p)), k.total(s.count));
+  writes.runs(b, runs_of(k, elements), data);
 }
 
 // Commands creating a homogeneous leaf of `element` shape, zero-filled by
@@ -482,9 +439,7 @@ void add_writes(const LazyStackState& s, Batch& b, const std::string& p, const K
 void add_stacked_allocation(const LazyStackState& s, Batch& b, const std::string& p,
                             const KeyInfo& k) {
   b.add({"DEL", b.own(s.data_key(p)), b.own(s.idx_key(p)), b.own(s.meta_key(p))});
-  if (k.total(s.count) > 0)
-    b.add({"SETRANGE", b.own(s.data_key(p)), b.own(std::to_string(k.total(s.count) - 1)),
-           std::string_view("\0", 1)});
+  add_zeroed(b, b.own(s.data_key(p)), k.total(s.count));
   b.add({"HSET", b.own(s.meta_key(p)), "shape", b.own(json_list(with_dim(k.first, 0, s.count))),
          "dtype", b.own(dtype_to_string(k.dtype)), "homogeneous", "1", "layout", "stack"});
   b.add({"SADD", b.own(s.key("__keys__")), b.own(p)});
@@ -712,11 +667,10 @@ class LazyStackStoreNode final : public StoreNode {
     }
     Batch b;
     // With a transaction, one CheckedWrite: every leaf or none.
-    CheckedWrite script;
-    CheckedWrite* checked = s_->options.transaction ? &script : nullptr;
+    RangeWrites writes(s_->options.transaction);
     for (std::size_t i = 0; i < mine.size(); ++i)
-      add_writes(*s_, b, paths[i], s_->info(paths[i]), plan.elements, values[i], checked);
-    script.add_to(b);
+      add_writes(*s_, b, paths[i], s_->info(paths[i]), plan.elements, values[i], writes);
+    writes.finish(b);
     send_checked(s_->conn, b, "writing elements of " + std::to_string(mine.size()) + " leaves",
                  [&] { return reload_unchanged(*s_, paths); });
   }
@@ -1121,10 +1075,10 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
   // Into existing leaves only (the usual case), with a transaction: one
   // CheckedWrite, every leaf or none. A new leaf is allocated and written
   // in one MULTI/EXEC instead.
-  detail::redis::CheckedWrite script;
   bool adds = false;
   for (const auto& [p, t] : given) adds = adds || !s.keys.count(p);
-  detail::redis::CheckedWrite* checked = s.options.transaction && !adds ? &script : nullptr;
+  const bool checked = s.options.transaction && !adds;
+  detail::redis::RangeWrites writes(checked), plain(false);
   for (auto& [p, t] : given) {
     auto it = s.keys.find(p);
     if (it == s.keys.end()) {  // a new leaf: zero in the other elements
@@ -1133,20 +1087,20 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
       k.first = t.sizes().vec();
       detail::redis::add_stacked_allocation(s, b, p, k);
       keep.push_back(t.unsqueeze(0).contiguous());
-      detail::redis::add_writes(s, b, p, k, {e}, keep.back());
+      detail::redis::add_writes(s, b, p, k, {e}, keep.back(), plain);
       added.emplace_back(p, std::move(k));
       continue;
     }
     keep.push_back(t.to(it->second.dtype).unsqueeze(0).contiguous());
-    detail::redis::add_writes(s, b, p, it->second, {e}, keep.back(), checked);
+    detail::redis::add_writes(s, b, p, it->second, {e}, keep.back(), checked ? writes : plain);
   }
-  script.add_to(b);
+  writes.finish(b);
   std::vector<std::string> written;
   for (const auto& [p, t] : given) written.push_back(p);
   detail::redis::send_checked(
       s.conn, b, "writing element " + std::to_string(e) + " of " + s.name(),
       [&] { return detail::redis::reload_unchanged(s, written); },
-      s.options.transaction && checked == nullptr);
+      s.options.transaction && !checked);
   for (auto& [p, k] : added) s.keys[p] = std::move(k);
 }
 

@@ -11,7 +11,9 @@
 // Metadata (leaf paths, shapes, dtypes) is cached per store object; a miss
 // re-reads it from the server.
 
+#include "core/json_limits.h"
 #include "formats/json_io.h"
+#include "storage/redis/byte_ranges.h"
 #include "storage/redis/lazy_stack_store.h"
 #include "storage/redis/store.h"
 
@@ -49,39 +51,41 @@ redis.call('SET', KEYS[1], cjson.encode(a))
 return #ARGV / 2
 )lua";
 
-// CheckedWrite's script. KEYS: data keys. ARGV, per key: the bytes it must
-// hold, the number n of its ranges, then n (offset, bytes) pairs. Every
-// length (and that each key is still a string) is checked before the first
-// SETRANGE, and a failed check is a TDSIZE error that the client reports as
-// SizeRefused (send_checked, store.h); the server refuses a script's first write, not a later one,
-// when out of memory, so a refused script writes nothing.
-constexpr const char* kCheckedWrite = R"lua(
-local a = 1
-for k = 1, #KEYS do
-  local want = tonumber(ARGV[a])
-  local have = redis.pcall('STRLEN', KEYS[k])
-  if type(have) == 'table' then
-    return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' is no longer a string')
-  end
-  if have ~= want then
-    return redis.error_reply('TDSIZE ' .. KEYS[k] .. ' holds ' .. have ..
-      ' bytes where its metadata needs ' .. want)
-  end
-  a = a + 2 + 2 * tonumber(ARGV[a + 1])
-end
-a = 1
-for k = 1, #KEYS do
-  local n = tonumber(ARGV[a + 1])
-  a = a + 2
-  for j = 1, n do
-    redis.call('SETRANGE', KEYS[k], ARGV[a], ARGV[a + 1])
-    a = a + 2
-  end
-end
-return #KEYS
-)lua";
-
 }  // namespace
+
+std::vector<std::string> leaf_paths(Connection& conn, const std::string& key) {
+  Reply members = conn.call({"SMEMBERS", key}, "reading " + key);
+  std::vector<std::string> out;
+  const ReplyArray listed = members.array(key);
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    std::string path(listed[i].text(key));
+    // Keys are UTF-8 and nested at most kMaxNestingDepth levels, as the core
+    // and the other loaders require: a stored path that is not would reach
+    // key lists and printing (and a deep one the recursive tree).
+    if (auto bad = first_invalid_utf8(path))
+      throw FormatError("Redis store: '" + key +
+                        "' lists a leaf path that is not valid UTF-8 (byte " +
+                        std::to_string(*bad) + ")");
+    if (std::count(path.begin(), path.end(), '.') >= kMaxNestingDepth)
+      throw FormatError("Redis store: '" + key + "' lists a leaf path nested deeper than " +
+                        std::to_string(kMaxNestingDepth) + " levels ('" + path.substr(0, 40) +
+                        "...')");
+    out.push_back(std::move(path));
+  }
+  // A path that is a leaf cannot also be a nested level ("a" and "a.x"):
+  // either would hide the other.
+  std::vector<std::string_view> sorted(out.begin(), out.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (const auto p : sorted) {
+    const std::string level = std::string(p) + ".";
+    const auto it = std::lower_bound(sorted.begin(), sorted.end(), std::string_view(level));
+    if (it != sorted.end() && it->starts_with(level))
+      throw FormatError("Redis store: '" + key + "' lists '" + std::string(p.substr(0, 100)) +
+                        "' both as a leaf and as a nested tensordict (with '" +
+                        std::string(it->substr(0, 100)) + "')");
+  }
+  return out;
+}
 
 int64_t checked_nbytes(at::IntArrayRef shape, at::ScalarType dtype, const std::string& where) {
   std::optional<int64_t> n = static_cast<int64_t>(c10::elementSize(dtype));
@@ -141,30 +145,10 @@ std::optional<at::Device> stored_device(const std::string& text, const std::stri
   return device;
 }
 
-void CheckedWrite::key(Batch& b, std::string_view data_key, int64_t expected) {
-  keys_.push_back(data_key);
-  expected_.push_back(b.own(std::to_string(expected)));
-  ranges_.emplace_back();
-}
-
-void CheckedWrite::add_to(Batch& b) {
-  if (keys_.empty()) return;
-  std::vector<std::string_view> args{"EVAL", kCheckedWrite, b.own(std::to_string(keys_.size()))};
-  args.insert(args.end(), keys_.begin(), keys_.end());
-  for (std::size_t k = 0; k < keys_.size(); ++k) {
-    args.push_back(expected_[k]);
-    args.push_back(b.own(std::to_string(ranges_[k].size())));
-    for (const auto& [off, bytes] : ranges_[k]) args.push_back(off), args.push_back(bytes);
-  }
-  b.add(std::move(args));
-}
-
 void add_allocation(Store& s, Batch& b, const std::string& path, const LeafInfo& info) {
   const std::string_view dk = b.own(s.data_key(path)), mk = b.own(s.meta_key(path));
   b.add({"DEL", dk, mk});
-  // SETRANGE at the last byte: the server zero-fills the rest, no zeros sent.
-  if (info.nbytes() > 0)
-    b.add({"SETRANGE", dk, b.own(std::to_string(info.nbytes() - 1)), std::string_view("\0", 1)});
+  add_zeroed(b, dk, info.nbytes());
   b.add({"HSET", mk, "shape", b.own(json_list(info.shape)), "dtype",
          b.own(dtype_to_string(info.dtype))});
   b.add({"SADD", b.own(s.key("__keys__")), b.own(path)});
@@ -204,74 +188,6 @@ void add_value(Store& s, Batch& b, const std::string& path, const Value& v,
   b.add({"SADD", b.own(s.key("__keys__")), b.own(path)});
   added.emplace_back(path, std::move(info));
 }
-
-namespace {
-
-// Byte ranges (offset, length) of the selected rows of a leaf, in the order
-// of the selected tensor's elements; adjacent ranges merged. nullopt for a
-// General selection (the leaf is read whole and indexed here).
-std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges_of(const RowSelection& rows,
-                                                                  const LeafInfo& info) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  auto push = [&](int64_t off, int64_t len) {
-    if (len == 0) return;
-    if (!out.empty() && out.back().first + out.back().second == off)
-      out.back().second += len;
-    else
-      out.emplace_back(off, len);
-  };
-  const int64_t item = static_cast<int64_t>(c10::elementSize(info.dtype));
-  switch (rows.kind()) {
-    case RowSelection::Kind::All:
-      push(0, info.nbytes());
-      return out;
-    case RowSelection::Kind::Rows: {
-      int64_t row = item;
-      for (std::size_t d = 1; d < info.shape.size(); ++d) row *= info.shape[d];
-      at::Tensor r = rows.rows().to(at::kLong).contiguous();
-      const int64_t* p = r.data_ptr<int64_t>();
-      for (int64_t i = 0; i < r.numel(); ++i) push(p[i] * row, row);
-      return out;
-    }
-    case RowSelection::Kind::Box: {
-      const auto ranges = rows.ranges();
-      const std::size_t k = ranges.size();
-      int64_t inner = item;
-      for (std::size_t d = k; d < info.shape.size(); ++d) inner *= info.shape[d];
-      if (k == 1) {
-        const auto& r = ranges[0];
-        if (r.step == 1)
-          push(r.start * inner, r.count() * inner);
-        else
-          for (int64_t i = r.start; i < r.stop; i += r.step) push(i * inner, inner);
-        return out;
-      }
-      std::vector<int64_t> lead(info.shape.begin(),
-                                info.shape.begin() + static_cast<std::ptrdiff_t>(k));
-      int64_t n = 1;
-      for (auto d : lead) n *= d;
-      at::Tensor idx = at::arange(n, at::kLong).view(lead);
-      int64_t dim = 0;
-      for (const auto& r : ranges) {
-        if (r.drop) {
-          idx = idx.select(dim, r.start);
-        } else {
-          idx = idx.slice(dim, r.start, std::max(r.start, r.stop), r.step);
-          ++dim;
-        }
-      }
-      idx = idx.contiguous();
-      const int64_t* p = idx.data_ptr<int64_t>();
-      for (int64_t i = 0; i < idx.numel(); ++i) push(p[i] * inner, inner);
-      return out;
-    }
-    case RowSelection::Kind::General:
-      return std::nullopt;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 at::Tensor as_stored(const at::Tensor& v, at::ScalarType dtype) {
   if (v.device().is_cpu() && v.scalar_type() == dtype && v.is_contiguous()) return v;
@@ -437,71 +353,32 @@ class RedisNode final : public StoreNode {
       infos.push_back(tensor_leaf(paths.back()));
     }
     Batch b;
+    CheckedReads reads("Redis store");
     const bool whole = rows.is_all();
-    // Per leaf: the runs read (offset, length), in the selected order; a
-    // General selection reads the leaf whole and selects here.
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> runs;
+    // A General selection reads the leaf whole and selects here.
     std::vector<bool> selected_here;
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      auto r = whole ? std::nullopt : ranges_of(rows, infos[i]);
-      selected_here.push_back(!whole && !r);
-      runs.push_back(r ? std::move(*r)
-                       : std::vector<std::pair<int64_t, int64_t>>{{0, infos[i].nbytes()}});
-      std::erase_if(runs.back(), [](const auto& run) { return run.second == 0; });
-      const std::string_view dk = b.own(s_->data_key(paths[i]));
-      // The leaf's size first: a leaf another process replaced with another
-      // shape is refused instead of read as garbage.
-      if (!runs.back().empty()) b.add({"STRLEN", dk});  // an empty selection sends nothing
-      for (const auto& [off, len] : runs.back()) {
-        if (whole || selected_here.back())
-          b.add({"GET", dk});
-        else
-          b.add({"GETRANGE", dk, b.own(std::to_string(off)), b.own(std::to_string(off + len - 1))});
-      }
+      const LeafInfo& info = infos[i];
+      auto runs = whole ? std::nullopt : selected_bytes(rows, info.shape, info.dtype);
+      selected_here.push_back(!whole && !runs);
+      if (!runs) add_run(runs.emplace(), 0, info.nbytes());  // no run for an empty leaf
+      reads.leaf(b, b.own(s_->data_key(paths[i])), info.nbytes(), *runs,
+                 /*as_whole=*/whole || selected_here.back());
     }
     auto replies = s_->conn.send(b, "reading rows of " + std::to_string(mine.size()) + " leaves",
                                  s_->options.transaction);
-    std::size_t next = 0;
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const LeafInfo& info = infos[i];
-      const std::vector<int64_t> shape =
-          whole || selected_here[i] ? info.shape : rows.selected_shape(info.shape);
-      if (runs[i].empty()) {
-        at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
-        mine[i]->out = selected_here[i] ? rows.apply(t).clone() : t;
-        continue;
-      }
-      // The size is checked before the result is allocated: metadata
-      // changed on the server could ask for any size.
-      const ReplyView size = replies[next++];
-      if (!size.is_integer() || size.integer_or(0) != info.nbytes()) {
-        const std::string message = "Redis store: '" + s_->data_key(paths[i]) + "' has " +
-                                    std::to_string(size.integer_or(0)) +
-                                    " bytes where its metadata (" + json_list(info.shape) + ", " +
-                                    dtype_to_string(info.dtype) + ") needs " +
-                                    std::to_string(info.nbytes());
+      const auto conflict = [&](const std::string& message) {
         s_->load();  // replaced or removed by another process: refresh the cache
         throw_size_mismatch(message, s_->same_bytes(paths[i], info));
-      }
-      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
-      char* out = static_cast<char*>(t.data_ptr());
-      const std::string key = s_->data_key(paths[i]);  // once per leaf: this loop runs per row
-      for (const auto& [off, len] : runs[i]) {
-        const std::string_view bytes = replies[next++].text_or_nil(key);
-        const std::size_t n = bytes.size();
-        if (static_cast<int64_t>(n) != len) {
-          // Shorter than its metadata says: replaced or removed by another
-          // process. Refresh the cache so that the next call sees it.
-          const std::string message = "Redis store: '" + s_->data_key(paths[i]) + "' returned " +
-                                      std::to_string(n) + " bytes where its metadata (" +
-                                      json_list(info.shape) + ", " + dtype_to_string(info.dtype) +
-                                      ") needs " + std::to_string(len);
-          s_->load();
-          throw_size_mismatch(message, s_->same_bytes(paths[i], info));
-        }
-        std::memcpy(out, bytes.data(), n);
-        out += n;
-      }
+      };
+      if (auto message = reads.size_mismatch(i, replies)) conflict(*message);
+      at::Tensor t =
+          at::empty(whole || selected_here[i] ? info.shape : rows.selected_shape(info.shape),
+                    at::TensorOptions().dtype(info.dtype));
+      if (auto message = reads.copy(i, replies, static_cast<char*>(t.data_ptr())))
+        conflict(*message);
       mine[i]->out = selected_here[i] ? rows.apply(t).clone() : t;
     }
   }
@@ -577,41 +454,29 @@ class RedisNode final : public StoreNode {
                     s_->options.transaction);
       return;
     }
-    // Leaves of one row size share their offsets: each offset's text is
-    // made once, not once per leaf. With a transaction, one CheckedWrite:
-    // all leaves or none.
-    const bool checked = s_->options.transaction;
-    CheckedWrite script;
-    int64_t last_off = -1;
-    std::string_view last_text;
+    // With a transaction, one CheckedWrite: all leaves or none.
+    RangeWrites writes(s_->options.transaction);
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const LeafInfo& info = *cached[i].second;
-      const std::string_view dk = info.data_key;
-      const char* data = static_cast<const char*>(values[i].data_ptr());
-      int64_t pos = 0;
-      const auto runs = *ranges_of(rows, info);
-      if (checked && !runs.empty()) script.key(b, dk, info.nbytes());
+      const auto runs = *selected_bytes(rows, info.shape, info.dtype);  // no empty run
+      int64_t selected = 0;
       for (const auto& [off, len] : runs) {
-        if (len == 0) continue;
         // Never past the leaf's end (a SETRANGE there would grow it).
         if (off < 0 || off + len > info.nbytes())
           throw IndexError("Redis store: '" + *cached[i].first + "': rows at bytes " +
                            std::to_string(off) + ".." + std::to_string(off + len) +
                            " are past the leaf's " + std::to_string(info.nbytes()) + " bytes");
-        if (off != last_off) last_off = off, last_text = b.own(std::to_string(off));
-        const std::string_view bytes(data + pos, static_cast<std::size_t>(len));
-        if (checked)
-          script.range(last_text, bytes);
-        else
-          b.add({"SETRANGE", dk, last_text, bytes});
-        pos += len;
+        selected += len;
       }
-      if (pos != static_cast<int64_t>(values[i].nbytes()))
+      if (selected != static_cast<int64_t>(values[i].nbytes()))
         throw ShapeError("Redis store: '" + *cached[i].first + "': the value has " +
-                         std::to_string(values[i].nbytes()) + " bytes for " + std::to_string(pos) +
-                         " selected bytes");
+                         std::to_string(values[i].nbytes()) + " bytes for " +
+                         std::to_string(selected) + " selected bytes");
+      if (runs.empty()) continue;
+      writes.key(b, info.data_key, info.nbytes());
+      writes.runs(b, runs, static_cast<const char*>(values[i].data_ptr()));
     }
-    script.add_to(b);
+    writes.finish(b);
     send_checked(s_->conn, b, "writing rows of " + std::to_string(mine.size()) + " leaves", [&] {
       // Copied before load() replaces what `cached` points into.
       std::vector<std::pair<std::string, LeafInfo>> before;

@@ -88,16 +88,28 @@ std::string_view ReplyView::error_text() const noexcept {
 }
 
 Reply::~Reply() {
-  if (r_ != nullptr) freeReplyObject(get());
+  if (r_ != nullptr) freeReplyObject(const_cast<redisReply*>(r_));
 }
 
 Reply& Reply::operator=(Reply&& other) noexcept {
   if (this != &other) {
-    if (r_ != nullptr) freeReplyObject(get());
+    if (r_ != nullptr) freeReplyObject(const_cast<redisReply*>(r_));
     r_ = other.r_;
     other.r_ = nullptr;
   }
   return *this;
+}
+
+std::vector<Reply> Reply::take_elements(std::string_view what) {
+  if (!is_array()) wrong_type(*this, what, "an array reply");
+  redisReply* const array = const_cast<redisReply*>(r_);
+  std::vector<Reply> out;
+  out.reserve(array->elements);
+  for (std::size_t k = 0; k < array->elements; ++k) {
+    out.emplace_back(array->element[k]);
+    array->element[k] = nullptr;  // now owned by out[k]; freeReplyObject skips it
+  }
+  return out;
 }
 
 }  // namespace tensordict::detail::redis

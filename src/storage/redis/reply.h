@@ -2,15 +2,17 @@
 // Typed reading of the server's replies. The only way the Redis component
 // reads a reply: each accessor checks the reply's type and throws a
 // FormatError naming what was being read, the type expected and the type
-// received. Only reply.cpp and connection.cpp see hiredis's redisReply.
+// received. Only reply.cpp and link.cpp (which makes replies) see hiredis's
+// redisReply.
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
-struct redisReply;  // hiredis; its fields are read in reply.cpp and connection.cpp only
+struct redisReply;  // hiredis; its fields are read in reply.cpp only
 
 namespace tensordict::detail::redis {
 
@@ -71,7 +73,7 @@ class ReplyArray {
 class Reply : public ReplyView {
  public:
   Reply() = default;
-  /// Takes ownership of a reply hiredis returned (connection.cpp).
+  /// Takes ownership of a reply hiredis returned (link.cpp).
   explicit Reply(redisReply* owned) noexcept : ReplyView(owned) {}
   ~Reply();
   Reply(Reply&& other) noexcept : ReplyView(other.r_) { other.r_ = nullptr; }
@@ -80,8 +82,9 @@ class Reply : public ReplyView {
   Reply& operator=(const Reply&) = delete;
 
   explicit operator bool() const noexcept { return r_ != nullptr; }
-  /// The hiredis reply, still owned (connection.cpp only).
-  redisReply* get() const noexcept { return const_cast<redisReply*>(r_); }
+  /// The elements of an array reply (EXEC's), each moved into its own
+  /// Reply; FormatError naming `what` for another reply.
+  std::vector<Reply> take_elements(std::string_view what);
 };
 
 }  // namespace tensordict::detail::redis

@@ -11,6 +11,7 @@
 // MULTI/EXEC per block with a transaction). Metadata (keys, shapes, dtypes)
 // is the first block's, with dim 0 the whole buffer's.
 
+#include "storage/redis/byte_ranges.h"
 #include "storage/redis/store.h"
 
 #include <tensordict/non_tensor.h>
@@ -100,7 +101,7 @@ struct Sharded {
                        " bytes): create the store with block_rows <= " + std::to_string(lim / row));
   }
   /// Splits runs of selected rows (global start, count) at block borders.
-  std::vector<Piece> pieces(const std::vector<std::pair<int64_t, int64_t>>& runs) const {
+  std::vector<Piece> pieces(const ByteRuns& runs) const {
     std::vector<Piece> out;
     int64_t at = 0;
     for (auto [start, n] : runs) {
@@ -124,41 +125,12 @@ int64_t row_bytes(const LeafInfo& info) {
   return row;
 }
 
-// The rows of batch dim 0 a selection reads, as runs in the order of the
-// result, or nullopt when it is not a selection of dim-0 rows (then the
-// leaves are read whole and the selection is applied here).
-std::optional<std::vector<std::pair<int64_t, int64_t>>> dim0_runs(const RowSelection& rows,
-                                                                  int64_t n) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  auto push = [&](int64_t start, int64_t count) {
-    if (count == 0) return;
-    if (!out.empty() && out.back().first + out.back().second == start)
-      out.back().second += count;
-    else
-      out.emplace_back(start, count);
-  };
-  switch (rows.kind()) {
-    case RowSelection::Kind::All:
-      push(0, n);
-      return out;
-    case RowSelection::Kind::Rows: {
-      at::Tensor r = rows.rows().to(at::kLong).contiguous();
-      const int64_t* p = r.data_ptr<int64_t>();
-      for (int64_t i = 0; i < r.numel(); ++i) push(p[i], 1);
-      return out;
-    }
-    case RowSelection::Kind::Box: {
-      const RowRange& r = rows.ranges()[0];
-      if (r.step == 1)
-        push(r.start, r.count());
-      else
-        for (int64_t i = r.start; i < r.stop; i += r.step) push(i, 1);
-      return out;
-    }
-    case RowSelection::Kind::General:
-      return std::nullopt;
-  }
-  return std::nullopt;
+// The rows of batch dim 0 a selection reads, as runs (first row, count) in
+// the order of the result, or nullopt when it is not a selection of dim-0
+// rows (then the leaves are read whole and the selection is applied here).
+std::optional<ByteRuns> dim0_runs(const RowSelection& rows, int64_t n) {
+  const int64_t dims[] = {n};
+  return selected_runs(rows, dims, /*item=*/1);
 }
 
 // The selection of the dims after dim 0 of a Box, applied to the rows read
@@ -323,68 +295,38 @@ class ShardedNode final : public StoreNode {
     std::vector<std::string> paths;
     std::vector<LeafInfo> infos;
     Batch b;
+    CheckedReads reads("sharded Redis store");
     for (auto* l : mine) {
       paths.push_back(static_cast<const ShardedNode*>(l->node)->path(l->key()));
       infos.push_back(tensor_leaf(paths.back()));
+      reads.leaf();
       const int64_t row = row_bytes(infos.back());
       if (row == 0) continue;
       // Each block's size first (a block replaced by another process is
       // refused, not read as garbage), then one GETRANGE per piece.
       // One key string per block (the client hashes each distinct one once).
-      std::vector<std::string_view> dks(s_->blocks.size());
+      std::vector<std::size_t> keys(s_->blocks.size(), SIZE_MAX);
       for (const auto& pc : pieces)
-        if (dks[pc.block].empty()) {
-          dks[pc.block] = b.own(s_->blocks[pc.block]->data_key(paths.back()));
-          b.add({"STRLEN", dks[pc.block]});
-        }
+        if (keys[pc.block] == SIZE_MAX)
+          keys[pc.block] = reads.key(b, b.own(s_->blocks[pc.block]->data_key(paths.back())),
+                                     s_->count(pc.block) * row);
       for (const auto& pc : pieces)
-        b.add({"GETRANGE", dks[pc.block], b.own(std::to_string(pc.local * row)),
-               b.own(std::to_string((pc.local + pc.count) * row - 1))});
+        reads.range(b, keys[pc.block], pc.local * row, pc.count * row, pc.out * row);
     }
     auto replies = s_->client->send(b, "reading rows of " + std::to_string(mine.size()) + " leaves",
                                     s_->options.transaction);
-    std::size_t next = 0;
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const LeafInfo& info = infos[i];
-      const int64_t row = row_bytes(info);
+      const auto conflict = [&](const std::string& message) {
+        s_->head().load();
+        throw_size_mismatch(message, s_->head().same_bytes(paths[i], info));
+      };
       std::vector<int64_t> shape = info.shape;
       shape[0] = selected;
-      // The sizes are checked before the result is allocated.
-      if (row > 0 && !pieces.empty()) {
-        std::vector<bool> seen(s_->blocks.size(), false);
-        for (const auto& pc : pieces)
-          if (!seen[pc.block]) {
-            seen[pc.block] = true;
-            const ReplyView size = replies[next++];
-            const int64_t want = s_->count(pc.block) * row;
-            if (!size.is_integer() || size.integer_or(0) != want) {
-              const std::string message = "sharded Redis store: '" +
-                                          s_->blocks[pc.block]->data_key(paths[i]) + "' has " +
-                                          std::to_string(size.integer_or(0)) +
-                                          " bytes where its block needs " + std::to_string(want);
-              s_->head().load();
-              throw_size_mismatch(message, s_->head().same_bytes(paths[i], info));
-            }
-          }
-      }
+      if (auto message = reads.size_mismatch(i, replies)) conflict(*message);
       at::Tensor t = at::empty(shape, at::TensorOptions().dtype(info.dtype));
-      char* out = static_cast<char*>(t.data_ptr());
-      if (row > 0 && !pieces.empty()) {
-        for (const auto& pc : pieces) {  // the GETRANGEs follow the leaf's STRLENs
-          const ReplyView r = replies[next++];
-          const int64_t len = pc.count * row;
-          const std::string_view range = r.is_text() ? r.text({}) : std::string_view();
-          if (!r.is_text() || static_cast<int64_t>(range.size()) != len) {
-            const std::string message = "sharded Redis store: '" +
-                                        s_->blocks[pc.block]->data_key(paths[i]) +
-                                        "' returned a range of " + std::to_string(range.size()) +
-                                        " bytes where its block needs " + std::to_string(len);
-            s_->head().load();
-            throw_size_mismatch(message, s_->head().same_bytes(paths[i], info));
-          }
-          std::memcpy(out + pc.out * row, range.data(), static_cast<std::size_t>(len));
-        }
-      }
+      if (auto message = reads.copy(i, replies, static_cast<char*>(t.data_ptr())))
+        conflict(*message);
       if (here)
         mine[i]->out = rows.apply(t).clone();
       else if (rows.kind() == RowSelection::Kind::Rows)
@@ -428,44 +370,34 @@ class ShardedNode final : public StoreNode {
       runs = dim0_runs(all, s_->rows());
     }
     const std::vector<Piece> pieces = s_->pieces(*runs);
+    int64_t selected = 0;
+    for (const auto& pc : pieces) selected += pc.count;
     Batch b;
     // With a transaction, one CheckedWrite (all leaves or none) per block on
     // a cluster (a script reaches one slot), one for every block otherwise.
-    const bool checked = s_->options.transaction;
     const bool per_block = s_->client->cluster();
-    std::vector<CheckedWrite> scripts(per_block ? s_->blocks.size() : 1);
+    RangeWrites writes(s_->options.transaction, per_block ? s_->blocks.size() : 1);
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const int64_t row = row_bytes(infos[i]);
-      int64_t selected = 0;
-      for (const auto& pc : pieces) selected += pc.count;
       if (static_cast<int64_t>(values[i].nbytes()) != selected * row)
         throw ShapeError("sharded Redis store: '" + paths[i] + "': the value has " +
                          std::to_string(values[i].nbytes()) + " bytes for " +
                          std::to_string(selected * row) + " selected bytes");
       if (row == 0) continue;
       const char* data = static_cast<const char*>(values[i].data_ptr());
-      std::vector<std::string_view> dks(s_->blocks.size());
       std::vector<std::vector<const Piece*>> by_block(s_->blocks.size());
-      for (const auto& pc : pieces) {
-        if (dks[pc.block].empty()) dks[pc.block] = b.own(s_->blocks[pc.block]->data_key(paths[i]));
-        by_block[pc.block].push_back(&pc);
-      }
+      for (const auto& pc : pieces) by_block[pc.block].push_back(&pc);
       for (std::size_t k = 0; k < by_block.size(); ++k) {
         if (by_block[k].empty()) continue;
-        CheckedWrite& script = scripts[per_block ? k : 0];
-        if (checked) script.key(b, dks[k], s_->count(k) * row);
-        for (const Piece* pc : by_block[k]) {
-          const std::string_view off = b.own(std::to_string(pc->local * row)),
-                                 bytes(data + pc->out * row,
-                                       static_cast<std::size_t>(pc->count * row));
-          if (checked)
-            script.range(off, bytes);
-          else
-            b.add({"SETRANGE", dks[k], off, bytes});
-        }
+        writes.key(b, b.own(s_->blocks[k]->data_key(paths[i])), s_->count(k) * row,
+                   per_block ? k : 0);
+        for (const Piece* pc : by_block[k])
+          writes.range(
+              b, pc->local * row,
+              std::string_view(data + pc->out * row, static_cast<std::size_t>(pc->count * row)));
       }
     }
-    for (auto& script : scripts) script.add_to(b);
+    writes.finish(b);
     send_checked(*s_->client, b, "writing rows of " + std::to_string(mine.size()) + " leaves", [&] {
       s_->head().load();
       for (std::size_t i = 0; i < mine.size(); ++i)

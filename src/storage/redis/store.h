@@ -45,60 +45,13 @@ std::vector<int64_t> parse_sizes(std::string_view text, const std::string& where
 /// parser (kMaxNestingDepth): FormatError naming `where` for text nested too
 /// deep, malformed or not UTF-8, never a raw nlohmann exception.
 nlohmann::json parse_stored_json(std::string_view text, const std::string& where);
+/// The leaf paths of a store's __keys__ set at `key` (one SMEMBERS round trip); FormatError for a
+/// path that is not UTF-8 or nested deeper than kMaxNestingDepth.
+std::vector<std::string> leaf_paths(Connection& conn, const std::string& key);
 /// The device recorded in a store (`where` names the key): none or the CPU;
 /// DeviceError for any other device (this library keeps Redis stores on the
 /// CPU, as create() does), FormatError for text that is not a device.
 std::optional<at::Device> stored_device(const std::string& text, const std::string& where);
-
-/// A row write made all-or-nothing on the server: one EVAL of a Lua script
-/// that checks the length (and type) of every data key against its metadata
-/// before it writes any range, so that a key another process replaced or
-/// shortened fails the whole write with nothing written, where a MULTI/EXEC
-/// would have written the other leaves. Keys must share one cluster slot.
-class CheckedWrite {
- public:
-  /// Starts the ranges of `data_key`, which must hold `expected` bytes.
-  void key(Batch& b, std::string_view data_key, int64_t expected);
-  void range(std::string_view offset, std::string_view bytes) {
-    ranges_.back().emplace_back(offset, bytes);
-  }
-  bool empty() const noexcept { return keys_.empty(); }
-  /// The EVAL, added to `b` (nothing when no key was started).
-  void add_to(Batch& b);
-
- private:
-  std::vector<std::string_view> keys_, expected_;
-  std::vector<std::vector<std::pair<std::string_view, std::string_view>>> ranges_;
-};
-
-/// A leaf's stored value is not the size its metadata gives; `message` says
-/// which key and the sizes. Called once the metadata was read again: when it
-/// now asks for other bytes (or the leaf is gone), another process replaced
-/// the leaf and a retry reads the new value (ConflictError); when it asks for
-/// the same, the value itself is truncated, missing or foreign and a retry
-/// would fail the same way (FormatError).
-[[noreturn]] inline void throw_size_mismatch(const std::string& message, bool metadata_unchanged) {
-  if (metadata_unchanged)
-    throw FormatError(message +
-                      ", and the metadata is unchanged: the stored value is missing, "
-                      "truncated or not this store's");
-  throw ConflictError(message + ": changed by another process; metadata refreshed, retry");
-}
-
-/// Sends a batch holding CheckedWrite scripts. A refusal (a leaf not the
-/// size its metadata gives; nothing written) is told apart as
-/// throw_size_mismatch does, once `reload_unchanged` has read the metadata
-/// again and said whether it still gives every written leaf the same bytes.
-template <class ReloadUnchanged>
-void send_checked(Connection& conn, const Batch& b, const std::string& what,
-                  ReloadUnchanged&& reload_unchanged, bool transaction = false) {
-  try {
-    conn.send(b, what, transaction);
-  } catch (const SizeRefused& e) {
-    const std::string refusal = e.refusal();
-    throw_size_mismatch(refusal + "; nothing was written", reload_unchanged());
-  }
-}
 
 /// Runs `f`, ignoring a tensordict error: cleanup after a failure, whose
 /// own error is the one reported.
