@@ -207,44 +207,11 @@ void for_each_leaf(const TensorDictBase& src,
 
 namespace tensordict::detail {
 
-// ---- lazy stacks (lazy_stack.cpp) --------------------------------------------
-// The core dispatches here when an operation must keep a lazy stack's
-// structure (write through to the members, or stay lazy).
-
-/// A lazy stack over `members` (member_batch is used when there are none).
-TensorDictBase make_lazy(std::vector<TensorDictBase> members, int64_t stack_dim,
-                         std::vector<int64_t> member_batch_if_empty);
-
-/// A lazy stack of fn(member_i, i), with the same stack dim.
-TensorDictBase map_members(
-    const LazyStackNode& ls,
-    const std::function<TensorDictBase(const TensorDictBase&, std::size_t)>& fn);
-
-/// `other` cut along the stack dim into one tensordict per member (the
-/// members themselves for a lazy stack of the same layout).
-std::vector<TensorDictBase> split_for_members(const LazyStackNode& ls, const TensorDictBase& other,
-                                              const char* op);
-
-/// A tensor operand broadcast to the batch, as member i sees it.
-at::Tensor operand_for_member(const LazyStackNode& ls, const at::Tensor& t, std::size_t i);
-
-/// self.index(index) for a lazy stack `ls` (self is its handle).
-TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, IndexList index);
-
-/// Writes `value` at `index` into the members. existing_only: update_at_
-/// semantics (no new keys); otherwise index_put_ (lazy pre-allocation).
-/// Every member's part is checked before any member is written, so a refused
-/// write (a shape that fits member 0 but not member k of a ragged stack)
-/// changes nothing. check_only: only that check.
-void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBase& value,
-                    bool existing_only, bool check_only = false);
-
 /// The checks of target.index_put_(index, value) (allow_create) or of
 /// target.update_at_(value, index) (!allow_create), without writing: the same
 /// errors, nothing changed. Lazy stacks check each member.
 void check_index_put(const TensorDictBase& target, IndexList index, const TensorDictBase& value,
                      bool allow_create);
-void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& value);
 
 }  // namespace tensordict::detail
 

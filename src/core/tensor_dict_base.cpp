@@ -1,6 +1,7 @@
 // The generic core: everything written once against the Node interface.
 #include "core/internal.h"
 #include "core/json_limits.h"
+#include "core/lazy_dispatch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -132,7 +133,7 @@ Value validate_value(Value value, at::IntArrayRef batch, std::optional<at::Devic
 
 std::vector<TensorDictBase> children(const Node& node) {
   // A lazy stack's children in the lock graph are its members.
-  if (node.is_lazy_stack()) return static_cast<const LazyStackNode&>(node).members();
+  if (auto members = lazy_dispatch(node, &LazyStackNode::members)) return std::move(*members);
   std::vector<TensorDictBase> out;
   if (node.holds_values()) {
     for (const auto& k : node.keys()) {
@@ -1243,9 +1244,10 @@ TensorDict exclude_copy(const TensorDictBase& src, const KeyFilter& filter) {
 }  // namespace
 
 TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys, bool strict) const {
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.select(keys, strict); });
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.select(keys, strict); }))
+    return std::move(*lazy);
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   KeyFilter filter;
   for (const auto& k : keys) {
@@ -1261,9 +1263,10 @@ TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys, bool s
 }
 
 TensorDictBase TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.exclude(keys); });
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.exclude(keys); }))
+    return std::move(*lazy);
   KeyFilter filter;
   for (const auto& k : keys) {
     KeyFilter* cur = &filter;
@@ -1275,11 +1278,7 @@ TensorDictBase TensorDictBase::exclude(const std::vector<NestedKey>& keys) const
 
 TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys, bool strict) {
   if (is_locked()) throw_locked(NestedKey(), "select_");
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    for (const auto& m : ls->members()) (void)m.select(keys, strict);  // check all first
-    for (auto m : ls->members()) m.select_(keys, strict);
-    return *this;
-  }
+  if (detail::lazy_dispatch(*this, detail::lazy_select_, keys, strict)) return *this;
   TensorDictBase kept = select(keys, strict);
   for (const auto& k : node().keys()) node().remove(k);
   for (const auto& k : kept.node().keys()) node().write(k, *kept.node().find(k));
@@ -1300,9 +1299,10 @@ TensorDictBase& TensorDictBase::exclude_(const std::vector<NestedKey>& keys) {
 }
 
 TensorDictBase TensorDictBase::empty(bool recurse) const {
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.empty(recurse); });
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.empty(recurse); }))
+    return std::move(*lazy);
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   if (recurse) {
     for (const auto& k : node().keys()) {
@@ -1424,10 +1424,10 @@ TensorDictBase TensorDictBase::clone(bool recurse) const {
   if (!src.holds_values() && !src.is_lazy_stack())
     return read_storage(src, recurse,
                         [recurse](const TensorDictBase& c) { return c.clone(recurse); });
-  if (src.is_lazy_stack())
-    return detail::map_members(
-        static_cast<const detail::LazyStackNode&>(src),
-        [&](const TensorDictBase& m, std::size_t) { return m.clone(recurse); });
+  if (auto lazy = detail::lazy_dispatch(
+          src, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.clone(recurse); }))
+    return std::move(*lazy);
   TensorDict out = detail::make_tensordict(src.batch_size().vec(), src.device());
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   dst.reserve(src.size());

@@ -3,6 +3,7 @@
 #include "core/internal.h"
 #include "core/parallel.h"
 #include "formats/json_io.h"
+#include "storage/lazy_stack/lazy_ops.h"
 #include "storage/memmap/mapped_file.h"
 
 #include <tensordict/detail/progress.h>
