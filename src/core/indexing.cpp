@@ -549,14 +549,14 @@ TensorDict index_tree(const TensorDictBase& self, IndexList index) {
   // Python: indexing a memmap/shared tensordict keeps that status (and the
   // lock) when the result starts at the same data pointer: ints, None,
   // Ellipsis and slices starting at 0.
-  if ((n.memmap_flag() || n.shared_flag()) && t.basic) {
+  const FileBacking* files = detail::file_backing(n);
+  if (files != nullptr && (files->memmap || files->shared) && t.basic) {
     bool same_start = true;
     for (const auto& op : t.ops)
       if (op.kind == TranslatedIndex::BasicOp::Slice && op.start != 0) same_start = false;
     if (same_start) {
       out.lock_();
-      out.node().set_memmap_flag(n.memmap_flag());
-      out.node().set_shared_flag(n.shared_flag());
+      detail::copy_mapped_status(*files, out.node());
     }
   }
   return out;

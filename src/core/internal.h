@@ -268,12 +268,50 @@ Value cat_non_tensors(const std::vector<const Value*>& items, int64_t dim, const
 /// is repeated with that dim removed).
 std::vector<Value> unbind_non_tensor(const Value& v, int64_t dim, const NestedKey& key);
 
+/// The file state of `node` (Node::file_backing), nullptr for a storage
+/// without files. The in-memory storage's is read inline, without a virtual
+/// call: td[i] asks on every call.
+inline const FileBacking* file_backing(const Node& node) noexcept {
+  if (node.is_memory_node()) return static_cast<const MemoryNode&>(node).MemoryNode::file_backing();
+  return node.file_backing();
+}
+
+/// The file state of `node` to change (a node of the in-memory storage or a
+/// lazy stack); UnsupportedError for a storage that cannot have files.
+FileBacking& mutable_file_backing(Node& node);
+
+/// The directory `node` was memmapped to or loaded from, "" if none.
+const std::string& saved_path_of(const Node& node) noexcept;
+
+inline bool is_memmap_node(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && f->memmap;
+}
+inline bool is_shared_node(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && f->shared;
+}
+/// is_memmap() or is_shared(): the leaves are mapped files.
+inline bool is_mapped(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && (f->memmap || f->shared);
+}
+
+/// Gives `out`, a view of the leaves of a memory-mapped or shared tensordict
+/// whose file state is `src`, the same memmap / shared status.
+inline void copy_mapped_status(const FileBacking& src, Node& out) {
+  FileBacking& f = mutable_file_backing(out);
+  f.memmap = src.memmap;
+  f.shared = src.shared;
+}
+
 /// True when `node` is (a level of) a memory-mapped or shared tensordict
 /// whose files back its entries: flagged memmap/shared, or a locked nested
 /// level that was saved (nested levels carry the lock and the path, not the
 /// flags). Such a tensordict cannot change the kind of an entry.
-inline bool backs_files(const Node& node) {
-  return node.memmap_flag() || node.shared_flag() || (node.locked() && !node.saved_path().empty());
+inline bool backs_files(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && (f->memmap || f->shared || (node.locked() && !f->saved_path.empty()));
 }
 
 /// A memory-mapped or shared tensordict keeps its non-tensor entries in

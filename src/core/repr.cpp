@@ -51,7 +51,7 @@ std::string fields_block(const Node& n, const std::vector<std::string>& keys, co
     const auto kind = n.holds_values() ? std::nullopt : n.kind(k);
     if (kind == EntryKind::Tensor) {
       // Metadata only: no data read from storages, ragged lazy leaves show -1.
-      s = meta_repr(*n.tensor_meta(k), n.shared_flag());
+      s = meta_repr(*n.tensor_meta(k), detail::is_shared_node(n));
     } else if (auto lazy = kind == EntryKind::NonTensorStack
                                ? detail::lazy_dispatch(n, detail::lazy_non_tensor_repr, k)
                                : std::nullopt) {
@@ -60,7 +60,7 @@ std::string fields_block(const Node& n, const std::vector<std::string>& keys, co
       auto v = n.find(k);
       switch (v->kind()) {
         case EntryKind::Tensor:
-          s = tensor_repr(v->tensor(), n.shared_flag());
+          s = tensor_repr(v->tensor(), detail::is_shared_node(n));
           break;
         case EntryKind::TensorDict:
           s = td_repr(v->tensordict());
@@ -115,9 +115,10 @@ std::string td_repr(const TensorDictBase& td) {
   });
   if (lazy && !lazy->first.empty()) inner += indent(lazy->first, "    ") + ",\n";
   std::string device = n.device() ? n.device()->str() : std::string("None");
-  inner += indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") + ",\n" +
-           indent("device=" + device, "    ") + ",\n" +
-           indent(std::string("is_shared=") + (n.shared_flag() ? "True" : "False"), "    ");
+  inner +=
+      indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") + ",\n" +
+      indent("device=" + device, "    ") + ",\n" +
+      indent(std::string("is_shared=") + (detail::is_shared_node(n) ? "True" : "False"), "    ");
   if (lazy) inner += ",\n" + indent("stack_dim=" + std::to_string(lazy->second), "    ");
   return n.type_name() + "(\n" + inner + ")";
 }

@@ -192,11 +192,10 @@ TensorDictBase locked_like(const TensorDictBase& src, TensorDictBase out) {
 // index(), unbind() and split() results already are).
 TensorDictBase view_like(const TensorDictBase& src, TensorDictBase out) {
   detail::propagate_lock(src, out);
-  const Node& n = src.node();
-  if (!n.memmap_flag() && !n.shared_flag()) return out;
+  const FileBacking* files = detail::file_backing(src.node());
+  if (files == nullptr || (!files->memmap && !files->shared)) return out;
   out.lock_();
-  out.node().set_memmap_flag(n.memmap_flag());
-  out.node().set_shared_flag(n.shared_flag());
+  detail::copy_mapped_status(*files, out.node());
   return out;
 }
 
@@ -248,7 +247,7 @@ TensorDictBase TensorDictBase::reshape(at::IntArrayRef shape) const {
       *this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.reshape(with_features(target, t, B)); },
       "reshape", std::nullopt, nullptr, detail::StackPolicy::MoveElements);
-  const bool mapped = node().memmap_flag() || node().shared_flag();
+  const bool mapped = detail::is_mapped(node());
   return mapped && leaves_are_views(*this, out) ? view_like(*this, out) : locked_like(*this, out);
 }
 

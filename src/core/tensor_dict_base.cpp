@@ -788,9 +788,9 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key, Value val
     parent = v->tensordict().node_ptr();
   }
   if (check_lock && parent->locked()) {
-    if (parent->memmap_flag() || parent->shared_flag())
+    if (detail::is_mapped(*parent))
       throw LockedError("Cannot modify locked TensorDict: " + key.repr() + " cannot be set on a " +
-                        (parent->memmap_flag() ? "memory-mapped" : "shared-memory") +
+                        (detail::is_memmap_node(*parent) ? "memory-mapped" : "shared-memory") +
                         " tensordict, whose storage is fixed. Write in place with set_(), "
                         "update_() or index_put_(), or unlock_(), set, and memmap_() again.");
     throw_locked(key, "set");
@@ -1470,8 +1470,20 @@ TensorDict TensorDictBase::to_tensordict() const {
 // ---- locking -------------------------------------------------------------------
 
 bool TensorDictBase::is_locked() const { return node().locked(); }
-bool TensorDictBase::is_shared() const { return node().shared_flag(); }
-bool TensorDictBase::is_memmap() const { return node().memmap_flag(); }
+FileBacking& detail::mutable_file_backing(Node& node) {
+  if (FileBacking* files = node.file_backing()) return *files;
+  throw UnsupportedError("a " + node.type_name() +
+                         " cannot be backed by memory-mapped or shared-memory files");
+}
+
+const std::string& detail::saved_path_of(const Node& node) noexcept {
+  static const std::string none;
+  const FileBacking* files = file_backing(node);
+  return files != nullptr ? files->saved_path : none;
+}
+
+bool TensorDictBase::is_shared() const { return detail::is_shared_node(node()); }
+bool TensorDictBase::is_memmap() const { return detail::is_memmap_node(node()); }
 
 namespace {
 
@@ -1518,8 +1530,7 @@ TensorDictBase& TensorDictBase::unlock_() {
   }
   for (auto& n : subtree) {
     n->set_locked_flag(false);
-    n->set_shared_flag(false);
-    n->set_memmap_flag(false);
+    if (FileBacking* files = n->file_backing()) files->memmap = files->shared = false;
     auto& parents = n->lock_parents();
     parents.erase(std::remove_if(parents.begin(), parents.end(),
                                  [&](const std::weak_ptr<Node>& wp) {
