@@ -62,6 +62,9 @@ class LazyStackNode final : public Node {
                                std::optional<at::Device> device) override;
   void remove(std::string_view key) override;
   void flush() override;
+  /// A memory-mapped lazy stack records its directory and status too.
+  const FileBacking* file_backing() const noexcept override { return &file_backing_; }
+  FileBacking* file_backing() noexcept override { return &file_backing_; }
 
   /// The member leaves at key (KeyError naming the member that lacks it).
   std::vector<at::Tensor> member_leaves(std::string_view key) const;
@@ -75,6 +78,7 @@ class LazyStackNode final : public Node {
   int64_t stack_dim_;
   std::vector<int64_t> member_batch_;
   std::vector<int64_t> batch_;
+  FileBacking file_backing_;
 };
 
 /// The lazy-stack storage behind `td`, or nullptr.

@@ -82,6 +82,15 @@ struct LeafCreate {
   std::string_view key() const noexcept { return path.back(); }
 };
 
+/// Where the entries of a memory-mapped or shared-memory tensordict live:
+/// owned by the nodes that can stand for such files (Node::file_backing).
+struct FileBacking {
+  bool memmap = false;  // is_memmap()
+  bool shared = false;  // is_shared()
+  /// Directory this tensordict was memmapped to or loaded from ("" if none).
+  std::string saved_path;
+};
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   virtual ~Node() = default;
@@ -197,20 +206,15 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::weak_ptr<Node>>& lock_parents() noexcept { return lock_parents_; }
   void set_locked_flag(bool v) noexcept { locked_ = v; }
 
-  // -- state of the memory-mapped and shared-memory storages --------------------
-  // Memmap and shared memory are in-memory TensorDicts whose leaves are mapped
-  // files (src/storage/memmap, src/storage/shared); these flags are how the
-  // core recognises them (is_memmap(), non-tensor files rewritten after an
-  // in-place write, entries of fixed kind). Another storage never sets them
-  // and never stores its location in saved_path(): a locked node with a
-  // saved_path gets meta.json files written into that directory.
-  bool shared_flag() const noexcept { return is_shared_; }
-  bool memmap_flag() const noexcept { return is_memmap_; }
-  void set_shared_flag(bool v) noexcept { is_shared_ = v; }
-  void set_memmap_flag(bool v) noexcept { is_memmap_ = v; }
-  /// Directory this tensordict was memmapped to or loaded from ("" if none).
-  const std::string& saved_path() const noexcept { return saved_path_; }
-  void set_saved_path(std::string p) { saved_path_ = std::move(p); }
+  // -- files behind the entries ---------------------------------------------
+  /// The file state of a storage whose entries can be mapped files (the
+  /// in-memory storage and the lazy stack: memory-mapped and shared-memory
+  /// tensordicts, src/storage/memmap and src/storage/shared); nullptr for
+  /// the others, the default. A storage that keeps its data elsewhere leaves
+  /// these alone: the core writes meta.json files into a locked node's
+  /// FileBacking::saved_path.
+  virtual const FileBacking* file_backing() const noexcept { return nullptr; }
+  virtual FileBacking* file_backing() noexcept { return nullptr; }
 
  protected:
   bool holds_values_ = false;
@@ -220,9 +224,6 @@ class Node : public std::enable_shared_from_this<Node> {
 
  private:
   bool locked_ = false;
-  bool is_shared_ = false;
-  bool is_memmap_ = false;
-  std::string saved_path_;
   std::vector<std::weak_ptr<Node>> lock_parents_;
 };
 

@@ -1,6 +1,7 @@
 // Indexing and index assignment: td.index({...}), td.index_put_({...}, value),
 // get_at / set_at_ / update_at_. The index is translated once per call.
 #include "core/internal.h"
+#include "core/lazy_dispatch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -548,14 +549,14 @@ TensorDict index_tree(const TensorDictBase& self, IndexList index) {
   // Python: indexing a memmap/shared tensordict keeps that status (and the
   // lock) when the result starts at the same data pointer: ints, None,
   // Ellipsis and slices starting at 0.
-  if ((n.memmap_flag() || n.shared_flag()) && t.basic) {
+  const FileBacking* files = detail::file_backing(n);
+  if (files != nullptr && (files->memmap || files->shared) && t.basic) {
     bool same_start = true;
     for (const auto& op : t.ops)
       if (op.kind == TranslatedIndex::BasicOp::Slice && op.start != 0) same_start = false;
     if (same_start) {
       out.lock_();
-      out.node().set_memmap_flag(n.memmap_flag());
-      out.node().set_shared_flag(n.shared_flag());
+      detail::copy_mapped_status(*files, out.node());
     }
   }
   return out;
@@ -566,7 +567,8 @@ TensorDict index_tree(const TensorDictBase& self, IndexList index) {
 TensorDictBase TensorDictBase::index(IndexList index) const {
   if (index.empty() || all_full_slices(index)) return *this;
   check_zero_dim_index(*this, index);
-  if (const auto* ls = detail::as_lazy_stack(*this)) return detail::lazy_index(*ls, *this, index);
+  if (auto lazy = detail::lazy_dispatch(*this, detail::lazy_index, *this, index))
+    return std::move(*lazy);
   return index_tree(*this, index);
 }
 
@@ -726,13 +728,11 @@ void put_rec(const std::shared_ptr<Node>& dest, const TensorDictBase& value, con
                       .node_ptr();
           }
         }
-        if (sub && sub->is_lazy_stack()) {
-          // A nested lazy stack splits the rows between its members itself,
-          // checked by the checking walk like any other entry.
-          detail::lazy_index_put(static_cast<const detail::LazyStackNode&>(*sub), plan.t->items,
-                                 vv.tensordict(), !allow_create, /*check_only=*/dry_run);
+        // A nested lazy stack splits the rows between its members itself,
+        // checked by the checking walk like any other entry.
+        if (sub && detail::lazy_dispatch(*sub, detail::lazy_index_put, plan.t->items,
+                                         vv.tensordict(), !allow_create, /*check_only=*/dry_run))
           break;
-        }
         put_rec(sub, vv.tensordict(), plan, dry_run, allow_create, key,
                 dest && !dest->holds_values() ? storage : nullptr);
         break;
@@ -819,10 +819,9 @@ TensorDictBase broadcast_value(const TensorDictBase& value, at::IntArrayRef targ
 void detail::check_index_put(const TensorDictBase& target, IndexList index,
                              const TensorDictBase& value, bool allow_create) {
   check_zero_dim_index(target, index);
-  if (const auto* ls = detail::as_lazy_stack(target)) {
-    detail::lazy_index_put(*ls, index, value, !allow_create, /*check_only=*/true);
+  if (detail::lazy_dispatch(target, detail::lazy_index_put, index, value, !allow_create,
+                            /*check_only=*/true))
     return;
-  }
   TranslatedIndex t = detail::translate_index(index, target.batch_size(), true);
   TensorDictBase v = broadcast_value(value, t.batch);
   std::deque<PutLookup> lookups;
@@ -833,10 +832,9 @@ void detail::check_index_put(const TensorDictBase& target, IndexList index,
 
 TensorDictBase& TensorDictBase::index_put_(IndexList index, const TensorDictBase& value) {
   check_zero_dim_index(*this, index);
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    detail::lazy_index_put(*ls, index, value, false);
+  if (detail::lazy_dispatch(*this, detail::lazy_index_put, index, value, /*existing_only=*/false,
+                            /*check_only=*/false))
     return *this;
-  }
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase v = broadcast_value(value, t.batch);
   detail::BatchedWrites writes;
@@ -852,11 +850,8 @@ TensorDictBase& TensorDictBase::index_put_(IndexList index, const TensorDictBase
 TensorDictBase& TensorDictBase::update_at_(const TensorDictBase& other, IndexList index,
                                            const std::vector<NestedKey>& keys_to_update) {
   check_zero_dim_index(*this, index);
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    detail::lazy_index_put(*ls, index,
-                           keys_to_update.empty() ? other : other.select(keys_to_update), true);
+  if (detail::lazy_dispatch(*this, detail::lazy_update_at_, other, index, keys_to_update))
     return *this;
-  }
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   TensorDictBase src =
       keys_to_update.empty() ? other : TensorDictBase(other.select(keys_to_update));
@@ -898,10 +893,7 @@ void for_each_leaf_node(const std::shared_ptr<Node>& n, const NestedKey& path, c
 
 TensorDictBase& TensorDictBase::index_put_(IndexList index, const at::Tensor& value) {
   check_zero_dim_index(*this, index);
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    detail::lazy_index_put(*ls, index, value);
-    return *this;
-  }
+  if (detail::lazy_dispatch(*this, detail::lazy_index_put_tensor, index, value)) return *this;
   TranslatedIndex t = detail::translate_index(index, batch_size(), true);
   const std::size_t B = batch_size().size();
   // Check every leaf first.

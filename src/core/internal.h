@@ -207,44 +207,11 @@ void for_each_leaf(const TensorDictBase& src,
 
 namespace tensordict::detail {
 
-// ---- lazy stacks (lazy_stack.cpp) --------------------------------------------
-// The core dispatches here when an operation must keep a lazy stack's
-// structure (write through to the members, or stay lazy).
-
-/// A lazy stack over `members` (member_batch is used when there are none).
-TensorDictBase make_lazy(std::vector<TensorDictBase> members, int64_t stack_dim,
-                         std::vector<int64_t> member_batch_if_empty);
-
-/// A lazy stack of fn(member_i, i), with the same stack dim.
-TensorDictBase map_members(
-    const LazyStackNode& ls,
-    const std::function<TensorDictBase(const TensorDictBase&, std::size_t)>& fn);
-
-/// `other` cut along the stack dim into one tensordict per member (the
-/// members themselves for a lazy stack of the same layout).
-std::vector<TensorDictBase> split_for_members(const LazyStackNode& ls, const TensorDictBase& other,
-                                              const char* op);
-
-/// A tensor operand broadcast to the batch, as member i sees it.
-at::Tensor operand_for_member(const LazyStackNode& ls, const at::Tensor& t, std::size_t i);
-
-/// self.index(index) for a lazy stack `ls` (self is its handle).
-TensorDictBase lazy_index(const LazyStackNode& ls, const TensorDictBase& self, IndexList index);
-
-/// Writes `value` at `index` into the members. existing_only: update_at_
-/// semantics (no new keys); otherwise index_put_ (lazy pre-allocation).
-/// Every member's part is checked before any member is written, so a refused
-/// write (a shape that fits member 0 but not member k of a ragged stack)
-/// changes nothing. check_only: only that check.
-void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBase& value,
-                    bool existing_only, bool check_only = false);
-
 /// The checks of target.index_put_(index, value) (allow_create) or of
 /// target.update_at_(value, index) (!allow_create), without writing: the same
 /// errors, nothing changed. Lazy stacks check each member.
 void check_index_put(const TensorDictBase& target, IndexList index, const TensorDictBase& value,
                      bool allow_create);
-void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& value);
 
 }  // namespace tensordict::detail
 
@@ -301,12 +268,50 @@ Value cat_non_tensors(const std::vector<const Value*>& items, int64_t dim, const
 /// is repeated with that dim removed).
 std::vector<Value> unbind_non_tensor(const Value& v, int64_t dim, const NestedKey& key);
 
+/// The file state of `node` (Node::file_backing), nullptr for a storage
+/// without files. The in-memory storage's is read inline, without a virtual
+/// call: td[i] asks on every call.
+inline const FileBacking* file_backing(const Node& node) noexcept {
+  if (node.is_memory_node()) return static_cast<const MemoryNode&>(node).MemoryNode::file_backing();
+  return node.file_backing();
+}
+
+/// The file state of `node` to change (a node of the in-memory storage or a
+/// lazy stack); UnsupportedError for a storage that cannot have files.
+FileBacking& mutable_file_backing(Node& node);
+
+/// The directory `node` was memmapped to or loaded from, "" if none.
+const std::string& saved_path_of(const Node& node) noexcept;
+
+inline bool is_memmap_node(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && f->memmap;
+}
+inline bool is_shared_node(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && f->shared;
+}
+/// is_memmap() or is_shared(): the leaves are mapped files.
+inline bool is_mapped(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && (f->memmap || f->shared);
+}
+
+/// Gives `out`, a view of the leaves of a memory-mapped or shared tensordict
+/// whose file state is `src`, the same memmap / shared status.
+inline void copy_mapped_status(const FileBacking& src, Node& out) {
+  FileBacking& f = mutable_file_backing(out);
+  f.memmap = src.memmap;
+  f.shared = src.shared;
+}
+
 /// True when `node` is (a level of) a memory-mapped or shared tensordict
 /// whose files back its entries: flagged memmap/shared, or a locked nested
 /// level that was saved (nested levels carry the lock and the path, not the
 /// flags). Such a tensordict cannot change the kind of an entry.
-inline bool backs_files(const Node& node) {
-  return node.memmap_flag() || node.shared_flag() || (node.locked() && !node.saved_path().empty());
+inline bool backs_files(const Node& node) noexcept {
+  const FileBacking* f = file_backing(node);
+  return f != nullptr && (f->memmap || f->shared || (node.locked() && !f->saved_path.empty()));
 }
 
 /// A memory-mapped or shared tensordict keeps its non-tensor entries in

@@ -1,5 +1,6 @@
 // apply, arithmetic, reductions, comparisons, fills, devices and dtypes.
 #include "core/internal.h"
+#include "core/lazy_dispatch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
@@ -73,11 +74,11 @@ using BinaryFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>
 TensorDictBase binary(const TensorDictBase& a, const TensorDictBase& b, const BinaryFn& op,
                       const char* name) {
   check_same_keys(a, b, name);
-  if (const auto* ls = detail::as_lazy_stack(a)) {
-    auto parts = detail::split_for_members(*ls, b, name);
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t i) { return binary(m, parts[i], op, name); });
-  }
+  if (auto lazy = detail::lazy_dispatch(a, detail::map_members_with, b, name,
+                                        [&](const TensorDictBase& m, const TensorDictBase& part) {
+                                          return binary(m, part, op, name);
+                                        }))
+    return std::move(*lazy);
   return map_leaves(
       a, B_of(a), a.batch_size(),
       [&](const at::Tensor& t, const NestedKey& k) { return op(t, other_leaf(b, k, name)); }, name);
@@ -85,10 +86,11 @@ TensorDictBase binary(const TensorDictBase& a, const TensorDictBase& b, const Bi
 
 TensorDictBase binary(const TensorDictBase& a, const at::Tensor& b, const BinaryFn& op,
                       const char* name) {
-  if (const auto* ls = detail::as_lazy_stack(a))
-    return detail::map_members(*ls, [&](const TensorDictBase& m, std::size_t i) {
-      return binary(m, detail::operand_for_member(*ls, b, i), op, name);
-    });
+  if (auto lazy = detail::lazy_dispatch(a, detail::map_members_with_tensor, b,
+                                        [&](const TensorDictBase& m, const at::Tensor& part) {
+                                          return binary(m, part, op, name);
+                                        }))
+    return std::move(*lazy);
   return map_leaves(
       a, B_of(a), a.batch_size(),
       [&](const at::Tensor& t, const NestedKey&) { return op(t, batch_operand(b, a, t)); }, name);
@@ -97,9 +99,10 @@ TensorDictBase binary(const TensorDictBase& a, const at::Tensor& b, const Binary
 // Member-wise on a lazy stack (the result stays lazy).
 TensorDictBase unary(const TensorDictBase& a,
                      const std::function<at::Tensor(const at::Tensor&)>& op, const char* name) {
-  if (const auto* ls = detail::as_lazy_stack(a))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return unary(m, op, name); });
+  if (auto lazy = detail::lazy_dispatch(
+          a, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return unary(m, op, name); }))
+    return std::move(*lazy);
   const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) { return unary(c, op, name); };
   return map_leaves(
       a, B_of(a), a.batch_size(), [&](const at::Tensor& t, const NestedKey&) { return op(t); },
@@ -283,19 +286,12 @@ TensorDictBase& inplace_with(
     bool floating_only,
     const std::function<void(std::vector<at::Tensor>&, const LeafOperands&)>& fused,
     const std::function<void(at::Tensor&, const LeafOperands&, std::size_t)>& op) {
-  if (const auto* ls = detail::as_lazy_stack(a)) {
-    std::vector<std::vector<TensorDictBase>> parts;
-    for (const auto* o : operands) parts.push_back(detail::split_for_members(*ls, *o, name));
-    for (std::size_t i = 0; i < ls->members().size(); ++i) {
-      TensorDictBase m = ls->members()[i];
-      std::vector<TensorDictBase> member_operands;
-      std::vector<const TensorDictBase*> ptrs;
-      for (auto& p : parts) member_operands.push_back(p[i]);
-      for (auto& p : member_operands) ptrs.push_back(&p);
-      inplace_with(m, ptrs, name, floating_only, fused, op);
-    }
+  if (detail::lazy_dispatch(
+          a, detail::update_members_with, operands, name,
+          [&](TensorDictBase& m, const std::vector<const TensorDictBase*>& parts) {
+            inplace_with(m, parts, name, floating_only, fused, op);
+          }))
     return a;
-  }
   if (fused) {
     // Same layouts in memory: the keys match by construction; anything the
     // fast path cannot take (an expanded leaf, an integer leaf, autograd)
@@ -354,10 +350,11 @@ TensorDictBase& inplace_scalar(TensorDictBase& a, const char* name, bool floatin
 
 TensorDictBase TensorDictBase::apply(const LeafFn& fn,
                                      std::optional<std::vector<int64_t>> batch_size) const {
-  if (const auto* ls = detail::as_lazy_stack(*this); ls && !batch_size)
-    return detail::map_members(*ls,
-                               [&](const TensorDictBase& m, std::size_t) { return m.apply(fn); });
   if (!batch_size) {
+    if (auto lazy = detail::lazy_dispatch(
+            *this, detail::map_members,
+            [&](const TensorDictBase& m, std::size_t) { return m.apply(fn); }))
+      return std::move(*lazy);
     const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) { return c.apply(fn); };
     TensorDict out = map_leaves(
         *this, B_of(*this), this->batch_size(),
@@ -382,11 +379,10 @@ TensorDictBase TensorDictBase::apply(const LeafFn& fn,
 }
 
 TensorDictBase TensorDictBase::apply(const LeafFn2& fn, const TensorDictBase& other) const {
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    auto parts = detail::split_for_members(*ls, other, "apply");
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t i) { return m.apply(fn, parts[i]); });
-  }
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members_with, other, "apply",
+          [&](const TensorDictBase& m, const TensorDictBase& part) { return m.apply(fn, part); }))
+    return std::move(*lazy);
   return map_leaves(
       *this, B_of(*this), batch_size(),
       [&](const at::Tensor& t, const NestedKey& k) { return fn(t, other_leaf(other, k, "apply")); },
@@ -412,9 +408,10 @@ TensorDictBase& TensorDictBase::apply_(const LeafFn& fn) {
 
 TensorDictBase TensorDictBase::named_apply(const NamedLeafFn& fn,
                                            const NamedApplyOptions& options) const {
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.named_apply(fn, options); });
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.named_apply(fn, options); }))
+    return std::move(*lazy);
   return map_leaves(
       *this, B_of(*this), batch_size(),
       [&](const at::Tensor& t, const NestedKey& k) {
@@ -446,29 +443,25 @@ TD_BINARY(div, a.div(b))
 
 // `fused_call` is the at::_foreach_ form over `l` (the leaves) and `o` (the
 // operands' leaves) or `v` (the scalar).
-#define TD_BINARY_INPLACE(name, fused_list, fused_scalar)                                      \
-  TensorDictBase& TensorDictBase::name(const TensorDictBase& other) {                          \
-    return inplace_with(                                                                       \
-        *this, {&other}, #name, true,                                                          \
-        [](std::vector<at::Tensor>& l, const LeafOperands& o) { fused_list; },                 \
-        [](at::Tensor& t, const LeafOperands& o, std::size_t i) { t.name(o[0][i]); });         \
-  }                                                                                            \
-  TensorDictBase& TensorDictBase::name(const at::Tensor& other) {                              \
-    if (const auto* ls = detail::as_lazy_stack(*this)) {                                       \
-      for (std::size_t i = 0; i < ls->members().size(); ++i) {                                 \
-        TensorDictBase m = ls->members()[i];                                                   \
-        m.name(detail::operand_for_member(*ls, other, i));                                     \
-      }                                                                                        \
-      return *this;                                                                            \
-    }                                                                                          \
-    inplace(*this,                                                                             \
-            [&](at::Tensor& t, const NestedKey&) { t.name(batch_operand(other, *this, t)); }); \
-    return *this;                                                                              \
-  }                                                                                            \
-  TensorDictBase& TensorDictBase::name(const at::Scalar& v) {                                  \
-    return inplace_scalar(                                                                     \
-        *this, #name, true, [&](std::vector<at::Tensor>& l) { fused_scalar; },                 \
-        [&](at::Tensor& t) { t.name(v); });                                                    \
+#define TD_BINARY_INPLACE(name, fused_list, fused_scalar)                                       \
+  TensorDictBase& TensorDictBase::name(const TensorDictBase& other) {                           \
+    return inplace_with(                                                                        \
+        *this, {&other}, #name, true,                                                           \
+        [](std::vector<at::Tensor>& l, const LeafOperands& o) { fused_list; },                  \
+        [](at::Tensor& t, const LeafOperands& o, std::size_t i) { t.name(o[0][i]); });          \
+  }                                                                                             \
+  TensorDictBase& TensorDictBase::name(const at::Tensor& other) {                               \
+    if (detail::lazy_dispatch(*this, detail::update_members_with_tensor, other,                 \
+                              [](TensorDictBase& m, const at::Tensor& part) { m.name(part); })) \
+      return *this;                                                                             \
+    inplace(*this,                                                                              \
+            [&](at::Tensor& t, const NestedKey&) { t.name(batch_operand(other, *this, t)); });  \
+    return *this;                                                                               \
+  }                                                                                             \
+  TensorDictBase& TensorDictBase::name(const at::Scalar& v) {                                   \
+    return inplace_scalar(                                                                      \
+        *this, #name, true, [&](std::vector<at::Tensor>& l) { fused_scalar; },                  \
+        [&](at::Tensor& t) { t.name(v); });                                                     \
   }
 TD_BINARY_INPLACE(add_, at::_foreach_add_(l, o[0]), at::_foreach_add_(l, v))
 TD_BINARY_INPLACE(sub_, at::_foreach_sub_(l, o[0]), at::_foreach_sub_(l, v))
@@ -517,14 +510,7 @@ TensorDictBase& TensorDictBase::lerp_(const TensorDictBase& end, const TensorDic
 }
 
 TensorDictBase& TensorDictBase::lerp_(const TensorDictBase& end, const at::Tensor& weight) {
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    auto parts = detail::split_for_members(*ls, end, "lerp_");
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      TensorDictBase m = ls->members()[i];
-      m.lerp_(parts[i], detail::operand_for_member(*ls, weight, i));
-    }
-    return *this;
-  }
+  if (detail::lazy_dispatch(*this, detail::lazy_lerp_, end, weight)) return *this;
   // The weight broadcast over the batch dims, as every tensor operand here,
   // in each leaf's dtype (torch's lerp_ wants the same dtype; one weight may
   // serve float and double leaves): one weight per leaf, so no fused call.
@@ -854,12 +840,7 @@ TensorDictBase& TensorDictBase::fill_(const at::Scalar& value) {
 }
 
 TensorDictBase& TensorDictBase::fill_(const NestedKey& key, const at::Scalar& value) {
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    // get() would return a stacked copy: fill the members' leaves.
-    if (!contains(key)) (void)at(key);  // KeyError naming the key
-    for (auto m : ls->members()) m.fill_(key, value);
-    return *this;
-  }
+  if (detail::lazy_dispatch(*this, detail::lazy_fill_key_, *this, key, value)) return *this;
   at::Tensor t = get(key);
   t.fill_(value);
   return *this;
@@ -867,11 +848,11 @@ TensorDictBase& TensorDictBase::fill_(const NestedKey& key, const at::Scalar& va
 
 TensorDictBase TensorDictBase::to(at::Device device, bool non_blocking) const {
   if (node().device() == device) return *this;
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    TensorDictBase out = detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.to(device, non_blocking); });
-    detail::propagate_lock(*this, out);
-    return out;
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.to(device, non_blocking); })) {
+    detail::propagate_lock(*this, *lazy);
+    return std::move(*lazy);
   }
   const detail::LazyChildFn on_lazy = [&](const TensorDictBase& c) {
     return c.to(device, non_blocking);

@@ -1,5 +1,6 @@
 // Python-compatible repr of tensordicts.
 #include "core/internal.h"
+#include "core/lazy_dispatch.h"
 
 #include <algorithm>
 #include <ostream>
@@ -42,22 +43,6 @@ std::string meta_repr(const TensorMeta& m, bool shared) {
 
 std::string td_repr(const TensorDictBase& td);
 
-// Per-element values of a lazy stack's members. Members of different batch
-// sizes cannot be stacked into one NonTensorStack (find() refuses), but repr
-// must not throw: then each member's values are listed.
-std::string lazy_stack_values_repr(const detail::LazyStackNode& ls, const std::string& k) {
-  try {
-    return ls.find(k)->non_tensor_stack().repr();
-  } catch (const ShapeError&) {
-  }
-  nlohmann::json values = nlohmann::json::array();
-  for (const auto& m : ls.members()) {
-    Value v = m.at(k);
-    values.push_back(v.is_non_tensor() ? v.non_tensor().tolist() : v.non_tensor_stack().tolist());
-  }
-  return detail::non_tensor_stack_repr(values, ls.batch_size(), ls.device());
-}
-
 // "fields={...}" of the given keys of a node, sorted.
 std::string fields_block(const Node& n, const std::vector<std::string>& keys, const char* label) {
   std::vector<std::pair<std::string, std::string>> fields;
@@ -66,14 +51,16 @@ std::string fields_block(const Node& n, const std::vector<std::string>& keys, co
     const auto kind = n.holds_values() ? std::nullopt : n.kind(k);
     if (kind == EntryKind::Tensor) {
       // Metadata only: no data read from storages, ragged lazy leaves show -1.
-      s = meta_repr(*n.tensor_meta(k), n.shared_flag());
-    } else if (kind == EntryKind::NonTensorStack && n.is_lazy_stack()) {
-      s = lazy_stack_values_repr(static_cast<const detail::LazyStackNode&>(n), k);
+      s = meta_repr(*n.tensor_meta(k), detail::is_shared_node(n));
+    } else if (auto lazy = kind == EntryKind::NonTensorStack
+                               ? detail::lazy_dispatch(n, detail::lazy_non_tensor_repr, k)
+                               : std::nullopt) {
+      s = std::move(*lazy);
     } else {
       auto v = n.find(k);
       switch (v->kind()) {
         case EntryKind::Tensor:
-          s = tensor_repr(v->tensor(), n.shared_flag());
+          s = tensor_repr(v->tensor(), detail::is_shared_node(n));
           break;
         case EntryKind::TensorDict:
           s = td_repr(v->tensordict());
@@ -122,16 +109,17 @@ std::string exclusive_block(const detail::LazyStackNode& ls) {
 std::string td_repr(const TensorDictBase& td) {
   const Node& n = td.node();
   std::string inner = indent(fields_block(n, n.keys(), "fields"), "    ") + ",\n";
-  const auto* ls = detail::as_lazy_stack(td);
-  if (ls) {
-    std::string ex = exclusive_block(*ls);
-    if (!ex.empty()) inner += indent(ex, "    ") + ",\n";
-  }
+  // A lazy stack also prints its members' exclusive keys and its stack dim.
+  const auto lazy = detail::lazy_dispatch(td, [](const detail::LazyStackNode& ls) {
+    return std::make_pair(exclusive_block(ls), ls.stack_dim());
+  });
+  if (lazy && !lazy->first.empty()) inner += indent(lazy->first, "    ") + ",\n";
   std::string device = n.device() ? n.device()->str() : std::string("None");
-  inner += indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") + ",\n" +
-           indent("device=" + device, "    ") + ",\n" +
-           indent(std::string("is_shared=") + (n.shared_flag() ? "True" : "False"), "    ");
-  if (ls) inner += ",\n" + indent("stack_dim=" + std::to_string(ls->stack_dim()), "    ");
+  inner +=
+      indent("batch_size=" + detail::format_torch_size(n.batch_size()), "    ") + ",\n" +
+      indent("device=" + device, "    ") + ",\n" +
+      indent(std::string("is_shared=") + (detail::is_shared_node(n) ? "True" : "False"), "    ");
+  if (lazy) inner += ",\n" + indent("stack_dim=" + std::to_string(lazy->second), "    ");
   return n.type_name() + "(\n" + inner + ")";
 }
 

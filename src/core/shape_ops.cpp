@@ -1,6 +1,7 @@
 // Shape operations on batch dims: every leaf gets the torch op with its
 // feature dims appended.
 #include "core/internal.h"
+#include "core/lazy_dispatch.h"
 
 #include <ATen/ATen.h>
 
@@ -111,13 +112,12 @@ namespace {
 void for_each_leaf_rec(const TensorDictBase& src, const NestedKey& path,
                        const std::function<void(const at::Tensor&, const NestedKey&)>& fn) {
   const Node& n = src.node();
-  if (n.is_lazy_stack()) {
-    // The members hold the data: in-place functions must see their leaves,
-    // not a stacked copy.
-    for (const auto& m : static_cast<const LazyStackNode&>(n).members())
-      for_each_leaf_rec(m, path, fn);
+  // The members hold the data: in-place functions must see their leaves,
+  // not a stacked copy.
+  if (lazy_dispatch(n, [&](const LazyStackNode& ls) {
+        for (const auto& m : ls.members()) for_each_leaf_rec(m, path, fn);
+      }))
     return;
-  }
   auto one = [&](const std::string& k, const Value& v) {
     if (v.is_tensor())
       fn(v.tensor(), path.empty() ? NestedKey(k) : path.child(k));
@@ -182,15 +182,6 @@ std::vector<int64_t> infer_shape(at::IntArrayRef shape, int64_t numel, at::IntAr
   return out;
 }
 
-// fn applied to every member of a lazy stack.
-template <class Fn>
-std::vector<TensorDictBase> lazy_members_op(const detail::LazyStackNode& ls, Fn&& fn) {
-  std::vector<TensorDictBase> out;
-  out.reserve(ls.members().size());
-  for (const auto& m : ls.members()) out.push_back(fn(m));
-  return out;
-}
-
 TensorDictBase locked_like(const TensorDictBase& src, TensorDictBase out) {
   detail::propagate_lock(src, out);
   return out;
@@ -201,11 +192,10 @@ TensorDictBase locked_like(const TensorDictBase& src, TensorDictBase out) {
 // index(), unbind() and split() results already are).
 TensorDictBase view_like(const TensorDictBase& src, TensorDictBase out) {
   detail::propagate_lock(src, out);
-  const Node& n = src.node();
-  if (!n.memmap_flag() && !n.shared_flag()) return out;
+  const FileBacking* files = detail::file_backing(src.node());
+  if (files == nullptr || (!files->memmap && !files->shared)) return out;
   out.lock_();
-  out.node().set_memmap_flag(n.memmap_flag());
-  out.node().set_shared_flag(n.shared_flag());
+  detail::copy_mapped_status(*files, out.node());
   return out;
 }
 
@@ -257,7 +247,7 @@ TensorDictBase TensorDictBase::reshape(at::IntArrayRef shape) const {
       *this, B, target,
       [&](const at::Tensor& t, const NestedKey&) { return t.reshape(with_features(target, t, B)); },
       "reshape", std::nullopt, nullptr, detail::StackPolicy::MoveElements);
-  const bool mapped = node().memmap_flag() || node().shared_flag();
+  const bool mapped = detail::is_mapped(node());
   return mapped && leaves_are_views(*this, out) ? view_like(*this, out) : locked_like(*this, out);
 }
 
@@ -295,13 +285,7 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
   int64_t d = wrap_dim(dim, B, "squeeze");
   auto b = batch_size();
   if (b[d] != 1) return *this;
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    const int64_t s = ls->stack_dim();
-    if (d == s) return ls->members()[0];  // the only member
-    return detail::make_lazy(
-        lazy_members_op(*ls, [&](const TensorDictBase& m) { return m.squeeze(d < s ? d : d - 1); }),
-        d < s ? s - 1 : s, {});
-  }
+  if (auto lazy = detail::lazy_dispatch(*this, detail::lazy_squeeze, d)) return std::move(*lazy);
   std::vector<int64_t> target = b.vec();
   target.erase(target.begin() + d);
   return view_like(*this, map_leaves(
@@ -313,12 +297,8 @@ TensorDictBase TensorDictBase::squeeze(int64_t dim) const {
 TensorDictBase TensorDictBase::squeeze() const {
   detail::refuse_outside_storage(*this, "squeeze", kNoViews);
   auto b = batch_size();
-  if (detail::as_lazy_stack(*this)) {
-    TensorDictBase out = *this;
-    for (int64_t d = static_cast<int64_t>(b.size()) - 1; d >= 0; --d)
-      if (b[d] == 1) out = out.squeeze(d);
-    return out;
-  }
+  if (auto lazy = detail::lazy_dispatch(*this, detail::lazy_squeeze_all, *this))
+    return std::move(*lazy);
   std::vector<int64_t> target;
   for (auto s : b)
     if (s != 1) target.push_back(s);
@@ -330,13 +310,7 @@ TensorDictBase TensorDictBase::unsqueeze(int64_t dim) const {
   detail::refuse_outside_storage(*this, "unsqueeze", kNoViews);
   const int64_t B = batch_dims();
   int64_t d = wrap_dim(dim, B + 1, "unsqueeze");
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    const int64_t s = ls->stack_dim();
-    return detail::make_lazy(
-        lazy_members_op(*ls,
-                        [&](const TensorDictBase& m) { return m.unsqueeze(d <= s ? d : d - 1); }),
-        d <= s ? s + 1 : s, {});
-  }
+  if (auto lazy = detail::lazy_dispatch(*this, detail::lazy_unsqueeze, d)) return std::move(*lazy);
   auto target = batch_size().vec();
   target.insert(target.begin() + d, 1);
   return view_like(
@@ -363,21 +337,7 @@ TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
   bool identity = true;
   for (int64_t i = 0; i < B; ++i) identity &= perm[i] == i;
   if (identity) return *this;
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    // The stack dim moves to where perm puts it; members permute the rest.
-    const int64_t s = ls->stack_dim();
-    int64_t new_s = 0;
-    std::vector<int64_t> member_perm;
-    for (std::size_t p = 0; p < perm.size(); ++p) {
-      if (perm[p] == s)
-        new_s = static_cast<int64_t>(p);
-      else
-        member_perm.push_back(perm[p] < s ? perm[p] : perm[p] - 1);
-    }
-    return detail::make_lazy(
-        lazy_members_op(*ls, [&](const TensorDictBase& m) { return m.permute(member_perm); }),
-        new_s, {});
-  }
+  if (auto lazy = detail::lazy_dispatch(*this, detail::lazy_permute, perm)) return std::move(*lazy);
   auto b = batch_size();
   std::vector<int64_t> target;
   for (auto p : perm) target.push_back(b[p]);
@@ -397,12 +357,8 @@ TensorDictBase TensorDictBase::transpose(int64_t dim0, int64_t dim1) const {
   int64_t a = wrap_dim(dim0, B, "transpose");
   int64_t c = wrap_dim(dim1, B, "transpose");
   if (a == c) return *this;
-  if (detail::as_lazy_stack(*this)) {
-    std::vector<int64_t> perm(static_cast<std::size_t>(B));
-    for (int64_t i = 0; i < B; ++i) perm[i] = i;
-    std::swap(perm[a], perm[c]);
-    return permute(perm);
-  }
+  if (auto lazy = detail::lazy_dispatch(*this, detail::lazy_transpose, a, c))
+    return std::move(*lazy);
   auto target = batch_size().vec();
   std::swap(target[a], target[c]);
   return view_like(*this,
@@ -553,13 +509,7 @@ TensorDict TensorDictBase::masked_fill(const at::Tensor& mask, const at::Scalar&
 
 TensorDictBase& TensorDictBase::masked_fill_(const at::Tensor& mask, const at::Scalar& value) {
   check_batch_mask(*this, mask, "masked_fill_");
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    for (std::size_t i = 0; i < ls->members().size(); ++i) {
-      TensorDictBase m = ls->members()[i];
-      m.masked_fill_(mask.select(ls->stack_dim(), static_cast<int64_t>(i)), value);
-    }
-    return *this;
-  }
+  if (detail::lazy_dispatch(*this, detail::lazy_masked_fill_, mask, value)) return *this;
   detail::for_each_leaf(*this, [&](const at::Tensor& t, const NestedKey&) {
     at::Tensor leaf = t;
     leaf.masked_fill_(expand_right(mask, t), value);

@@ -1,6 +1,7 @@
 // The generic core: everything written once against the Node interface.
 #include "core/internal.h"
 #include "core/json_limits.h"
+#include "core/lazy_dispatch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -132,7 +133,7 @@ Value validate_value(Value value, at::IntArrayRef batch, std::optional<at::Devic
 
 std::vector<TensorDictBase> children(const Node& node) {
   // A lazy stack's children in the lock graph are its members.
-  if (node.is_lazy_stack()) return static_cast<const LazyStackNode&>(node).members();
+  if (auto members = lazy_dispatch(node, &LazyStackNode::members)) return std::move(*members);
   std::vector<TensorDictBase> out;
   if (node.holds_values()) {
     for (const auto& k : node.keys()) {
@@ -798,9 +799,9 @@ void set_impl(const std::shared_ptr<Node>& root, const NestedKey& key, Value val
     parent = v->tensordict().node_ptr();
   }
   if (check_lock && parent->locked()) {
-    if (parent->memmap_flag() || parent->shared_flag())
+    if (detail::is_mapped(*parent))
       throw LockedError("Cannot modify locked TensorDict: " + key.repr() + " cannot be set on a " +
-                        (parent->memmap_flag() ? "memory-mapped" : "shared-memory") +
+                        (detail::is_memmap_node(*parent) ? "memory-mapped" : "shared-memory") +
                         " tensordict, whose storage is fixed. Write in place with set_(), "
                         "update_() or index_put_(), or unlock_(), set, and memmap_() again.");
     throw_locked(key, "set");
@@ -1254,9 +1255,10 @@ TensorDict exclude_copy(const TensorDictBase& src, const KeyFilter& filter) {
 }  // namespace
 
 TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys, bool strict) const {
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.select(keys, strict); });
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.select(keys, strict); }))
+    return std::move(*lazy);
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   KeyFilter filter;
   for (const auto& k : keys) {
@@ -1272,9 +1274,10 @@ TensorDictBase TensorDictBase::select(const std::vector<NestedKey>& keys, bool s
 }
 
 TensorDictBase TensorDictBase::exclude(const std::vector<NestedKey>& keys) const {
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.exclude(keys); });
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.exclude(keys); }))
+    return std::move(*lazy);
   KeyFilter filter;
   for (const auto& k : keys) {
     KeyFilter* cur = &filter;
@@ -1286,11 +1289,7 @@ TensorDictBase TensorDictBase::exclude(const std::vector<NestedKey>& keys) const
 
 TensorDictBase& TensorDictBase::select_(const std::vector<NestedKey>& keys, bool strict) {
   if (is_locked()) throw_locked(NestedKey(), "select_");
-  if (const auto* ls = detail::as_lazy_stack(*this)) {
-    for (const auto& m : ls->members()) (void)m.select(keys, strict);  // check all first
-    for (auto m : ls->members()) m.select_(keys, strict);
-    return *this;
-  }
+  if (detail::lazy_dispatch(*this, detail::lazy_select_, keys, strict)) return *this;
   TensorDictBase kept = select(keys, strict);
   for (const auto& k : node().keys()) node().remove(k);
   for (const auto& k : kept.node().keys()) node().write(k, *kept.node().find(k));
@@ -1311,9 +1310,10 @@ TensorDictBase& TensorDictBase::exclude_(const std::vector<NestedKey>& keys) {
 }
 
 TensorDictBase TensorDictBase::empty(bool recurse) const {
-  if (const auto* ls = detail::as_lazy_stack(*this))
-    return detail::map_members(
-        *ls, [&](const TensorDictBase& m, std::size_t) { return m.empty(recurse); });
+  if (auto lazy = detail::lazy_dispatch(
+          *this, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.empty(recurse); }))
+    return std::move(*lazy);
   TensorDict out = detail::make_tensordict(batch_size().vec(), device());
   if (recurse) {
     for (const auto& k : node().keys()) {
@@ -1435,10 +1435,10 @@ TensorDictBase TensorDictBase::clone(bool recurse) const {
   if (!src.holds_values() && !src.is_lazy_stack())
     return read_storage(src, recurse,
                         [recurse](const TensorDictBase& c) { return c.clone(recurse); });
-  if (src.is_lazy_stack())
-    return detail::map_members(
-        static_cast<const detail::LazyStackNode&>(src),
-        [&](const TensorDictBase& m, std::size_t) { return m.clone(recurse); });
+  if (auto lazy = detail::lazy_dispatch(
+          src, detail::map_members,
+          [&](const TensorDictBase& m, std::size_t) { return m.clone(recurse); }))
+    return std::move(*lazy);
   TensorDict out = detail::make_tensordict(src.batch_size().vec(), src.device());
   auto& dst = static_cast<detail::MemoryNode&>(out.node());
   dst.reserve(src.size());
@@ -1481,8 +1481,20 @@ TensorDict TensorDictBase::to_tensordict() const {
 // ---- locking -------------------------------------------------------------------
 
 bool TensorDictBase::is_locked() const { return node().locked(); }
-bool TensorDictBase::is_shared() const { return node().shared_flag(); }
-bool TensorDictBase::is_memmap() const { return node().memmap_flag(); }
+FileBacking& detail::mutable_file_backing(Node& node) {
+  if (FileBacking* files = node.file_backing()) return *files;
+  throw UnsupportedError("a " + node.type_name() +
+                         " cannot be backed by memory-mapped or shared-memory files");
+}
+
+const std::string& detail::saved_path_of(const Node& node) noexcept {
+  static const std::string none;
+  const FileBacking* files = file_backing(node);
+  return files != nullptr ? files->saved_path : none;
+}
+
+bool TensorDictBase::is_shared() const { return detail::is_shared_node(node()); }
+bool TensorDictBase::is_memmap() const { return detail::is_memmap_node(node()); }
 
 namespace {
 
@@ -1529,8 +1541,7 @@ TensorDictBase& TensorDictBase::unlock_() {
   }
   for (auto& n : subtree) {
     n->set_locked_flag(false);
-    n->set_shared_flag(false);
-    n->set_memmap_flag(false);
+    if (FileBacking* files = n->file_backing()) files->memmap = files->shared = false;
     auto& parents = n->lock_parents();
     parents.erase(std::remove_if(parents.begin(), parents.end(),
                                  [&](const std::weak_ptr<Node>& wp) {

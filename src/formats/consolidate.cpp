@@ -3,6 +3,7 @@
 // of a consolidated tensordict.
 #include "core/internal.h"
 #include "formats/json_io.h"
+#include "storage/lazy_stack/lazy_ops.h"
 #include "storage/memmap/mapped_file.h"
 
 #include <tensordict/storage/memmap.h>

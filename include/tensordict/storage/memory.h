@@ -65,6 +65,9 @@ class MemoryNode final : public Node {
   /// from a file, and fsync of the files of its non-tensor entries, nested
   /// levels included. Nothing for leaves in RAM.
   void flush() override;
+  /// Non-virtual (final class): detail::file_backing reads it inline.
+  const FileBacking* file_backing() const noexcept override { return &file_backing_; }
+  FileBacking* file_backing() noexcept override { return &file_backing_; }
   const Value* peek(std::string_view key) const override {
     auto pos = position(key);
     return pos == npos ? nullptr : &entries_[pos].second;
@@ -198,6 +201,7 @@ class MemoryNode final : public Node {
   const std::int32_t* slots_ = nullptr;
   std::size_t slot_mask_ = 0;
   unsigned slot_shift_ = 64;
+  FileBacking file_backing_;  // memmap / shared memory (src/storage/memmap)
 };
 
 }  // namespace detail

@@ -1,6 +1,8 @@
 // LazyStackedTensorDict: storage over live members, and the member-wise
-// versions of the core operations (indexing, index assignment, shape ops on
-// the stack dim) that the core dispatches to.
+// versions of the core operations (indexing, index assignment, shape ops,
+// arithmetic) that the core dispatches to (lazy_ops.h).
+#include "storage/lazy_stack/lazy_ops.h"
+
 #include "core/internal.h"
 
 #include <tensordict/lazy_stack.h>
@@ -351,9 +353,7 @@ TensorDictBase make_lazy(std::vector<TensorDictBase> members, int64_t stack_dim,
                                                         std::move(member_batch_if_empty)));
 }
 
-TensorDictBase map_members(
-    const LazyStackNode& ls,
-    const std::function<TensorDictBase(const TensorDictBase&, std::size_t)>& fn) {
+TensorDictBase map_members(const LazyStackNode& ls, const MemberMap& fn) {
   std::vector<TensorDictBase> out;
   out.reserve(ls.members().size());
   for (std::size_t i = 0; i < ls.members().size(); ++i) out.push_back(fn(ls.members()[i], i));
@@ -691,7 +691,13 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const TensorDictBa
   throw_unsplittable();
 }
 
-void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& value) {
+void lazy_update_at_(const LazyStackNode& ls, const TensorDictBase& other, IndexList index,
+                     const std::vector<NestedKey>& keys_to_update) {
+  lazy_index_put(ls, index, keys_to_update.empty() ? other : other.select(keys_to_update),
+                 /*existing_only=*/true);
+}
+
+void lazy_index_put_tensor(const LazyStackNode& ls, IndexList index, const at::Tensor& value) {
   // A tensor value is broadcast to every leaf: turn it into a tensordict of
   // those leaves (views, no copies) and split that.
   LazyPlan plan = plan_index(ls, index);
@@ -755,6 +761,143 @@ void lazy_index_put(const LazyStackNode& ls, IndexList index, const at::Tensor& 
     TensorDictBase target = m;
     target.update_at_(part, idx);
   }
+}
+
+// ---- member-wise operations the core dispatches to (lazy_ops.h) ----------------
+
+namespace {
+
+// fn applied to every member.
+template <class Fn>
+std::vector<TensorDictBase> members_op(const LazyStackNode& ls, Fn&& fn) {
+  std::vector<TensorDictBase> out;
+  out.reserve(ls.members().size());
+  for (const auto& m : ls.members()) out.push_back(fn(m));
+  return out;
+}
+
+}  // namespace
+
+TensorDictBase map_members_with(const LazyStackNode& ls, const TensorDictBase& other,
+                                const char* op, const MemberMapWith& fn) {
+  auto parts = split_for_members(ls, other, op);
+  return map_members(ls, [&](const TensorDictBase& m, std::size_t i) { return fn(m, parts[i]); });
+}
+
+TensorDictBase map_members_with_tensor(const LazyStackNode& ls, const at::Tensor& t,
+                                       const MemberMapWithTensor& fn) {
+  return map_members(ls, [&](const TensorDictBase& m, std::size_t i) {
+    return fn(m, operand_for_member(ls, t, i));
+  });
+}
+
+void update_members_with(const LazyStackNode& ls,
+                         const std::vector<const TensorDictBase*>& operands, const char* op,
+                         const MemberUpdateWith& fn) {
+  std::vector<std::vector<TensorDictBase>> parts;
+  parts.reserve(operands.size());
+  for (const auto* o : operands) parts.push_back(split_for_members(ls, *o, op));
+  std::vector<const TensorDictBase*> member_parts(parts.size());
+  for (std::size_t i = 0; i < ls.members().size(); ++i) {
+    TensorDictBase m = ls.members()[i];
+    for (std::size_t p = 0; p < parts.size(); ++p) member_parts[p] = &parts[p][i];
+    fn(m, member_parts);
+  }
+}
+
+void update_members_with_tensor(const LazyStackNode& ls, const at::Tensor& t,
+                                const MemberUpdateWithTensor& fn) {
+  for (std::size_t i = 0; i < ls.members().size(); ++i) {
+    TensorDictBase m = ls.members()[i];
+    fn(m, operand_for_member(ls, t, i));
+  }
+}
+
+void lazy_lerp_(const LazyStackNode& ls, const TensorDictBase& end, const at::Tensor& weight) {
+  auto parts = split_for_members(ls, end, "lerp_");
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    TensorDictBase m = ls.members()[i];
+    m.lerp_(parts[i], operand_for_member(ls, weight, i));
+  }
+}
+
+void lazy_masked_fill_(const LazyStackNode& ls, const at::Tensor& mask, const at::Scalar& value) {
+  for (std::size_t i = 0; i < ls.members().size(); ++i) {
+    TensorDictBase m = ls.members()[i];
+    m.masked_fill_(mask.select(ls.stack_dim(), static_cast<int64_t>(i)), value);
+  }
+}
+
+void lazy_fill_key_(const LazyStackNode& ls, const TensorDictBase& self, const NestedKey& key,
+                    const at::Scalar& value) {
+  if (!self.contains(key)) (void)self.at(key);  // KeyError naming the key
+  for (auto m : ls.members()) m.fill_(key, value);
+}
+
+void lazy_select_(const LazyStackNode& ls, const std::vector<NestedKey>& keys, bool strict) {
+  for (const auto& m : ls.members()) (void)m.select(keys, strict);  // check all first
+  for (auto m : ls.members()) m.select_(keys, strict);
+}
+
+std::string lazy_non_tensor_repr(const LazyStackNode& ls, const std::string& key) {
+  // Members of different batch sizes cannot be stacked into one
+  // NonTensorStack (find() refuses), but repr must not throw: then each
+  // member's values are listed.
+  try {
+    return ls.find(key)->non_tensor_stack().repr();
+  } catch (const ShapeError&) {
+  }
+  nlohmann::json values = nlohmann::json::array();
+  for (const auto& m : ls.members()) {
+    Value v = m.at(key);
+    values.push_back(v.is_non_tensor() ? v.non_tensor().tolist() : v.non_tensor_stack().tolist());
+  }
+  return non_tensor_stack_repr(values, ls.batch_size(), ls.device());
+}
+
+TensorDictBase lazy_squeeze(const LazyStackNode& ls, int64_t d) {
+  const int64_t s = ls.stack_dim();
+  if (d == s) return ls.members()[0];  // the only member
+  return make_lazy(
+      members_op(ls, [&](const TensorDictBase& m) { return m.squeeze(d < s ? d : d - 1); }),
+      d < s ? s - 1 : s, {});
+}
+
+TensorDictBase lazy_squeeze_all(const LazyStackNode& ls, const TensorDictBase& self) {
+  const auto b = ls.batch_size();
+  TensorDictBase out = self;
+  for (int64_t d = static_cast<int64_t>(b.size()) - 1; d >= 0; --d)
+    if (b[d] == 1) out = out.squeeze(d);
+  return out;
+}
+
+TensorDictBase lazy_unsqueeze(const LazyStackNode& ls, int64_t d) {
+  const int64_t s = ls.stack_dim();
+  return make_lazy(
+      members_op(ls, [&](const TensorDictBase& m) { return m.unsqueeze(d <= s ? d : d - 1); }),
+      d <= s ? s + 1 : s, {});
+}
+
+TensorDictBase lazy_permute(const LazyStackNode& ls, const std::vector<int64_t>& perm) {
+  // The stack dim moves to where perm puts it; members permute the rest.
+  const int64_t s = ls.stack_dim();
+  int64_t new_s = 0;
+  std::vector<int64_t> member_perm;
+  for (std::size_t p = 0; p < perm.size(); ++p) {
+    if (perm[p] == s)
+      new_s = static_cast<int64_t>(p);
+    else
+      member_perm.push_back(perm[p] < s ? perm[p] : perm[p] - 1);
+  }
+  return make_lazy(members_op(ls, [&](const TensorDictBase& m) { return m.permute(member_perm); }),
+                   new_s, {});
+}
+
+TensorDictBase lazy_transpose(const LazyStackNode& ls, int64_t a, int64_t c) {
+  std::vector<int64_t> perm(ls.batch_size().size());
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[a], perm[c]);
+  return lazy_permute(ls, perm);
 }
 
 }  // namespace detail

@@ -3,6 +3,7 @@
 #include "core/internal.h"
 #include "core/parallel.h"
 #include "formats/json_io.h"
+#include "storage/lazy_stack/lazy_ops.h"
 #include "storage/memmap/mapped_file.h"
 
 #include <tensordict/detail/progress.h>
@@ -291,12 +292,12 @@ TensorDictBase plan_node(const TensorDictBase& td, const fs::path& dir, bool cop
     meta["stack_dim"] = ls->stack_dim();
     metas.emplace_back(dir / "meta.json", std::move(meta));
     TensorDictBase out = make_lazy(std::move(members), ls->stack_dim(), ls->member_batch());
-    out.node().set_saved_path(fs::absolute(dir).string());
+    detail::mutable_file_backing(out.node()).saved_path = fs::absolute(dir).string();
     return out;
   }
   TensorDict out = make_tensordict(td.batch_size().vec(), at::Device(at::kCPU));
   // Each nested level knows its own directory, as after load_memmap.
-  out.node().set_saved_path(fs::absolute(dir).string());
+  detail::mutable_file_backing(out.node()).saved_path = fs::absolute(dir).string();
   plan_dir(td, dir, copy_data, opt, jobs, metas, out, path);
   return out;
 }
@@ -536,7 +537,7 @@ TensorDictBase write_tree(const TensorDictBase& td, const std::string& prefix,
   if (opt.durable) sync_after_install(root, created_from);
   map_jobs(jobs);
   out.lock_();
-  out.node().set_memmap_flag(true);
+  detail::mutable_file_backing(out.node()).memmap = true;
   return out;
 }
 
@@ -756,7 +757,7 @@ TensorDict load_tensordict_dir(const fs::path& dir, const ojson& meta, const Loa
       set_loaded(out, k, load_entry_dir(sub, L, key, batch), key, meta_file);
     }
   }
-  out.node().set_saved_path(fs::absolute(dir).string());
+  detail::mutable_file_backing(out.node()).saved_path = fs::absolute(dir).string();
   return out;
 }
 
@@ -913,7 +914,7 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
                         "): a LazyStackedTensorDict without members (no 0/meta.json)");
     try {
       LazyStackedTensorDict out(std::move(members), meta["stack_dim"].get<int64_t>());
-      out.node().set_saved_path(fs::absolute(dir).string());
+      detail::mutable_file_backing(out.node()).saved_path = fs::absolute(dir).string();
       return out;
     } catch (const Error& e) {
       throw FormatError(meta_file.string() + " (key " + key.repr() +
@@ -944,7 +945,7 @@ namespace {
 // missing). A directory of the save replaced by a symbolic link is refused:
 // writes would land wherever it points.
 fs::path non_tensor_dir(const Node& parent, std::string_view key) {
-  const fs::path pdir(parent.saved_path());
+  const fs::path pdir(saved_path_of(parent));
   const fs::path dir = pdir / encode_key_for_filesystem(key);
   std::error_code ec;
   // (The top directory of a save may be a link the user gave as prefix; a
@@ -1030,15 +1031,15 @@ Value read_non_tensor_file(const fs::path& dir, const Value& like) {
 }  // namespace
 
 void persist_non_tensor(const Node& parent, std::string_view key, const Value& value) {
-  if (!backs_files(parent) || parent.saved_path().empty()) return;
+  if (!backs_files(parent) || saved_path_of(parent).empty()) return;
   const fs::path dir = non_tensor_dir(parent, key);
   DirLock lock(dir);
   write_non_tensor_files(dir, key, value);
 }
 
 void sync_non_tensor_files(const Node& parent, std::string_view key) {
-  if (!backs_files(parent) || parent.saved_path().empty()) return;
-  const fs::path dir = fs::path(parent.saved_path()) / encode_key_for_filesystem(key);
+  if (!backs_files(parent) || saved_path_of(parent).empty()) return;
+  const fs::path dir = fs::path(saved_path_of(parent)) / encode_key_for_filesystem(key);
   std::error_code ec;
   // The file written last, then the directory holding its rename.
   for (const fs::path& d : {dir / "_tensordict", dir}) {
@@ -1051,7 +1052,7 @@ void sync_non_tensor_files(const Node& parent, std::string_view key) {
 std::optional<Value> persist_non_tensor_rows(
     const Node& parent, std::string_view key, const Value& in_memory,
     const std::function<std::optional<Value>(const Value&)>& apply) {
-  if (!backs_files(parent) || parent.saved_path().empty()) return apply(in_memory);
+  if (!backs_files(parent) || saved_path_of(parent).empty()) return apply(in_memory);
   const fs::path dir = non_tensor_dir(parent, key);
   DirLock lock(dir);
   Value current = read_non_tensor_file(dir, in_memory);
@@ -1088,7 +1089,7 @@ TensorDictBase load_memmap(const std::string& prefix, const LoadOptions& options
   if (!v.is_tensordict())
     throw FormatError("load_memmap: " + prefix + " holds a non-tensor value, not a tensordict");
   TensorDictBase out = v.tensordict();
-  out.node().set_saved_path(fs::absolute(dir).string());
+  detail::mutable_file_backing(out.node()).saved_path = fs::absolute(dir).string();
   return out;
 }
 
@@ -1119,7 +1120,8 @@ void adopt(Node& dst, const TensorDictBase& src) {
     auto cur = dst.find(k);
     if (v.is_tensordict() && cur && cur->is_tensordict()) {
       adopt(cur->tensordict().node(), v.tensordict());
-      cur->tensordict().node().set_saved_path(v.tensordict().node().saved_path());
+      detail::mutable_file_backing(cur->tensordict().node()).saved_path =
+          detail::saved_path_of(v.tensordict().node());
       continue;
     }
     dst.write(k, v);
@@ -1142,9 +1144,9 @@ void adopt_mapped(TensorDictBase& dst, const TensorDictBase& src) {
     adopt(dst.node(), src);
     dst.node().set_device(at::Device(at::kCPU));
   }
-  dst.node().set_saved_path(src.node().saved_path());
+  detail::mutable_file_backing(dst.node()).saved_path = detail::saved_path_of(src.node());
   dst.lock_();
-  dst.node().set_memmap_flag(true);
+  detail::mutable_file_backing(dst.node()).memmap = true;
 }
 }  // namespace
 
@@ -1158,7 +1160,7 @@ TensorDictBase& TensorDictBase::memmap_(const std::string& prefix, const MemmapO
 }
 
 TensorDictBase& TensorDictBase::memmap_refresh_() {
-  const std::string& path = node().saved_path();
+  const std::string& path = detail::saved_path_of(node());
   if (path.empty())
     throw ValueError("memmap_refresh_: this tensordict was never memmapped or loaded");
   TensorDictBase fresh = load_memmap(path);
@@ -1172,13 +1174,14 @@ TensorDictBase& TensorDictBase::memmap_refresh_() {
   adopt(node(), fresh);
   node().set_batch_size(fresh.batch_size().vec());
   if (was_locked) lock_();
-  node().set_memmap_flag(memmap);
-  node().set_shared_flag(shared);
+  FileBacking& files = detail::mutable_file_backing(node());
+  files.memmap = memmap;
+  files.shared = shared;
   return *this;
 }
 
 std::optional<std::string> TensorDictBase::saved_path() const {
-  const std::string& p = node().saved_path();
+  const std::string& p = detail::saved_path_of(node());
   if (p.empty()) return std::nullopt;
   return p;
 }

@@ -24,6 +24,15 @@ std::string new_shm_name() {
 }
 }  // namespace
 
+namespace {
+// A level of a tensordict moved to shared memory: its files are in /dev/shm.
+void mark_shared(Node& node) {
+  FileBacking& files = detail::mutable_file_backing(node);
+  files.memmap = false;
+  files.shared = true;
+}
+}  // namespace
+
 TensorDictBase& TensorDictBase::share_memory_() {
   if (is_shared()) return *this;
   detail::refuse_outside_storage(*this, "share_memory_",
@@ -31,24 +40,20 @@ TensorDictBase& TensorDictBase::share_memory_() {
   if (!fs::is_directory(kShmRoot))
     throw StorageError("share_memory_: " + std::string(kShmRoot) + " is not available");
   memmap_(new_shm_name());
-  node().set_memmap_flag(false);
-  node().set_shared_flag(true);
+  mark_shared(node());
   for (auto& [k, v] : items(true, false))
-    if (v.is_tensordict()) {
-      v.tensordict().node().set_memmap_flag(false);
-      v.tensordict().node().set_shared_flag(true);
-    }
+    if (v.is_tensordict()) mark_shared(v.tensordict().node());
   return *this;
 }
 
 std::string TensorDictBase::shared_name() const {
-  return is_shared() ? node().saved_path() : std::string();
+  return is_shared() ? detail::saved_path_of(node()) : std::string();
 }
 
 TensorDictBase attach_shared(const std::string& name) {
   TensorDictBase out = load_memmap(name);
   out.lock_();
-  out.node().set_shared_flag(true);
+  detail::mutable_file_backing(out.node()).shared = true;
   return out;
 }
 
