@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 . /etc/os-release
 PACKAGES=(
-  build-essential cmake git ccache python3 python3-venv python3-dev clang-format clang
+  build-essential cmake git ccache python3 python3-venv python3-dev clang-format clang-tidy clang
   nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libfmt-dev

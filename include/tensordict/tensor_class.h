@@ -458,7 +458,7 @@ class TensorClass {
     return TensorDict(items, batch_size, device);
   }
 
-  static Derived td_wrap_(const TensorDictBase& td, std::shared_ptr<nlohmann::json> values) {
+  static Derived td_wrap_(const TensorDictBase& td, std::shared_ptr<nlohmann::json>&& values) {
     static_assert(sizeof(Derived) == sizeof(TensorClass),
                   "a TensorClass may not add data members (operations re-wrap results and "
                   "would lose them): declare them as fields");

@@ -791,9 +791,11 @@ class ItemList {
     // copies start without one.
     iterator(const iterator& o) : list_(o.list_), i_(o.i_) {}
     iterator& operator=(const iterator& o) {
-      list_ = o.list_;
-      i_ = o.i_;
-      item_.reset();
+      if (this != &o) {
+        list_ = o.list_;
+        i_ = o.i_;
+        item_.reset();
+      }
       return *this;
     }
     const Item& operator*() const {

@@ -33,6 +33,7 @@ NestedKey batch_path(const Leaves& leaves) {
 template <class Leaves>
 std::string leaf_list(const Leaves& leaves) {
   std::vector<std::string> names;
+  names.reserve(leaves.size());
   for (const auto& l : leaves) names.push_back(l.path.repr());
   return fmt::format("{}", fmt::join(names, ", "));
 }

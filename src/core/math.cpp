@@ -311,6 +311,7 @@ TensorDictBase& inplace_with(
   }
   Leaves leaves = collect_leaves(a);
   LeafOperands others;
+  others.reserve(operands.size());
   for (const auto* o : operands) others.push_back(operand_leaves(a, leaves.keys, *o, name));
   check_writable(a, leaves);
   bool fuse = static_cast<bool>(fused);
@@ -656,22 +657,22 @@ TensorDict reduce(const TensorDictBase& td, std::optional<std::vector<int64_t>> 
 
 TensorDict TensorDictBase::sum(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
   return reduce(
-      *this, dims, keepdim,
+      *this, std::move(dims), keepdim,
       [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.sum(d, k); }, "sum");
 }
 TensorDict TensorDictBase::mean(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
   return reduce(
-      *this, dims, keepdim,
+      *this, std::move(dims), keepdim,
       [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.mean(d, k); }, "mean");
 }
 TensorDict TensorDictBase::amax(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
   return reduce(
-      *this, dims, keepdim,
+      *this, std::move(dims), keepdim,
       [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amax(d, k); }, "amax");
 }
 TensorDict TensorDictBase::amin(std::optional<std::vector<int64_t>> dims, bool keepdim) const {
   return reduce(
-      *this, dims, keepdim,
+      *this, std::move(dims), keepdim,
       [](const at::Tensor& t, at::IntArrayRef d, bool k) { return t.amin(d, k); }, "amin");
 }
 

@@ -511,8 +511,7 @@ TensorDictBase& TensorDictBase::masked_fill_(const at::Tensor& mask, const at::S
   check_batch_mask(*this, mask, "masked_fill_");
   if (detail::lazy_dispatch(*this, detail::lazy_masked_fill_, mask, value)) return *this;
   detail::for_each_leaf(*this, [&](const at::Tensor& t, const NestedKey&) {
-    at::Tensor leaf = t;
-    leaf.masked_fill_(expand_right(mask, t), value);
+    t.masked_fill_(expand_right(mask, t), value);  // in place: the tensor handle is const
   });
   return *this;
 }

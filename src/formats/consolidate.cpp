@@ -62,10 +62,9 @@ at::Tensor leaf_view(const at::Tensor& buffer, int64_t start, at::ScalarType dty
   const auto options = buffer.options().dtype(dtype);
   if (byte_offset % item == 0)
     return at::empty({0}, options).set_(buffer.storage(), byte_offset / item, shape, strides);
-  c10::Storage keep = buffer.storage();
   return at::from_blob(
-      static_cast<std::uint8_t*>(buffer.data_ptr()) + start, shape, strides, [keep](void*) {},
-      options);
+      static_cast<std::uint8_t*>(buffer.data_ptr()) + start, shape, strides,
+      [keep = buffer.storage()](void*) {}, options);
 }
 
 // ---- writing: the layout of the buffer ------------------------------------------------
@@ -575,6 +574,7 @@ struct Reader {
       fail(path, "stack_dim " + std::to_string(stack_dim) + " is out of range for members of " +
                      "batch size " + format_shape(b0));
     std::vector<const Value*> items;
+    items.reserve(values.size());
     for (const auto& v : values) items.push_back(&v);
     try {
       return detail::stack_non_tensors(items, stack_dim < 0 ? stack_dim + dims : stack_dim,

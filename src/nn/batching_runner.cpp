@@ -92,7 +92,9 @@ BatchingRunner::BatchingRunner(std::shared_ptr<TensorDictModuleBase> module,
                      ": the module declares no out_keys, so RowResult::out_keys would hand out "
                      "empty rows; use RowResult::whole_row");
   }
-  fn_ = [module = std::move(module)](TensorDictBase batch) { return module->forward(batch); };
+  fn_ = [module = std::move(module)](TensorDictBase batch) {
+    return module->forward(std::move(batch));
+  };
   if (options_.max_batch == 0) throw ValueError(name_ + ": BatchingRunner max_batch must be >= 1");
   worker_ = std::thread([this] { worker_loop(); });
 }

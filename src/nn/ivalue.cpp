@@ -228,7 +228,7 @@ c10::IValue to_ivalue(const TensorDictBase& td, const KeyLayout& layout) {
 
 TensorDict from_ivalue(const c10::IValue& value, std::vector<int64_t> batch_size,
                        const KeyLayout& layout) {
-  TensorDict out(batch_size);
+  TensorDict out(std::move(batch_size));
   update_from_ivalue(out, value, layout);
   return out;
 }

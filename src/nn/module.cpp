@@ -190,6 +190,7 @@ void load_submodule(const TensorDictBase& params, torch::nn::Module& root, const
   plan_copies(params, *target, path, options, plan, missing);
   if (!missing.empty()) {
     std::vector<std::string> names;
+    names.reserve(missing.size());
     for (const auto& k : missing) names.push_back(k.repr());
     std::string list;
     for (std::size_t i = 0; i < names.size(); ++i) list += (i ? ", " : "") + names[i];

@@ -138,8 +138,8 @@ void TensorDictSequential::forward_into(const TensorDictBase& in, TensorDictBase
   if (in.is_same(out)) {
     // Selected out_keys: the input's own keys are updated too (a module may
     // have replaced one), the intermediate keys are not added.
-    for (auto& k : in.keys(true, true))
-      if (!contains(keys, k)) keys.push_back(std::move(k));
+    for (const auto& k : in.keys(true, true))
+      if (!contains(keys, k)) keys.push_back(k);
   }
   if (keys.empty()) return;  // an empty keys_to_update would mean every key
   out.update(exec, UpdateOptions{.keys_to_update = std::move(keys)});
@@ -148,8 +148,9 @@ void TensorDictSequential::forward_into(const TensorDictBase& in, TensorDictBase
 std::shared_ptr<TensorDictSequential> TensorDictSequential::select_subsequence(
     std::optional<std::vector<NestedKey>> in_keys,
     std::optional<std::vector<NestedKey>> out_keys) const {
-  std::vector<NestedKey> available = in_keys ? std::move(*in_keys) : in_keys_;
-  std::vector<NestedKey> needed = out_keys ? std::move(*out_keys) : out_keys_;
+  std::vector<NestedKey> available = in_keys_, needed = out_keys_;
+  if (in_keys) available = std::move(*in_keys);
+  if (out_keys) needed = std::move(*out_keys);
   ModuleList modules = modules_;
   std::vector<bool> keep(modules.size(), true);
   // A nested sequential is cut the same way (only an exact

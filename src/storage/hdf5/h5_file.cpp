@@ -141,19 +141,14 @@ File::File(const std::string& filename, const H5OpenOptions& options)
     file_ = owned(H5Fcreate(filename.c_str(), flags, H5P_DEFAULT, fapl.get()), H5Fclose,
                   "H5Fcreate", context);
   };
-  if (m == "r") {
+  // "a" (and the default) opens the file when present and creates it when not.
+  const bool truncate = m == "w", exclusive = m == "w-" || m == "x";
+  if (m == "r")
     open_existing(H5F_ACC_RDONLY | swmr_read);
-  } else if (m == "r+") {
+  else if (m == "r+" || (present && !truncate && !exclusive))
     open_existing(H5F_ACC_RDWR | swmr_write);
-  } else if (m == "w") {
-    create(H5F_ACC_TRUNC);
-  } else if (m == "w-" || m == "x") {
-    create(H5F_ACC_EXCL);
-  } else if (present) {
-    open_existing(H5F_ACC_RDWR | swmr_write);
-  } else {
-    create(H5F_ACC_EXCL);
-  }
+  else
+    create(truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL);
 }
 
 File::~File() {
@@ -413,7 +408,7 @@ Entry* File::entry(const std::string& path, std::string_view key) {
   H5L_info_t link;
   check<FormatError>(H5Lget_info(g, name.c_str(), &link, link_access()), "H5Lget_info",
                      where(full));
-  auto unreadable = [&](std::string why) {
+  auto unreadable = [&](const std::string& why) {
     e->dataset = std::make_unique<Dataset>();
     e->dataset->info.description = why;
     e->dataset->where = where(full);
@@ -691,6 +686,7 @@ NumpyArray as_numpy(const json& value, const std::string& context) {
     all_num &= v->is_boolean() || v->is_number();
     all_str &= v->is_string();
   }
+  // NOLINTNEXTLINE(bugprone-branch-clone): numpy's kinds, in its order of precedence
   if (a.items.empty()) {
     a.kind = 'f';  // np.array([]) is float64
   } else if (all_bool) {
@@ -769,7 +765,8 @@ Hid create_opaque(hid_t group, const std::string& name, const NumpyArray& a,
       std::memcpy(p, &x, 8);
     } else {
       const auto& s = a.strings[i];
-      std::memcpy(p, s.data(), s.size() * 4);
+      // numpy's fixed-width 'U': the code points, zero-padded, no terminator.
+      std::memcpy(p, s.data(), s.size() * 4);  // NOLINT(bugprone-not-null-terminated-result)
     }
   }
   Hid type = owned(H5Tcreate(H5T_OPAQUE, a.itemsize), H5Tclose, "H5Tcreate", where);

@@ -541,6 +541,7 @@ void H5Node::write_leaves_(const RowSelection& rows, std::span<const LeafWrite> 
     // Resolve every dataset first: a missing or foreign one fails before any
     // byte is written.
     std::vector<Dataset*> datasets;
+    datasets.reserve(mine.size());
     for (const LeafWrite* leaf : mine)
       datasets.push_back(&static_cast<H5Node*>(leaf->node)->tensor_dataset(leaf->key()));
     std::optional<RowsPlan> plan;
