@@ -66,6 +66,12 @@ SliceSampler::SliceSampler(SliceSamplerOptions options) : options_(std::move(opt
         "slice_len " +
         std::to_string(options_.slice_len) + " and num_slices " +
         std::to_string(options_.num_slices));
+  if (options_.end_key && !options_.end_keys.empty())
+    throw ValueError(
+        "SliceSampler: end_key and end_keys are exclusive; give every end flag entry in "
+        "end_keys");
+  for (const NestedKey& key : options_.end_keys)
+    if (key.empty()) throw ValueError("SliceSampler: an empty key was given in end_keys");
   if (options_.pad_output && options_.strict_length)
     throw ValueError(
         "SliceSampler: pad_output pads slices of trajectories shorter than the slice, which "
@@ -88,7 +94,18 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
   if (rows <= 0) throw ValueError("SliceSampler: nothing to sample, the buffer is empty");
 
   Signal signal;
-  if (options_.traj_key) {
+  std::vector<NestedKey> end_entries;  // end_keys' entries the storage has
+  if (!options_.traj_key && !options_.end_keys.empty()) {
+    for (const NestedKey& key : options_.end_keys)
+      if (has_tensor(storage, key)) end_entries.push_back(key);
+    if (end_entries.empty()) {
+      std::string names;
+      for (const NestedKey& key : options_.end_keys)
+        names += (names.empty() ? "" : ", ") + key.repr();
+      throw KeyError("SliceSampler: the storage has none of the end flag entries " + names);
+    }
+    signal = {end_entries.front(), false};
+  } else if (options_.traj_key) {
     signal = {*options_.traj_key, true};
     if (!has_tensor(storage, signal.key))
       throw KeyError("SliceSampler: the storage has no trajectory id entry " + signal.key.repr());
@@ -123,11 +140,17 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
     // Full: the last row's trajectory goes on at row 0 when the ids agree.
     end.narrow(0, rows - 1, 1).copy_(ids.narrow(0, rows - 1, 1).ne(ids.narrow(0, 0, 1)));
   } else {
-    const at::Tensor flags = per_row(storage, signal.key, rows, "end flag");
-    if (!c10::isIntegralType(flags.scalar_type(), /*includeBool=*/true))
-      throw TypeError("SliceSampler: the end flag entry " + signal.key.repr() + " is " +
-                      std::string(c10::toString(flags.scalar_type())) + ", expected bool");
-    end.copy_(flags.ne(0));
+    if (end_entries.empty()) end_entries.push_back(signal.key);
+    for (std::size_t k = 0; k < end_entries.size(); ++k) {
+      const at::Tensor flags = per_row(storage, end_entries[k], rows, "end flag");
+      if (!c10::isIntegralType(flags.scalar_type(), /*includeBool=*/true))
+        throw TypeError("SliceSampler: the end flag entry " + end_entries[k].repr() + " is " +
+                        std::string(c10::toString(flags.scalar_type())) + ", expected bool");
+      if (k == 0)
+        end.copy_(flags.ne(0));
+      else
+        end.logical_or_(flags.ne(0));
+    }
   }
   bool* e = end.data_ptr<bool>();
   if (!full) {

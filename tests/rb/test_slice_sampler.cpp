@@ -307,6 +307,44 @@ TEST(SliceSampler, PadOutputRepeatsTheLastStepAndMasksIt) {
   EXPECT_FALSE(long_enough.sample(6).contains(td::NestedKey{"collector", "mask"}));
 }
 
+TEST(SliceSampler, EndKeysAreOredAndMissingOnesSkipped) {
+  // The done flags of kWrapped split over two entries: the same trajectories.
+  rb::ReplayBuffer reference = filled(kWrapped, options(2, false));
+  const td::TensorDictBase stored = reference.storage();
+  const std::vector<rb::Trajectory> want =
+      dynamic_cast<rb::SliceSampler*>(reference.sampler().get())
+          ->trajectories(view_of(reference, stored));
+
+  rb::SliceSamplerOptions o = options(2, false);
+  o.end_key.reset();
+  o.end_keys = {td::NestedKey{"next", "done"}, td::NestedKey{"next", "stop"},
+                td::NestedKey{"next", "absent"}};
+  td::TensorDict data = steps(kWrapped.lengths);
+  const at::Tensor done = data.get({"next", "done"});
+  const at::Tensor odd = at::arange(done.size(0), at::kLong).remainder(2).eq(1).unsqueeze(-1);
+  data.set({"next", "done"}, done.logical_and(odd));
+  data.set({"next", "stop"}, done.logical_and(odd.logical_not()));
+  ASSERT_TRUE(data.get({"next", "done"}).any().item<bool>());
+  ASSERT_TRUE(data.get({"next", "stop"}).any().item<bool>());
+  rb::ReplayBuffer split(kWrapped.capacity, std::make_shared<rb::SliceSampler>(o));
+  const int64_t n = data.batch_size()[0];
+  for (int64_t start = 0; start < n; start += kWrapped.chunk)
+    split.extend(data.index({at::indexing::Slice(start, std::min(n, start + kWrapped.chunk))}));
+  const td::TensorDictBase split_storage = split.storage();
+  EXPECT_EQ(dynamic_cast<rb::SliceSampler*>(split.sampler().get())
+                ->trajectories(view_of(split, split_storage)),
+            want);
+
+  rb::SliceSamplerOptions none = options(2, false);
+  none.end_key.reset();
+  none.end_keys = {td::NestedKey{"next", "absent"}};
+  rb::ReplayBuffer missing = filled(kWrapped, none);
+  EXPECT_THROW(missing.sample(4), td::KeyError);
+  rb::SliceSamplerOptions both = options(2, false);
+  both.end_keys = {td::NestedKey{"next", "done"}};
+  EXPECT_THROW(rb::SliceSampler{both}, td::ValueError);
+}
+
 TEST(SliceSampler, DefaultsFindTorchRLKeys) {
   rb::SliceSamplerOptions neither;
   neither.slice_len = 2;
@@ -448,6 +486,10 @@ std::string join(const std::vector<int64_t>& v) {
 
 class SliceAgainstTorchRL : public ::testing::TestWithParam<TorchRLCase> {};
 
+std::string span_name(int64_t span) {
+  return span == rb::SliceSamplerOptions::kWholeSpan ? "whole" : std::to_string(span);
+}
+
 TEST_P(SliceAgainstTorchRL, SameTrajectoriesSameSlices) {
   const TorchRLCase c = GetParam();
   const json torchrl = rb::test::run_torchrl(
@@ -588,9 +630,9 @@ INSTANTIATE_TEST_SUITE_P(
       return "capacity" + std::to_string(c.layout.capacity) + "_steps" + std::to_string(steps) +
              "_len" + std::to_string(c.slice_len) + (c.by_traj ? "_ids" : "_ends") +
              (c.strict ? "_strict" : "_loose") +
-             (c.span_left || c.span_right ? "_span" + std::to_string(c.span_left + 1) + "_" +
-                                                std::to_string(c.span_right + 1)
-                                          : "") +
+             (c.span_left || c.span_right
+                  ? "_span" + span_name(c.span_left) + "_" + span_name(c.span_right)
+                  : "") +
              (c.pad ? "_pad" : "");
     });
 

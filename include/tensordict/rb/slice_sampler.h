@@ -46,6 +46,10 @@ struct SliceSamplerOptions {
   std::optional<NestedKey> traj_key;
   /// The end flag entry (one bool per row), when traj_key is not set.
   std::optional<NestedKey> end_key;
+  /// Several end flag entries, or'ed (TorchRL's end_keys: e.g. done and
+  /// truncated), when traj_key is not set; the ones the storage lacks are
+  /// skipped (KeyError when it has none). Exclusive with end_key.
+  std::vector<NestedKey> end_keys;
   /// Where the sample marks the last step of each slice (true there, false
   /// elsewhere); the entries of the same level named "done" (the stored flag
   /// or'ed with it) and "terminated" (the stored one, false when none) are
@@ -99,7 +103,8 @@ struct Trajectory {
 class SliceSampler : public Sampler {
  public:
   /// ValueError unless exactly one of slice_len and num_slices is positive
-  /// (and the other 0), when pad_output and strict_length are both set, or
+  /// (and the other 0), when end_key and end_keys are both set, when
+  /// pad_output and strict_length are both set, or
   /// when a span is negative (other than kWholeSpan).
   explicit SliceSampler(SliceSamplerOptions options);
 
