@@ -9,6 +9,8 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/stack.h>
 #include <c10/util/StringUtil.h>
 
 #include <algorithm>
@@ -59,6 +61,11 @@ struct ReplayBuffer::State {
   std::mutex mutex;
   TensorDictBase storage;  // undefined until the first write of a lazy buffer
   int64_t capacity = 0;
+  // An [env, time] storage (batch size [envs, steps], TorchRL's ndim 2):
+  // envs > 0, the writer cycles over the `steps` time steps and capacity is
+  // envs * steps. envs == 0 for a storage of batch size [capacity].
+  int64_t envs = 0;
+  int64_t steps = 0;
   std::string lazy_storage;
   StorageOptions lazy_options;
   std::shared_ptr<Sampler> sampler;
@@ -80,8 +87,15 @@ struct ReplayBuffer::State {
     const int64_t written = shared        ? shared->committed()
                             : round_robin ? round_robin->position().write_count
                                           : writer->state().write_count;
+    if (envs) return std::min(written, steps) * envs;  // whole time steps
     return std::min(written, capacity);
   }
+
+  // The rows the writer cycles over: time steps of an [env, time] storage.
+  int64_t writer_capacity() const { return envs ? steps : capacity; }
+
+  // The batch dims a written batch (lead 1) or row (lead 0) has.
+  int64_t data_dims(int64_t lead) const { return envs ? lead + 1 : lead; }
 
   // An attached buffer's writer state, from the shared counters.
   WriterState shared_state() const {
@@ -96,17 +110,44 @@ struct ReplayBuffer::State {
   // The row a round-robin writer at `state` wrote last; -1 for other writers
   // (they do not say) and before any write.
   int64_t newest_row(const WriterState& state) const {
-    return round_robin && state.write_count > 0 ? (state.cursor + capacity - 1) % capacity : -1;
+    const int64_t cycle = writer_capacity();
+    return round_robin && state.write_count > 0 ? (state.cursor + cycle - 1) % cycle : -1;
+  }
+
+  // The [env, time] pairs (int64 [n, 2]) of `flat` (int64 [n]): positions in
+  // TorchRL's time-major order, time = k / envs and env = k % envs, the
+  // order in which samplers number the elements of an [env, time] buffer.
+  at::Tensor unravel(const at::Tensor& flat) const {
+    return at::stack({flat.remainder(envs), flat.div(envs, "floor")}, 1);
+  }
+  // The time-major positions (int64 [n]) of [env, time] pairs (integer
+  // [n, 2]), checked: IndexError for a pair outside the storage.
+  at::Tensor ravel(const at::Tensor& pairs, const std::string& where) const {
+    if (pairs.dim() != 2 || pairs.size(1) != 2)
+      throw ShapeError(where + ": an [env, time] buffer takes [n, 2] (env, time) indices, got " +
+                       c10::str(pairs.sizes()));
+    const at::Tensor env = detail::checked_rows(pairs.select(1, 0), envs, where + " (env)");
+    const at::Tensor time = detail::checked_rows(pairs.select(1, 1), steps, where + " (time)");
+    return time.mul(envs).add_(env);
   }
 
   // Copies one checked row (`src`, its leaves) into row r of the storage.
   void write_row(int64_t r, const TensorDictBase& row, const std::vector<at::Tensor>& src);
+  // extend() of an [env, time] buffer: the batch's n steps of every env go
+  // to the next n time steps, round robin; returns the [env, time] pairs.
+  at::Tensor extend_steps(const TensorDictBase& batch, int64_t n,
+                          const std::vector<at::Tensor>& src);
   // extend() through a writer other than RoundRobinWriter: the rows it chose.
   at::Tensor extend_chosen(const TensorDictBase& batch, const std::vector<at::Tensor>& src);
 
   // Takes `given` (a RandomSampler when null), checked against the capacity.
   void set_sampler(std::shared_ptr<Sampler> given) {
     sampler = given ? std::move(given) : std::make_shared<RandomSampler>();
+    if (envs && typeid(*sampler) != typeid(RandomSampler) &&
+        typeid(*sampler) != typeid(SamplerWithoutReplacement))
+      throw UnsupportedError("ReplayBuffer: a " + sampler->name() +
+                             " over an [env, time] storage is not built yet; such a buffer "
+                             "samples with RandomSampler or SamplerWithoutReplacement");
     if (auto* p = dynamic_cast<PrioritizedSampler*>(sampler.get()); p && p->capacity() != capacity)
       throw ValueError("ReplayBuffer: the PrioritizedSampler holds " +
                        std::to_string(p->capacity()) + " rows, the buffer " +
@@ -119,6 +160,10 @@ struct ReplayBuffer::State {
   }
 
   void set_writer(std::shared_ptr<Writer> w) {
+    if (envs && w && typeid(*w) != typeid(RoundRobinWriter))
+      throw UnsupportedError("ReplayBuffer: a " + w->name() +
+                             " over an [env, time] storage (TorchRL refuses it too); such a "
+                             "buffer writes with a RoundRobinWriter");
     writer = w ? std::move(w) : std::make_shared<RoundRobinWriter>();
     round_robin = typeid(*writer) == typeid(RoundRobinWriter)
                       ? static_cast<RoundRobinWriter*>(writer.get())
@@ -128,10 +173,11 @@ struct ReplayBuffer::State {
   // Reads the storage's structure; the checks of the constructor.
   void adopt(TensorDictBase td) {
     if (!td.defined()) throw ValueError("ReplayBuffer: the storage is an undefined tensordict");
-    if (td.batch_dims() != 1 || td.batch_size()[0] <= 0)
+    const int64_t dims = td.batch_dims();
+    if (dims < 1 || dims > 2 || td.batch_size()[0] <= 0 || td.batch_size()[dims - 1] <= 0)
       throw ShapeError(
-          "ReplayBuffer: the storage must have batch size [capacity] with capacity "
-          "> 0, got " +
+          "ReplayBuffer: the storage must have batch size [capacity] or [envs, steps] (an "
+          "[env, time] storage), each > 0, got " +
           c10::str(td.batch_size()));
     std::vector<Leaf> found;
     std::vector<Level> levels{{NestedKey(), td.num_keys()}};
@@ -142,10 +188,11 @@ struct ReplayBuffer::State {
         direct = direct && is_memory_level(value.tensordict());
       } else if (value.is_tensor()) {
         const at::Tensor& t = value.tensor();
-        Leaf leaf{key, std::vector<int64_t>(t.sizes().begin() + 1, t.sizes().end()),
+        Leaf leaf{key, std::vector<int64_t>(t.sizes().begin() + dims, t.sizes().end()),
                   t.scalar_type(), t, 0};
         direct = direct && t.device().is_cpu() && t.is_contiguous();
-        leaf.row_bytes = t.size(0) > 0 ? static_cast<int64_t>(t.nbytes()) / t.size(0) : 0;
+        const int64_t rows = dims == 2 ? t.size(0) * t.size(1) : t.size(0);
+        leaf.row_bytes = rows > 0 ? static_cast<int64_t>(t.nbytes()) / rows : 0;
         found.push_back(std::move(leaf));
       } else {
         throw TypeError("ReplayBuffer: the storage entry " + key_repr(key) +
@@ -155,7 +202,9 @@ struct ReplayBuffer::State {
     if (found.empty()) throw ValueError("ReplayBuffer: the storage has no tensor to store rows in");
     if (!direct)
       for (Leaf& leaf : found) leaf.data = at::Tensor();  // read through the storage instead
-    capacity = td.batch_size()[0];
+    envs = dims == 2 ? td.batch_size()[0] : 0;
+    steps = dims == 2 ? td.batch_size()[1] : 0;
+    capacity = dims == 2 ? envs * steps : td.batch_size()[0];
     storage = std::move(td);
     leaves = std::move(found);
     this->levels = std::move(levels);
@@ -181,9 +230,14 @@ struct ReplayBuffer::State {
 
   // The data's tensor for each leaf, checked against the storage's layout:
   // same keys, element shapes and dtypes; `lead` the data's batch dims
-  // (0 for a row, 1 for a batch of `n`).
+  // (0 for a row, 1 for a batch of `n`), after the env dim of an [env, time]
+  // storage.
   void check(const char* where, const TensorDictBase& data, int64_t lead, int64_t n,
              std::vector<at::Tensor>& out) const {
+    int64_t prefix[2];
+    int64_t prefix_dims = 0;
+    if (envs) prefix[prefix_dims++] = envs;
+    if (lead) prefix[prefix_dims++] = n;
     for (const Level& level : levels) {
       const std::size_t count =
           level.key.empty() ? data.num_keys() : data.get_tensordict(level.key).num_keys();
@@ -194,11 +248,13 @@ struct ReplayBuffer::State {
     for (const Leaf& leaf : leaves) {
       at::Tensor t = data.get(leaf.key);
       const int64_t dims = static_cast<int64_t>(leaf.shape.size());
-      bool shape_ok = t.dim() == lead + dims && (lead == 0 || t.size(0) == n);
-      for (int64_t d = 0; shape_ok && d < dims; ++d) shape_ok = t.size(lead + d) == leaf.shape[d];
+      bool shape_ok = t.dim() == prefix_dims + dims;
+      for (int64_t d = 0; shape_ok && d < prefix_dims; ++d) shape_ok = t.size(d) == prefix[d];
+      for (int64_t d = 0; shape_ok && d < dims; ++d)
+        shape_ok = t.size(prefix_dims + d) == leaf.shape[d];
       if (!shape_ok) {
         std::vector<int64_t> expected(leaf.shape);
-        if (lead) expected.insert(expected.begin(), n);
+        expected.insert(expected.begin(), prefix, prefix + prefix_dims);
         throw ShapeError(std::string(where) + ": " + key_repr(leaf.key) + " has shape " +
                          c10::str(t.sizes()) + ", the storage expects " +
                          c10::str(at::IntArrayRef(expected)));
@@ -236,9 +292,23 @@ struct ReplayBuffer::State {
 
   // Every slot of the storage as a TensorDict (the storage's own tensors
   // when they are in this process), for a checkpoint.
+  // An [env, time] storage is saved time-major, [steps, envs], TorchRL's
+  // layout (its writer cycles over dim 0).
   TensorDict all_rows() const {
-    TensorDict out(std::vector<int64_t>{capacity});
-    for (const Leaf& leaf : leaves) out.set(leaf.key, direct ? leaf.data : storage.get(leaf.key));
+    TensorDict out(envs ? std::vector<int64_t>{steps, envs} : std::vector<int64_t>{capacity});
+    for (const Leaf& leaf : leaves) {
+      at::Tensor data = direct ? leaf.data : storage.get(leaf.key);
+      out.set(leaf.key, envs ? data.transpose(0, 1).contiguous() : data);
+    }
+    return out;
+  }
+
+  // The rows of a checkpoint of an [env, time] buffer ([steps, envs]) in
+  // this buffer's [envs, steps] layout.
+  static TensorDict env_major(const TensorDictBase& rows) {
+    TensorDict out(std::vector<int64_t>{rows.batch_size()[1], rows.batch_size()[0]});
+    for (const auto& [key, value] : rows.items(/*include_nested=*/true, /*leaves_only=*/true))
+      out.set(key, value.tensor().transpose(0, 1));
     return out;
   }
 
@@ -307,7 +377,13 @@ struct ReplayBuffer::State {
 
   void prepare(const char* where, const TensorDictBase& data, int64_t lead) {
     if (!data.defined()) throw ValueError(std::string(where) + ": the data is undefined");
-    if (data.batch_dims() != lead)
+    if (envs && (data.batch_dims() != lead + 1 || data.batch_size()[0] != envs))
+      throw ShapeError(std::string(where) + ": the storage is [env, time] with " +
+                       std::to_string(envs) + " envs: expected " +
+                       (lead ? "a batch of batch size [" + std::to_string(envs) + ", t]"
+                             : "one step of every env, batch size [" + std::to_string(envs) + "]") +
+                       ", got batch size " + c10::str(data.batch_size()));
+    if (!envs && data.batch_dims() != lead)
       throw ShapeError(std::string(where) +
                        (lead ? ": expected a batch (batch size [n]), got "
                              : ": expected one row (batch size []), got ") +
@@ -349,6 +425,10 @@ ReplayBuffer ReplayBuffer::attach(TensorDictBase storage, std::shared_ptr<Shared
                            "update; an attached buffer samples with RandomSampler or "
                            "SamplerWithoutReplacement");
   ReplayBuffer buffer(std::move(storage), std::move(sampler));
+  if (buffer.state_->envs)
+    throw UnsupportedError(
+        "ReplayBuffer::attach: an [env, time] storage shared by several processes is not built "
+        "yet; attach a storage of batch size [capacity]");
   if (cursor->capacity() != buffer.state_->capacity)
     throw ValueError("ReplayBuffer::attach: the cursor at " + cursor->where() + " cycles over " +
                      std::to_string(cursor->capacity()) + " rows, the storage holds " +
@@ -421,8 +501,8 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
     s.sampler->on_write_row(r);
     return r;
   }
-  const int64_t r =
-      s.round_robin ? s.round_robin->position().cursor : s.writer->write_row(row, s.capacity);
+  const int64_t r = s.round_robin ? s.round_robin->position().cursor
+                                  : s.writer->write_row(row, s.writer_capacity());
   if (r < 0) {  // not kept (a TensorDictMaxValueWriter's choice)
     src.clear();
     return -1;
@@ -435,8 +515,12 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
     throw;
   }
   src.clear();  // do not keep the caller's tensors alive
-  if (s.round_robin) s.round_robin->next_row(s.capacity);
+  if (s.round_robin) s.round_robin->next_row(s.writer_capacity());
   s.last_row = r;
+  if (s.envs) {
+    s.sampler->on_write(at::arange(r * s.envs, (r + 1) * s.envs, at::kLong));
+    return r;
+  }
   // A sampler error here would leave the row written but unknown to it: the
   // samplers only fail on rows out of range, which the writer never gives.
   s.sampler->on_write_row(r);
@@ -446,6 +530,13 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
 void ReplayBuffer::State::write_row(int64_t r, const TensorDictBase& row,
                                     const std::vector<at::Tensor>& src) {
   State& s = *this;
+  if (s.envs) {  // row r is time step r of every env
+    if (s.direct)
+      for (size_t k = 0; k < src.size(); ++k) s.leaves[k].data.select(1, r).copy_(src[k]);
+    else
+      s.storage.index_put_({Slice(), r}, row);
+    return;
+  }
   if (s.direct) {
     for (size_t k = 0; k < src.size(); ++k) {
       const Leaf& leaf = s.leaves[k];
@@ -465,10 +556,15 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
   s.prepare("ReplayBuffer::extend", batch, 1);
-  const int64_t n = batch.batch_size()[0];
+  const int64_t n = batch.batch_size()[s.envs ? 1 : 0];
   thread_local std::vector<at::Tensor> src;
   s.check("ReplayBuffer::extend", batch, 1, n, src);
-  if (n == 0) return at::empty({0}, at::kLong);
+  if (n == 0) return s.envs ? at::empty({0, 2}, at::kLong) : at::empty({0}, at::kLong);
+  if (s.envs) {
+    at::Tensor pairs = s.extend_steps(batch, n, src);
+    src.clear();
+    return pairs;
+  }
   if (!s.round_robin) {
     at::Tensor rows = s.extend_chosen(batch, src);
     src.clear();
@@ -527,6 +623,38 @@ at::Tensor ReplayBuffer::extend(const TensorDictBase& batch) {
   }
   s.sampler->on_write(rows);
   return rows;
+}
+
+at::Tensor ReplayBuffer::State::extend_steps(const TensorDictBase& batch, int64_t n,
+                                             const std::vector<at::Tensor>& src) {
+  const int64_t kept = std::min(n, steps);
+  const int64_t skip = n - kept;  // steps overwritten within this same extend
+  RoundRobinWriter next = *round_robin;
+  at::Tensor times = next.next_rows(n, steps);
+  if (skip) times = times.narrow(0, skip, kept);
+  const int64_t first = (round_robin->position().cursor + skip) % steps;
+  const int64_t head = std::min(kept, steps - first);  // steps before the wrap
+  if (direct) {
+    for (size_t k = 0; k < src.size(); ++k) {
+      const at::Tensor& data = leaves[k].data;
+      data.narrow(1, first, head).copy_(src[k].narrow(1, skip, head));
+      if (head < kept)
+        data.narrow(1, 0, kept - head).copy_(src[k].narrow(1, skip + head, kept - head));
+    }
+  } else {
+    storage.index_put_({Slice(), Slice(first, first + head)},
+                       batch.index({Slice(), Slice(skip, skip + head)}));
+    if (head < kept)
+      storage.index_put_({Slice(), Slice(0, kept - head)},
+                         batch.index({Slice(), Slice(skip + head, n)}));
+  }
+  *round_robin = next;
+  last_row = (next.state().cursor + steps - 1) % steps;
+  // Env by env, the order of batch.flatten(0, 1)'s kept items.
+  const at::Tensor env = at::arange(envs, at::kLong).repeat_interleave(kept);
+  const at::Tensor time = times.repeat({envs});
+  sampler->on_write(time.mul(envs).add_(env));
+  return at::stack({env, time}, 1);
 }
 
 at::Tensor ReplayBuffer::State::extend_chosen(const TensorDictBase& batch,
@@ -589,6 +717,20 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
     out = s.sample_shared(batch_size, info);
   } else if (s.size() == 0) {
     throw ValueError("ReplayBuffer::sample: the buffer is empty");
+  } else if (s.envs) {
+    // The sampler numbers the elements time-major, as TorchRL's samplers do.
+    const StorageView view{&s.storage, s.size(), s.capacity, -1};
+    info = s.sampler->sample_from(view, batch_size, &s.generator);
+    info.index =
+        s.unravel(detail::checked_rows(info.index, s.size(), s.sampler->name() + "::sample"));
+    const at::Tensor env = info.index.select(1, 0), time = info.index.select(1, 1);
+    if (s.direct) {
+      out = TensorDict(std::vector<int64_t>{info.index.size(0)});
+      for (const Leaf& leaf : s.leaves) out.set(leaf.key, leaf.data.index({env, time}));
+    } else {
+      TensorDictBase rows = s.storage.index({env, time});
+      out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
+    }
   } else if (s.direct) {
     const StorageView view{&s.storage, s.size(), s.capacity, s.last_row};
     info = s.sampler->sample_from(view, batch_size, &s.generator);
@@ -611,7 +753,9 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
 void ReplayBuffer::update_priority(const at::Tensor& index, const at::Tensor& priority) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
-  const at::Tensor rows = detail::checked_rows(index, s.capacity, "ReplayBuffer::update_priority");
+  const at::Tensor rows =
+      s.envs ? s.ravel(index, "ReplayBuffer::update_priority")
+             : detail::checked_rows(index, s.capacity, "ReplayBuffer::update_priority");
   detail::checked_values(priority, rows.numel(), "ReplayBuffer::update_priority");
   s.sampler->update_priority(rows, priority);
 }
@@ -643,7 +787,7 @@ WriterState ReplayBuffer::writer_state() const {
 
 void ReplayBuffer::load_writer_state(const WriterState& state) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->writer->load_state(state, state_->capacity);
+  state_->writer->load_state(state, state_->writer_capacity());
   if (state_->shared) {
     if (state.cursor != state.write_count % state_->capacity)
       throw ValueError(
@@ -793,27 +937,39 @@ void ReplayBuffer::loads(const fs::path& dir) {
   if (rows.contains("index") && rows.at("index").is_tensor() &&
       !(s.storage.defined() && s.storage.contains("index")))
     rows = rows.exclude({"index"});
-  if (rows.batch_dims() != 1)
-    format_error(storage_dir / "meta.json", "expected a tensordict of batch size [capacity], got " +
-                                                c10::str(rows.batch_size()));
-  const int64_t capacity = rows.batch_size()[0];
+  if (s.envs ? rows.batch_dims() != 2 : rows.batch_dims() != 1)
+    format_error(storage_dir / "meta.json",
+                 (s.envs ? "expected the tensordict of an [env, time] buffer, batch size "
+                           "[steps, envs] (TorchRL's ndim 2), got "
+                         : "expected a tensordict of batch size [capacity], got ") +
+                     c10::str(rows.batch_size()));
+  if (s.envs && (rows.batch_size()[0] != s.steps || rows.batch_size()[1] != s.envs))
+    throw ValueError(
+        "ReplayBuffer::loads: " + (storage_dir / "meta.json").string() + " holds batch size " +
+        c10::str(rows.batch_size()) + " ([steps, envs]), this buffer [" + std::to_string(s.steps) +
+        ", " + std::to_string(s.envs) + "] (a checkpoint loads into a buffer of the same shape)");
+  const int64_t capacity = s.envs ? s.capacity : rows.batch_size()[0];
   if (capacity != s.capacity)
     throw ValueError("ReplayBuffer::loads: " + (storage_dir / "meta.json").string() + " holds " +
                      std::to_string(capacity) + " rows, this buffer " + std::to_string(s.capacity) +
                      " (a checkpoint loads into a buffer of the same capacity)");
-  if (len < 0 || len > capacity)
-    format_error(storage_file, "\"len\" " + std::to_string(len) + " is not in [0, " +
-                                   std::to_string(capacity) + "]");
+  if (len < 0 || len > capacity || (s.envs && len % s.envs != 0))
+    format_error(storage_file,
+                 "\"len\" " + std::to_string(len) + " is not in [0, " + std::to_string(capacity) +
+                     "]" +
+                     (s.envs ? " or not whole time steps of " + std::to_string(s.envs) + " envs"
+                             : std::string()));
   const std::function<void()> load_writer =
-      s.writer->read_checkpoint(root / "writer", capacity, len);
+      s.writer->read_checkpoint(root / "writer", s.writer_capacity(), s.envs ? len / s.envs : len);
   for (const auto& [key, value] : rows.items(/*include_nested=*/true, /*leaves_only=*/false))
     if (!value.is_tensor() && !value.is_tensordict())
       format_error(storage_dir, "the entry " + key.repr() +
                                     " is not a tensor; a replay buffer stores tensors only");
+  if (s.envs) rows = State::env_major(rows);
   const std::string where = "ReplayBuffer::loads: " + storage_dir.string();
   if (s.storage.defined()) {
     std::vector<at::Tensor> checked;
-    s.check(where.c_str(), rows, 1, capacity, checked);
+    s.check(where.c_str(), rows, 1, s.envs ? s.steps : capacity, checked);
   }
 
   at::Tensor rng;
@@ -846,7 +1002,7 @@ void ReplayBuffer::loads(const fs::path& dir) {
   } else if (s.direct) {
     for (const Leaf& leaf : s.leaves) leaf.data.copy_(rows.get(leaf.key));
   } else {
-    State::copy_all(s.storage, rows, capacity);
+    State::copy_all(s.storage, rows, s.envs ? s.envs : capacity);
   }
   load_writer();
   s.last_row = s.newest_row(s.writer->state());

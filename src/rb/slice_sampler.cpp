@@ -66,6 +66,20 @@ SliceSampler::SliceSampler(SliceSamplerOptions options) : options_(std::move(opt
         "slice_len " +
         std::to_string(options_.slice_len) + " and num_slices " +
         std::to_string(options_.num_slices));
+  if (options_.end_key && !options_.end_keys.empty())
+    throw ValueError(
+        "SliceSampler: end_key and end_keys are exclusive; give every end flag entry in "
+        "end_keys");
+  for (const NestedKey& key : options_.end_keys)
+    if (key.empty()) throw ValueError("SliceSampler: an empty key was given in end_keys");
+  if (options_.pad_output && options_.strict_length)
+    throw ValueError(
+        "SliceSampler: pad_output pads slices of trajectories shorter than the slice, which "
+        "strict_length never samples; set strict_length = false with it");
+  for (const int64_t span : {options_.span_left, options_.span_right})
+    if (span < 0 && span != SliceSamplerOptions::kWholeSpan)
+      throw ValueError("SliceSampler: a span is a step count >= 0 or kWholeSpan, got " +
+                       std::to_string(span));
   for (const auto* key :
        {&options_.traj_key, &options_.end_key, &options_.truncated_key, &options_.init_key})
     if (key->has_value() && (*key)->empty())
@@ -80,7 +94,18 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
   if (rows <= 0) throw ValueError("SliceSampler: nothing to sample, the buffer is empty");
 
   Signal signal;
-  if (options_.traj_key) {
+  std::vector<NestedKey> end_entries;  // end_keys' entries the storage has
+  if (!options_.traj_key && !options_.end_keys.empty()) {
+    for (const NestedKey& key : options_.end_keys)
+      if (has_tensor(storage, key)) end_entries.push_back(key);
+    if (end_entries.empty()) {
+      std::string names;
+      for (const NestedKey& key : options_.end_keys)
+        names += (names.empty() ? "" : ", ") + key.repr();
+      throw KeyError("SliceSampler: the storage has none of the end flag entries " + names);
+    }
+    signal = {end_entries.front(), false};
+  } else if (options_.traj_key) {
     signal = {*options_.traj_key, true};
     if (!has_tensor(storage, signal.key))
       throw KeyError("SliceSampler: the storage has no trajectory id entry " + signal.key.repr());
@@ -115,11 +140,17 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
     // Full: the last row's trajectory goes on at row 0 when the ids agree.
     end.narrow(0, rows - 1, 1).copy_(ids.narrow(0, rows - 1, 1).ne(ids.narrow(0, 0, 1)));
   } else {
-    const at::Tensor flags = per_row(storage, signal.key, rows, "end flag");
-    if (!c10::isIntegralType(flags.scalar_type(), /*includeBool=*/true))
-      throw TypeError("SliceSampler: the end flag entry " + signal.key.repr() + " is " +
-                      std::string(c10::toString(flags.scalar_type())) + ", expected bool");
-    end.copy_(flags.ne(0));
+    if (end_entries.empty()) end_entries.push_back(signal.key);
+    for (std::size_t k = 0; k < end_entries.size(); ++k) {
+      const at::Tensor flags = per_row(storage, end_entries[k], rows, "end flag");
+      if (!c10::isIntegralType(flags.scalar_type(), /*includeBool=*/true))
+        throw TypeError("SliceSampler: the end flag entry " + end_entries[k].repr() + " is " +
+                        std::string(c10::toString(flags.scalar_type())) + ", expected bool");
+      if (k == 0)
+        end.copy_(flags.ne(0));
+      else
+        end.logical_or_(flags.ne(0));
+    }
   }
   bool* e = end.data_ptr<bool>();
   if (!full) {
@@ -167,6 +198,13 @@ int64_t longest_of(const std::vector<Trajectory>& trajectories) {
   return longest;
 }
 
+// pad_output applies when a stored trajectory is shorter than the slice (as
+// TorchRL decides it, over all of them, not only the drawn ones).
+bool any_shorter(const std::vector<Trajectory>& trajectories, int64_t seq) {
+  return std::any_of(trajectories.begin(), trajectories.end(),
+                     [seq](const Trajectory& t) { return t.length < seq; });
+}
+
 }  // namespace
 
 SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size,
@@ -174,6 +212,7 @@ SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size
   const auto [seq, count] = slice_shape(batch_size);
   std::vector<Trajectory> pool = trajectories(view);
   const int64_t longest = longest_of(pool);
+  const bool pad = options_.pad_output && any_shorter(pool, seq);
   if (options_.strict_length) {
     std::erase_if(pool, [seq](const Trajectory& t) { return t.length < seq; });
     if (pool.empty())
@@ -188,38 +227,71 @@ SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size
   std::vector<Trajectory> chosen;
   chosen.reserve(static_cast<std::size_t>(count));
   for (int64_t k = 0; k < count; ++k) chosen.push_back(pool[static_cast<std::size_t>(w[k])]);
-  return slices_of(view, chosen, seq, generator);
+  return slices_of(view, chosen, seq, pad, generator);
 }
 
 SampleInfo SliceSampler::slices_of(const StorageView& view, const std::vector<Trajectory>& chosen,
-                                   int64_t seq, at::Generator* generator) const {
+                                   int64_t seq, bool pad, at::Generator* generator) const {
   const auto count = static_cast<int64_t>(chosen.size());
+  const int64_t span_left = options_.span_left, span_right = options_.span_right;
+  for (const int64_t span : {span_left, span_right})
+    if (span >= seq)
+      throw ValueError(name() + "::sample: a span of " + std::to_string(span) +
+                       " steps is not below the slice length " + std::to_string(seq));
   const at::Tensor where = at::rand({count}, maybe(generator), at::kFloat);
   const float* u = where.data_ptr<float>();
   std::vector<int64_t> starts(count), lengths(count);
   int64_t total = 0;
   for (int64_t k = 0; k < count; ++k) {
     const Trajectory& t = chosen[static_cast<std::size_t>(k)];
-    lengths[k] = std::min(seq, t.length);
-    const int64_t positions = t.length - lengths[k] + 1;
-    const int64_t offset =
-        std::min(positions - 1, static_cast<int64_t>(std::floor(u[k] * float(positions))));
+    int64_t length = std::min(seq, t.length);
+    // The starts drawn from, relative to the trajectory's first step: [low, high).
+    const int64_t high = span_right == 0                                 ? t.length - length + 1
+                         : span_right == SliceSamplerOptions::kWholeSpan ? t.length + 1
+                                                                         : t.length - span_right;
+    const int64_t low = span_left == 0                                 ? 0
+                        : span_left == SliceSamplerOptions::kWholeSpan ? 1 - length
+                                                                       : -span_left;
+    const int64_t positions = high - low;
+    int64_t offset =
+        low + std::min(positions - 1, static_cast<int64_t>(std::floor(u[k] * float(positions))));
+    if (span_left && offset < 0) {  // cut at the trajectory's first step
+      length += offset;
+      offset = 0;
+    }
+    if (span_right) length = std::min(length, t.length - offset);  // cut at its last
     starts[k] = t.start + offset;
-    total += lengths[k];
+    lengths[k] = std::max<int64_t>(length, 0);
+    total += pad ? seq : lengths[k];
   }
   at::Tensor index = at::empty({total}, at::kLong);
   at::Tensor last = at::zeros({total}, at::kBool), first = at::zeros({total}, at::kBool);
+  at::Tensor real = pad ? at::zeros({total}, at::kBool) : at::Tensor();
   int64_t* r = index.data_ptr<int64_t>();
   bool* l = last.data_ptr<bool>();
   bool* f = first.data_ptr<bool>();
+  bool* m = pad ? real.data_ptr<bool>() : nullptr;
   for (int64_t k = 0, p = 0; k < count; ++k) {
-    f[p] = true;
-    for (int64_t s = 0; s < lengths[k]; ++s, ++p) r[p] = (starts[k] + s) % view.size;
-    l[p - 1] = true;
+    const int64_t slice_begin = p;
+    if (lengths[k] > 0 || pad) f[p] = true;  // an empty slice (a whole right span) has no step
+    for (int64_t s = 0; s < lengths[k]; ++s, ++p) {
+      r[p] = (starts[k] + s) % view.size;
+      if (m) m[p] = true;
+    }
+    // Padded, an empty slice is marked at its first step, as TorchRL does.
+    if (pad)
+      l[slice_begin + std::max<int64_t>(lengths[k] - 1, 0)] = true;
+    else if (lengths[k] > 0)
+      l[p - 1] = true;
+    if (pad) {  // the last real step again (the start's row for an empty slice)
+      const int64_t repeated = (starts[k] + std::max<int64_t>(lengths[k] - 1, 0)) % view.size;
+      for (; p < slice_begin + seq; ++p) r[p] = repeated;
+    }
   }
 
   SampleInfo info;
   info.index = index;
+  if (pad) info.entries.emplace_back(NestedKey{"collector", "mask"}, real);
   const TensorDictBase& storage = *view.storage;
   // A stored per-row flag at `index`, and `mark` shaped like it.
   auto stored = [&](const NestedKey& key) { return storage.get(key).index_select(0, index); };
@@ -276,7 +348,7 @@ SampleInfo SliceSamplerWithoutReplacement::sample_from(const StorageView& view, 
                      std::to_string(seq) + " steps (the longest stored has " +
                      std::to_string(longest_of(all)) +
                      "); use strict_length = false to sample shorter ones whole");
-  return slices_of(view, chosen, seq, generator);
+  return slices_of(view, chosen, seq, options().pad_output && any_shorter(all, seq), generator);
 }
 
 SampleInfo SliceSampler::sample(int64_t, int64_t, at::Generator*) {

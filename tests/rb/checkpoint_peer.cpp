@@ -18,7 +18,7 @@ namespace rb = tensordict::rb;
 
 int main(int argc, char** argv) {
   std::string command, dir, sampler;
-  int64_t capacity = 0, rows = 0;
+  int64_t capacity = 0, rows = 0, envs = 0;
   if (argc >= 3) {
     command = argv[1];
     dir = argv[2];
@@ -31,27 +31,34 @@ int main(int argc, char** argv) {
       capacity = std::atoll(argv[k + 1]);
     else if (flag == "--rows")
       rows = std::atoll(argv[k + 1]);
+    else if (flag == "--envs")  // an [env, time] buffer of `envs` envs
+      envs = std::atoll(argv[k + 1]);
   }
   if ((command != "write" && command != "check") || dir.empty() || sampler.empty() ||
-      capacity < 1 || rows < 1) {
+      capacity < 1 || rows < 1 || envs < 0 || (envs && capacity % envs)) {
     std::fprintf(stderr,
                  "usage: %s write|check DIR --sampler random|without_replacement|prioritized "
-                 "--capacity C --rows N\n",
+                 "--capacity C --rows N [--envs E]\n",
                  argv[0]);
     return 2;
   }
   try {
-    rb::ReplayBuffer buffer(capacity, rb::test::make_sampler(sampler, capacity));
+    rb::ReplayBuffer buffer =
+        envs ? rb::ReplayBuffer(rb::test::env_storage(envs, capacity),
+                                rb::test::make_sampler(sampler, capacity))
+             : rb::ReplayBuffer(capacity, rb::test::make_sampler(sampler, capacity));
     if (command == "write") {
       buffer.manual_seed(7);
-      rb::test::fill(buffer, rows);
+      rb::test::fill(buffer, rows, envs);
       buffer.dumps(dir);
       std::printf("checkpoint_peer: wrote %s (%s, capacity %lld, %lld rows)\n", dir.c_str(),
                   sampler.c_str(), static_cast<long long>(capacity), static_cast<long long>(rows));
       return 0;
     }
     buffer.loads(dir);
-    const std::string differs = rb::test::check_loaded(buffer, sampler, capacity, rows);
+    const std::string differs =
+        envs ? rb::test::check_loaded_env(buffer, sampler, capacity, envs, rows)
+             : rb::test::check_loaded(buffer, sampler, capacity, rows);
     if (!differs.empty()) {
       std::fprintf(stderr, "checkpoint_peer: %s: %s\n", dir.c_str(), differs.c_str());
       return 1;

@@ -328,7 +328,7 @@ TEST(ReplayBuffer, NonContiguousInput) {
 TEST(ReplayBuffer, ConstructorChecksAndEmpty) {
   // (memory storages only: nothing to remove)
   EXPECT_THROW(rb::ReplayBuffer(0), td::ValueError);
-  EXPECT_THROW(rb::ReplayBuffer(td::from_schema(transition_schema(), {2, 3})), td::ShapeError);
+  EXPECT_THROW(rb::ReplayBuffer(td::from_schema(transition_schema(), {2, 3, 2})), td::ShapeError);
   EXPECT_THROW(rb::ReplayBuffer(make_storage("memory", 4),
                                 std::make_shared<rb::PrioritizedSampler>(5, 0.6, 0.4)),
                td::ValueError);

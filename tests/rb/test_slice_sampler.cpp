@@ -246,6 +246,105 @@ TEST(SliceSampler, BadInputIsATypedError) {
   EXPECT_THROW(rb::SliceSampler(options(2, true)).sample(10, 2, nullptr), td::UnsupportedError);
 }
 
+TEST(SliceSampler, SpanAndPadOutputOptionsAreChecked) {
+  rb::SliceSamplerOptions padded_strict = options(3, true, /*strict=*/true);
+  padded_strict.pad_output = true;
+  EXPECT_THROW(rb::SliceSampler{padded_strict}, td::ValueError);
+  rb::SliceSamplerOptions negative = options(3, true);
+  negative.span_left = -2;
+  EXPECT_THROW(rb::SliceSampler{negative}, td::ValueError);
+  rb::SliceSamplerOptions wide = options(3, true);
+  wide.span_right = 3;  // not below the slice length
+  rb::ReplayBuffer buffer = filled(kWrapped, wide);
+  EXPECT_THROW(buffer.sample(6), td::ValueError);
+}
+
+TEST(SliceSampler, SpannedSlicesAreCutAtTheTrajectoryEdges) {
+  rb::SliceSamplerOptions o = options(3, true);
+  o.span_left = o.span_right = rb::SliceSamplerOptions::kWholeSpan;
+  rb::ReplayBuffer buffer = filled(kWrapped, o);
+  buffer.manual_seed(4);
+  const std::vector<int64_t> traj = as_vector(buffer.storage().get("traj"));
+  std::set<std::size_t> lengths;
+  for (int k = 0; k < 200; ++k)
+    for (const Slice& s : slices_of(buffer.sample(12))) {
+      lengths.insert(s.rows.size());
+      for (std::size_t i = 1; i < s.rows.size(); ++i) {
+        EXPECT_EQ(s.rows[i], (s.rows[i - 1] + 1) % 10);  // consecutive rows
+        EXPECT_EQ(traj[s.rows[i]], traj[s.rows[0]]);     // of one trajectory
+      }
+    }
+  // Cut slices of 1 and 2 steps beside whole ones.
+  EXPECT_EQ(lengths, (std::set<std::size_t>{1, 2, 3}));
+}
+
+TEST(SliceSampler, PadOutputRepeatsTheLastStepAndMasksIt) {
+  rb::SliceSamplerOptions o = options(3, true, /*strict=*/false);
+  o.pad_output = true;
+  rb::ReplayBuffer buffer = filled({12, {3, 1, 4, 3}, 5}, o);
+  buffer.manual_seed(2);
+  bool saw_padding = false;
+  for (int k = 0; k < 100; ++k) {
+    const td::TensorDict s = buffer.sample(12);
+    ASSERT_EQ(s.batch_size()[0], 12);  // always the batch asked for
+    const std::vector<int64_t> rows = as_vector(s.get("index"));
+    const std::vector<int64_t> mask = as_vector(s.get({"collector", "mask"}));
+    const std::vector<int64_t> truncated = as_vector(s.get({"next", "truncated"}));
+    for (int64_t begin = 0; begin < 12; begin += 3) {
+      int64_t real = 0;
+      while (real < 3 && mask[begin + real]) ++real;
+      for (int64_t i = real; i < 3; ++i) {
+        EXPECT_FALSE(mask[begin + i]);  // real steps first, then padding
+        EXPECT_EQ(rows[begin + i], rows[begin + real - 1]);
+        saw_padding = true;
+      }
+      EXPECT_TRUE(truncated[begin + real - 1]);  // the last real step
+    }
+  }
+  EXPECT_TRUE(saw_padding);  // the one-step trajectory was drawn
+  // No padding needed (every trajectory long enough): no mask, as TorchRL.
+  rb::ReplayBuffer long_enough = filled({12, {3, 4, 3}, 5}, o);
+  EXPECT_FALSE(long_enough.sample(6).contains(td::NestedKey{"collector", "mask"}));
+}
+
+TEST(SliceSampler, EndKeysAreOredAndMissingOnesSkipped) {
+  // The done flags of kWrapped split over two entries: the same trajectories.
+  rb::ReplayBuffer reference = filled(kWrapped, options(2, false));
+  const td::TensorDictBase stored = reference.storage();
+  const std::vector<rb::Trajectory> want =
+      dynamic_cast<rb::SliceSampler*>(reference.sampler().get())
+          ->trajectories(view_of(reference, stored));
+
+  rb::SliceSamplerOptions o = options(2, false);
+  o.end_key.reset();
+  o.end_keys = {td::NestedKey{"next", "done"}, td::NestedKey{"next", "stop"},
+                td::NestedKey{"next", "absent"}};
+  td::TensorDict data = steps(kWrapped.lengths);
+  const at::Tensor done = data.get({"next", "done"});
+  const at::Tensor odd = at::arange(done.size(0), at::kLong).remainder(2).eq(1).unsqueeze(-1);
+  data.set({"next", "done"}, done.logical_and(odd));
+  data.set({"next", "stop"}, done.logical_and(odd.logical_not()));
+  ASSERT_TRUE(data.get({"next", "done"}).any().item<bool>());
+  ASSERT_TRUE(data.get({"next", "stop"}).any().item<bool>());
+  rb::ReplayBuffer split(kWrapped.capacity, std::make_shared<rb::SliceSampler>(o));
+  const int64_t n = data.batch_size()[0];
+  for (int64_t start = 0; start < n; start += kWrapped.chunk)
+    split.extend(data.index({at::indexing::Slice(start, std::min(n, start + kWrapped.chunk))}));
+  const td::TensorDictBase split_storage = split.storage();
+  EXPECT_EQ(dynamic_cast<rb::SliceSampler*>(split.sampler().get())
+                ->trajectories(view_of(split, split_storage)),
+            want);
+
+  rb::SliceSamplerOptions none = options(2, false);
+  none.end_key.reset();
+  none.end_keys = {td::NestedKey{"next", "absent"}};
+  rb::ReplayBuffer missing = filled(kWrapped, none);
+  EXPECT_THROW(missing.sample(4), td::KeyError);
+  rb::SliceSamplerOptions both = options(2, false);
+  both.end_keys = {td::NestedKey{"next", "done"}};
+  EXPECT_THROW(rb::SliceSampler{both}, td::ValueError);
+}
+
 TEST(SliceSampler, DefaultsFindTorchRLKeys) {
   rb::SliceSamplerOptions neither;
   neither.slice_len = 2;
@@ -374,6 +473,9 @@ struct TorchRLCase {
   int64_t slice_len;
   bool by_traj;
   bool strict;
+  int64_t span_left = 0;  // SliceSamplerOptions::kWholeSpan (-1) is TorchRL's True
+  int64_t span_right = 0;
+  bool pad = false;
 };
 
 std::string join(const std::vector<int64_t>& v) {
@@ -384,14 +486,23 @@ std::string join(const std::vector<int64_t>& v) {
 
 class SliceAgainstTorchRL : public ::testing::TestWithParam<TorchRLCase> {};
 
+std::string span_name(int64_t span) {
+  return span == rb::SliceSamplerOptions::kWholeSpan ? "whole" : std::to_string(span);
+}
+
 TEST_P(SliceAgainstTorchRL, SameTrajectoriesSameSlices) {
   const TorchRLCase c = GetParam();
   const json torchrl = rb::test::run_torchrl(
       "slice --capacity " + std::to_string(c.layout.capacity) + " --lengths " +
       join(c.layout.lengths) + " --chunk " + std::to_string(c.layout.chunk) + " --slice-len " +
       std::to_string(c.slice_len) + " --signal " + (c.by_traj ? "traj" : "end") + " --strict " +
-      (c.strict ? "1" : "0") + " --samples 400 --seed 1");
-  rb::ReplayBuffer buffer = filled(c.layout, options(c.slice_len, c.by_traj, c.strict));
+      (c.strict ? "1" : "0") + " --span-left " + std::to_string(c.span_left) + " --span-right " +
+      std::to_string(c.span_right) + " --pad " + (c.pad ? "1" : "0") + " --samples 400 --seed 1");
+  rb::SliceSamplerOptions o = options(c.slice_len, c.by_traj, c.strict);
+  o.span_left = c.span_left;
+  o.span_right = c.span_right;
+  o.pad_output = c.pad;
+  rb::ReplayBuffer buffer = filled(c.layout, o);
   const td::TensorDictBase storage = buffer.storage();
   auto* sampler = dynamic_cast<rb::SliceSampler*>(buffer.sampler().get());
   json found = json::array();
@@ -401,16 +512,34 @@ TEST_P(SliceAgainstTorchRL, SameTrajectoriesSameSlices) {
   EXPECT_EQ(found, torchrl["trajectories"]);
 
   buffer.manual_seed(1);
+  auto flags = [](const std::vector<int64_t>& v) {
+    json out = json::array();
+    for (int64_t x : v) out.push_back(x != 0);
+    return out;
+  };
   std::map<std::vector<int64_t>, json> slices;
-  for (int k = 0; k < 400; ++k)
-    for (const Slice& s : slices_of(buffer.sample(4 * c.slice_len))) {
-      auto flags = [](const std::vector<int64_t>& v) {
-        json out = json::array();
-        for (int64_t x : v) out.push_back(x != 0);
-        return out;
+  for (int k = 0; k < 400; ++k) {
+    const td::TensorDict sample = buffer.sample(4 * c.slice_len);
+    if (c.pad && sample.contains(td::NestedKey{"collector", "mask"})) {
+      // Padded: every slice is slice_len steps, listed with its mask.
+      ASSERT_EQ(sample.batch_size()[0], 4 * c.slice_len);
+      const auto cut = [&](const td::NestedKey& key, int64_t begin) {
+        const std::vector<int64_t> all = as_vector(sample.get(key));
+        return std::vector<int64_t>(all.begin() + begin, all.begin() + begin + c.slice_len);
       };
-      slices[s.rows] = json::array({s.rows, flags(s.truncated), flags(s.done)});
+      for (int64_t begin = 0; begin < 4 * c.slice_len; begin += c.slice_len) {
+        const std::vector<int64_t> rows = cut("index", begin),
+                                   mask = cut({"collector", "mask"}, begin);
+        std::vector<int64_t> key = rows;
+        key.insert(key.end(), mask.begin(), mask.end());
+        slices[key] = json::array({rows, flags(cut({"next", "truncated"}, begin)),
+                                   flags(cut({"next", "done"}, begin)), flags(mask)});
+      }
+      continue;
     }
+    for (const Slice& s : slices_of(sample))
+      slices[s.rows] = json::array({s.rows, flags(s.truncated), flags(s.done)});
+  }
   json mine = json::array();
   for (const auto& [rows, entry] : slices) mine.push_back(entry);
   EXPECT_EQ(mine, torchrl["slices"]);
@@ -481,22 +610,30 @@ TEST(SliceSamplerWithoutReplacement, EpochsAndCheckpointsAsTorchRL) {
   fs::remove_all(from_cpp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, SliceAgainstTorchRL,
-                         ::testing::Values(TorchRLCase{kWrapped, 2, true, true},
-                                           TorchRLCase{kWrapped, 2, false, true},
-                                           TorchRLCase{kWrapped, 3, true, false},
-                                           TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, false, false},
-                                           TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, true, true},
-                                           TorchRLCase{{8, {5, 6, 4}, 3}, 2, false, true}),
-                         [](const ::testing::TestParamInfo<TorchRLCase>& info) {
-                           // e.g. capacity10_steps14_len2_ids_strict
-                           const TorchRLCase& c = info.param;
-                           int64_t steps = 0;
-                           for (int64_t n : c.layout.lengths) steps += n;
-                           return "capacity" + std::to_string(c.layout.capacity) + "_steps" +
-                                  std::to_string(steps) + "_len" + std::to_string(c.slice_len) +
-                                  (c.by_traj ? "_ids" : "_ends") +
-                                  (c.strict ? "_strict" : "_loose");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, SliceAgainstTorchRL,
+    ::testing::Values(TorchRLCase{kWrapped, 2, true, true}, TorchRLCase{kWrapped, 2, false, true},
+                      TorchRLCase{kWrapped, 3, true, false},
+                      TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, false, false},
+                      TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, true, true},
+                      TorchRLCase{{8, {5, 6, 4}, 3}, 2, false, true},
+                      // span (True both sides; steps) and pad_output
+                      TorchRLCase{kWrapped, 3, true, true, -1, -1},
+                      TorchRLCase{kWrapped, 3, false, true, 1, 2},
+                      TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, true, false, 0, 0, true},
+                      TorchRLCase{{12, {3, 1, 4, 3}, 5}, 3, false, false, -1, -1, true}),
+    [](const ::testing::TestParamInfo<TorchRLCase>& info) {
+      // e.g. capacity10_steps14_len2_ids_strict
+      const TorchRLCase& c = info.param;
+      int64_t steps = 0;
+      for (int64_t n : c.layout.lengths) steps += n;
+      return "capacity" + std::to_string(c.layout.capacity) + "_steps" + std::to_string(steps) +
+             "_len" + std::to_string(c.slice_len) + (c.by_traj ? "_ids" : "_ends") +
+             (c.strict ? "_strict" : "_loose") +
+             (c.span_left || c.span_right
+                  ? "_span" + span_name(c.span_left) + "_" + span_name(c.span_right)
+                  : "") +
+             (c.pad ? "_pad" : "");
+    });
 
 }  // namespace

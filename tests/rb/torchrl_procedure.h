@@ -4,6 +4,7 @@
 // same checks of a loaded checkpoint, so that a directory written by either
 // side can be checked by the other.
 #include <tensordict/rb/replay_buffer.h>
+#include <tensordict/schema.h>
 
 #include <ATen/ATen.h>
 
@@ -36,6 +37,28 @@ inline TensorDict expected_rows(const at::Tensor& i) {
                     {i.numel()});
 }
 
+/// The steps [start, stop) of `envs` envs, batch [envs, stop - start], for an
+/// [env, time] buffer: env e's step j is row number j * envs + e (its
+/// position in TorchRL's time-major storage, which the checks count in).
+inline TensorDict env_steps(int64_t envs, int64_t start, int64_t stop) {
+  const at::Tensor number = at::arange(start, stop, at::kLong).mul(envs).unsqueeze(0) +
+                            at::arange(envs, at::kLong).unsqueeze(1);
+  return expected_rows(number.flatten()).reshape({envs, stop - start}).to_tensordict();
+}
+
+/// An [env, time] storage of `capacity` elements ([envs, capacity / envs])
+/// for the rows of expected_rows(), in memory.
+inline TensorDictBase env_storage(int64_t envs, int64_t capacity) {
+  const TensorDict one = expected_rows(at::zeros({1}, at::kLong));
+  Schema schema;
+  for (const NestedKey& key : one.keys(/*include_nested=*/true, /*leaves_only=*/true)) {
+    const at::Tensor t = one.get(key);
+    schema.add(key, FieldSpec{std::vector<int64_t>(t.sizes().begin() + 1, t.sizes().end()),
+                              t.scalar_type()});
+  }
+  return from_schema(schema, {envs, capacity / envs});
+}
+
 /// The raw priority given to slot s: 0.5 + (s % 7) / 4.
 inline at::Tensor slot_priority(const at::Tensor& slot) {
   return slot.remainder(7).to(at::kFloat) * 0.25 + 0.5;
@@ -51,14 +74,70 @@ inline std::shared_ptr<Sampler> make_sampler(const std::string& name, int64_t ca
 
 /// Rows 0..rows-1 by extends of kChunk, kSamples samples of kBatch, then
 /// (prioritized) every filled slot given slot_priority(s).
-inline void fill(ReplayBuffer& buffer, int64_t rows) {
+/// With `envs`, the buffer is [env, time] and `rows` counts the steps of
+/// every env, written by extends of [envs, kChunk].
+inline void fill(ReplayBuffer& buffer, int64_t rows, int64_t envs = 0) {
   for (int64_t start = 0; start < rows; start += kChunk)
-    buffer.extend(expected_rows(at::arange(start, std::min(start + kChunk, rows), at::kLong)));
+    buffer.extend(
+        envs ? env_steps(envs, start, std::min(start + kChunk, rows))
+             : expected_rows(at::arange(start, std::min(start + kChunk, rows), at::kLong)));
   for (int64_t k = 0; k < kSamples; ++k) buffer.sample(kBatch);
   if (buffer.sampler()->prioritized()) {
     const at::Tensor slots = at::arange(buffer.size(), at::kLong);
     buffer.update_priority(slots, slot_priority(slots));
   }
+}
+
+/// check_loaded() for an [env, time] buffer of `envs` envs and `capacity`
+/// elements after `rows` steps of every env.
+inline std::string check_loaded_env(ReplayBuffer& buffer, const std::string& sampler,
+                                    int64_t capacity, int64_t envs, int64_t rows) {
+  std::ostringstream err;
+  const int64_t steps = capacity / envs, filled = std::min(rows, steps);
+  if (buffer.size() != filled * envs)
+    err << "len " << buffer.size() << ", expected " << filled * envs << "; ";
+  const WriterState w = buffer.writer_state();
+  if (w.cursor != rows % steps || w.write_count != rows)
+    err << "writer " << w.cursor << "/" << w.write_count << ", expected " << rows % steps << "/"
+        << rows << "; ";
+  // Time t of env e holds the last step j < rows with j % steps == t.
+  const at::Tensor t = at::arange(filled, at::kLong);
+  const at::Tensor j = t + steps * (rows - 1 - t).div(steps, "floor");
+  const TensorDict want = env_steps(envs, 0, 1);  // for the keys
+  const TensorDictBase storage = buffer.storage();
+  for (const NestedKey& key : want.keys(/*include_nested=*/true, /*leaves_only=*/true)) {
+    const at::Tensor number = j.mul(envs).unsqueeze(0) + at::arange(envs, at::kLong).unsqueeze(1);
+    const at::Tensor expected = expected_rows(number.flatten()).get(key);
+    const at::Tensor got = storage.get(key).narrow(1, 0, filled).flatten(0, 1);
+    if (!got.sizes().equals(expected.sizes()) || !got.equal(expected))
+      err << key.repr() << " differs from the rows' formula; ";
+  }
+  if (sampler == "without_replacement") {
+    auto* s = dynamic_cast<SamplerWithoutReplacement*>(buffer.sampler().get());
+    if (s == nullptr) return err.str() + "not a SamplerWithoutReplacement";
+    const int64_t left = s->remaining();
+    if (left <= 0 || left > filled * envs) err << "remaining " << left << "; ";
+    std::vector<bool> seen(static_cast<std::size_t>(filled * envs), false);
+    for (int64_t drawn = 0; drawn < left;) {
+      const at::Tensor index = buffer.sample(kBatch).get("index");
+      for (int64_t k = 0; k < index.size(0); ++k, ++drawn) {
+        const int64_t e = index[k][0].item<int64_t>(), time = index[k][1].item<int64_t>();
+        const int64_t flat = time * envs + e;
+        if (e < 0 || e >= envs || time < 0 || time >= filled ||
+            seen[static_cast<std::size_t>(flat)]) {
+          err << "the saved order repeats or leaves the elements; ";
+          drawn = left;
+          break;
+        }
+        seen[static_cast<std::size_t>(flat)] = true;
+      }
+    }
+  }
+  const at::Tensor index = buffer.sample(kBatch).get("index");
+  if (index.dim() != 2 || index.size(1) != 2 || index.select(1, 1).ge(filled).any().item<bool>() ||
+      index.select(1, 0).ge(envs).any().item<bool>())
+    err << "a sample's [env, time] index leaves the filled elements; ";
+  return err.str();
 }
 
 /// What differs between a buffer loaded from a checkpoint of `rows` rows

@@ -29,6 +29,16 @@
 /// reserve their rows atomically and commit them in order; samples see only
 /// committed rows. See docs/replay_buffer_library.md, "Several processes".
 ///
+/// [env, time] buffers (TorchRL's ndim=2 storages): a storage of batch size
+/// [envs, steps] holds each env's steps along time in its own row. extend
+/// takes batches [envs, t], add one step of every env ([envs]); the writer
+/// cycles over the time steps; capacity() is envs * steps and size() the
+/// elements filled. sample(n) returns n elements, batch [n], with "index"
+/// int64 [n, 2] (env, time); samplers number the elements time-major as
+/// TorchRL does; checkpoints are TorchRL's [steps, envs] layout.
+/// RandomSampler and SamplerWithoutReplacement only (UnsupportedError for
+/// the others, for writers other than RoundRobinWriter and for attach()).
+///
 /// Errors: typed tensordict:: errors, raised before anything changes (bad
 /// input writes nothing and leaves the cursor and priorities as they were):
 /// a row whose keys, shapes or dtypes differ from the storage's (KeyError,
@@ -77,8 +87,10 @@ class ReplayBuffer {
 
   /// A buffer over `storage`, a tensordict of batch size [capacity]
   /// pre-allocated in any storage (from_schema: memory, memmap, shared, h5,
-  /// redis, ...), whose rows are taken as unwritten. `sampler` defaults to a
-  /// RandomSampler. ShapeError unless the storage has batch size [C], C > 0;
+  /// redis, ...), whose rows are taken as unwritten, or of batch size
+  /// [envs, steps] for an [env, time] buffer (see above). `sampler` defaults
+  /// to a RandomSampler. ShapeError unless the storage has batch size [C] or
+  /// [E, T], each > 0;
   /// TypeError when it holds non-tensor entries; ValueError when a
   /// PrioritizedSampler's capacity differs from C. `writer` defaults to a
   /// RoundRobinWriter.
@@ -101,7 +113,9 @@ class ReplayBuffer {
 
   /// Writes one row (batch size []) where the writer says (at the cursor for
   /// a RoundRobinWriter); returns its row index, or -1 when the writer does
-  /// not keep it (a TensorDictMaxValueWriter's row that ranks too low).
+  /// not keep it (a TensorDictMaxValueWriter's row that ranks too low). An
+  /// [env, time] buffer takes one step of every env (batch size [envs]) and
+  /// returns the time step it went to.
   int64_t add(const TensorDictBase& row);
   /// Writes a batch (batch size [n]) at the cursor, wrapping at the end; an
   /// extend of more than capacity rows keeps the last `capacity` (as TorchRL).
@@ -110,18 +124,22 @@ class ReplayBuffer {
   /// memmap and shared (one round trip for Redis and HDF5). With another
   /// writer, returns the row of each of the n items, -1 for an item not kept
   /// (as TorchRL's TensorDictMaxValueWriter), and writes the kept ones with
-  /// one index_put_.
+  /// one index_put_. An [env, time] buffer takes batch size [envs, t] and
+  /// returns the (env, time) pairs written (int64 [envs * kept, 2], env by
+  /// env, the order of batch.flatten(0, 1)).
   at::Tensor extend(const TensorDictBase& batch);
   /// `batch_size` rows chosen by the sampler, copied into a TensorDict of
   /// batch size [batch_size] with "index" (int64, the rows) and, when the
   /// sampler is prioritized, "priority_weight" (float32 importance weights).
-  /// A sampler's further entries (SampleInfo::entries: a SliceSampler's
+  /// ("index" is int64 [batch_size, 2], (env, time), for an [env, time]
+  /// buffer.) A sampler's further entries (SampleInfo::entries: a SliceSampler's
   /// truncated and done flags) replace the stored ones of the same key.
   /// ValueError when the buffer is empty or batch_size <= 0.
   TensorDict sample(int64_t batch_size);
   /// New priorities of rows (int64 index, real priority; one priority is
   /// broadcast). A no-op for samplers without priorities, as in TorchRL, after
-  /// the same index checks (IndexError outside [0, capacity)).
+  /// the same index checks (IndexError outside [0, capacity)). An [env, time]
+  /// buffer takes int64 [n, 2] (env, time) pairs (ShapeError otherwise).
   void update_priority(const at::Tensor& index, const at::Tensor& priority);
   /// update_priority(sampled["index"], sampled[priority_key]); a priority
   /// with more dims than [B] is reduced by its max over them (TorchRL's
@@ -130,7 +148,8 @@ class ReplayBuffer {
                                   const NestedKey& priority_key = "td_error");
 
   /// Rows filled so far: min(write_count, capacity); for an attached buffer
-  /// write_count is the shared cursor's committed tickets.
+  /// write_count is the shared cursor's committed tickets; for an [env, time]
+  /// buffer envs * min(write_count, steps) (the writer counts time steps).
   int64_t size() const;
   int64_t capacity() const;
   /// The storage (undefined before the first write of a buffer made with a

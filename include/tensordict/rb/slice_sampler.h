@@ -46,6 +46,10 @@ struct SliceSamplerOptions {
   std::optional<NestedKey> traj_key;
   /// The end flag entry (one bool per row), when traj_key is not set.
   std::optional<NestedKey> end_key;
+  /// Several end flag entries, or'ed (TorchRL's end_keys: e.g. done and
+  /// truncated), when traj_key is not set; the ones the storage lacks are
+  /// skipped (KeyError when it has none). Exclusive with end_key.
+  std::vector<NestedKey> end_keys;
   /// Where the sample marks the last step of each slice (true there, false
   /// elsewhere); the entries of the same level named "done" (the stored flag
   /// or'ed with it) and "terminated" (the stored one, false when none) are
@@ -59,6 +63,26 @@ struct SliceSamplerOptions {
   /// a shorter trajectory gives a shorter slice (the whole trajectory), so a
   /// sample may hold fewer steps than asked.
   bool strict_length = true;
+  /// TorchRL's span: how far a slice's start may be drawn before its
+  /// trajectory's first step (span_left) or towards its end (span_right), the
+  /// slice then cut at the trajectory's edge, so that the edges are sampled
+  /// as often as the middle. 0: never (a slice fits in its trajectory).
+  /// span_left = k: up to k steps before, the slice keeping at least
+  /// length - k steps; span_right = k: a start up to k steps past the last
+  /// whole slice's, the slice keeping at least k + 1 steps (TorchRL's draws,
+  /// asymmetric as they are). kWholeSpan: as far as the slice length allows
+  /// (TorchRL's span=True; on the right a start may fall just past the
+  /// trajectory, an empty slice). A k not below the slice length is a
+  /// ValueError at sample().
+  int64_t span_left = 0;
+  int64_t span_right = 0;
+  static constexpr int64_t kWholeSpan = -1;
+  /// With strict_length false: when some stored trajectory is shorter than
+  /// the slice length, every slice is padded to it by repeating its last
+  /// step, so a sample always has batch_size steps, and the entry
+  /// ("collector", "mask") (bool [batch_size]) is true at the real steps
+  /// (TorchRL's pad_output). ValueError with strict_length (at construction).
+  bool pad_output = false;
 };
 
 /// One trajectory found in the stored rows: `start` and `stop` (inclusive)
@@ -79,7 +103,9 @@ struct Trajectory {
 class SliceSampler : public Sampler {
  public:
   /// ValueError unless exactly one of slice_len and num_slices is positive
-  /// (and the other 0).
+  /// (and the other 0), when end_key and end_keys are both set, when
+  /// pad_output and strict_length are both set, or
+  /// when a span is negative (other than kWholeSpan).
   explicit SliceSampler(SliceSamplerOptions options);
 
   /// Reads the trajectory signal from the storage. ValueError when the
@@ -109,9 +135,11 @@ class SliceSampler : public Sampler {
   /// (ValueError when it is not a multiple).
   std::pair<int64_t, int64_t> slice_shape(int64_t batch_size) const;
   /// One slice of up to `seq` steps in each of `chosen`, its start drawn
-  /// uniformly where it fits, with the sample's entries.
+  /// uniformly where it fits (or spans), with the sample's entries; `pad`:
+  /// every slice padded to `seq` steps (pad_output, when a stored
+  /// trajectory is shorter than `seq`).
   SampleInfo slices_of(const StorageView& view, const std::vector<Trajectory>& chosen, int64_t seq,
-                       at::Generator* generator) const;
+                       bool pad, at::Generator* generator) const;
 
  private:
   SliceSamplerOptions options_;

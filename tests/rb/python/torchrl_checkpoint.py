@@ -10,7 +10,12 @@ in docs/formats.md, "TorchRL replay buffer checkpoints".
   torchrl_checkpoint.py check DIR --sampler S --capacity C --rows N
   (either with --segment-trees auto|compiled|standin, for the prioritized one)
 
-S is random, without_replacement or prioritized. The buffer is always
+With --envs E the buffer is [env, time] (TorchRL's ndim=2 storage, of
+C // E steps of E envs): N counts the steps of every env, written by extends
+of batch [E, CHUNK], env e's step j being row number j * E + e (its place in
+TorchRL's time-major storage); random and without_replacement only.
+
+S is random, without_replacement or prioritized. The buffer is otherwise always
 ReplayBuffer(storage=LazyMemmapStorage(C), sampler=..., writer=RoundRobinWriter(),
 batch_size=BATCH). Row i (the i-th row ever written, from 0) holds values
 derived from i (expected_rows), so that after N writes slot s holds the last
@@ -265,7 +270,13 @@ def slot_priority(slot):
     return 0.5 + (slot % 7).to(torch.float32) * 0.25
 
 
-def make_buffer(sampler_name, capacity):
+def env_steps(envs, start, stop):
+    """Steps [start, stop) of every env, batch [envs, stop - start]."""
+    number = torch.arange(start, stop)[None, :] * envs + torch.arange(envs)[:, None]
+    return expected_rows(number.flatten()).reshape(envs, stop - start)
+
+
+def make_buffer(sampler_name, capacity, envs=0):
     if sampler_name == "random":
         sampler = RandomSampler()
     elif sampler_name == "without_replacement":
@@ -273,7 +284,7 @@ def make_buffer(sampler_name, capacity):
     else:
         sampler = PrioritizedSampler(capacity, alpha=ALPHA, beta=BETA, eps=EPS)
     return ReplayBuffer(
-        storage=LazyMemmapStorage(capacity),
+        storage=LazyMemmapStorage(capacity, ndim=2 if envs else 1),
         sampler=sampler,
         writer=RoundRobinWriter(),
         batch_size=BATCH,
@@ -324,9 +335,13 @@ def write(args):
     trees = segment_trees(args.segment_trees) if args.sampler == "prioritized" else None
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)  # TorchRL's prioritized sampling draws from numpy
-    rb = make_buffer(args.sampler, args.capacity)
+    rb = make_buffer(args.sampler, args.capacity, args.envs)
     for start in range(0, args.rows, CHUNK):
-        rb.extend(expected_rows(torch.arange(start, min(start + CHUNK, args.rows))))
+        stop = min(start + CHUNK, args.rows)
+        if args.envs:
+            rb.extend(env_steps(args.envs, start, stop))
+        else:
+            rb.extend(expected_rows(torch.arange(start, stop)))
     for _ in range(SAMPLES):
         rb.sample(BATCH)
     if args.sampler == "prioritized":
@@ -419,14 +434,50 @@ def check_prioritized(rb, capacity, length):
         raise CheckFailed(f"priority_weight of a sample: {weight.tolist()} not in (0, 1]")
 
 
+def check_env(args, rb):
+    envs = args.envs
+    steps = args.capacity // envs
+    filled = min(args.rows, steps)
+    expect("len", len(rb), filled * envs)
+    expect("writer cursor", int(rb.writer._cursor), args.rows % steps)
+    expect("writer write_count", int(rb.writer._write_count), args.rows)
+    data = rb.storage._storage
+    expect("storage batch size", list(data.batch_size), [steps, envs])
+    t = torch.arange(filled)
+    j = t + steps * ((args.rows - 1 - t) // steps)  # last step landing on time t
+    want = expected_rows((j[:, None] * envs + torch.arange(envs)[None, :]).flatten())
+    for key in LEAF_KEYS:
+        got = data[key][:filled].flatten(0, 1)
+        expect(f"dtype of {key}", got.dtype, want[key].dtype)
+        if not torch.equal(got, want[key]):
+            raise CheckFailed(f"{key}: the [steps, envs] storage differs from the rows' formula")
+    if args.sampler == "without_replacement":
+        sampler = rb.sampler
+        expect("sampler len_storage", int(sampler.len_storage), filled * envs)
+        entries = sampler._sample_list.tolist()
+        if len(set(entries)) != len(entries) or not all(0 <= e < filled * envs for e in entries):
+            raise CheckFailed(f"sampler _sample_list {entries}: not distinct elements")
+        index = torch.stack(list(rb.sample(BATCH, return_info=True)[1]["index"]), -1)
+        expect("first sample after loads", index.tolist(),
+               [[e // envs, e % envs] for e in entries[:BATCH]])
+    sample, info = rb.sample(BATCH, return_info=True)
+    time, env = info["index"]
+    if not ((time < filled).all() and (env < envs).all()):
+        raise CheckFailed(f"sample index {info['index']}: not filled elements")
+    print(f"torchrl_checkpoint: {args.dir} loads in TorchRL and matches "
+          f"({args.sampler}, [env, time] of {envs} envs, {args.rows} steps)")
+
+
 def check(args):
     if args.sampler == "prioritized":
         segment_trees(args.segment_trees)
-    rb = make_buffer(args.sampler, args.capacity)
+    rb = make_buffer(args.sampler, args.capacity, args.envs)
     try:
         rb.loads(args.dir)
     except Exception as err:  # what TorchRL says when the files do not suit it
         raise CheckFailed(f"TorchRL's loads refused {args.dir}: {type(err).__name__}: {err}")
+    if args.envs:
+        return check_env(args, rb)
     length = min(args.rows, args.capacity)
     expect("len", len(rb), length)
     expect("writer cursor", int(rb.writer._cursor), args.rows % args.capacity)
@@ -456,6 +507,8 @@ def main(argv=None):
                        choices=["random", "without_replacement", "prioritized"])
         p.add_argument("--capacity", type=int, required=True)
         p.add_argument("--rows", type=int, required=True)
+        p.add_argument("--envs", type=int, default=0,
+                       help="an [env, time] buffer (ndim=2) of this many envs")
         p.add_argument("--segment-trees", choices=["auto", "compiled", "standin"], default="auto",
                        help="prioritized only: TorchRL's compiled trees (auto: when they load) "
                        "or the Python stand-in")

@@ -20,7 +20,10 @@ JSON line on stdout. Runs in TorchRL's environment (TENSORDICT_TORCHRL_PYTHON).
       last step, except the last trajectory's, still running) written by
       extends of K steps; then S samples of 4 * L steps. Prints the
       trajectories the sampler finds (start, stop, length) and every distinct
-      slice drawn with its truncated and done flags.
+      slice drawn with its truncated and done flags. With --span-left A
+      --span-right B (a step count; -1 for True) the sampler gets span=(A, B);
+      with --pad 1 pad_output=True, and the sample is cut into slices of L
+      steps, each listed with its ("collector", "mask") too.
   torchrl_slice_writer.py slice_wor (the slice arguments) [--dump DIR --dump-after K]
                           [--load DIR]
       The same with SliceSamplerWithoutReplacement: prints the size of each
@@ -132,13 +135,19 @@ def slice_buffer(args, sampler_class):
         },
         [total],
     )
+    extra = {}
+    if getattr(args, "span_left", 0) or getattr(args, "span_right", 0):
+        extra["span"] = tuple(True if x == -1 else x for x in (args.span_left, args.span_right))
+    if getattr(args, "pad", 0):
+        extra["pad_output"] = True
     if args.signal == "traj":
         sampler = sampler_class(
-            slice_len=args.slice_len, traj_key="traj", strict_length=bool(args.strict)
+            slice_len=args.slice_len, traj_key="traj", strict_length=bool(args.strict), **extra
         )
     else:
         sampler = sampler_class(
-            slice_len=args.slice_len, end_key=("next", "done"), strict_length=bool(args.strict)
+            slice_len=args.slice_len, end_key=("next", "done"), strict_length=bool(args.strict),
+            **extra
         )
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(args.capacity), sampler=sampler)
     for start in range(0, total, args.chunk):
@@ -175,6 +184,14 @@ def run_slice(args):
         index = s["index"].reshape(-1).tolist()
         truncated = s["next", "truncated"].reshape(-1).tolist()
         done_out = s["next", "done"].reshape(-1).tolist()
+        if args.pad and ("collector", "mask") in s.keys(True):
+            mask = s["collector", "mask"].reshape(-1).tolist()
+            for begin in range(0, len(index), args.slice_len):
+                end = begin + args.slice_len
+                key = tuple(index[begin:end]) + tuple(mask[begin:end])
+                slices[key] = [index[begin:end], truncated[begin:end], done_out[begin:end],
+                               mask[begin:end]]
+            continue
         # cut after each truncated step: one slice each
         begin = 0
         for k, flag in enumerate(truncated):
@@ -206,6 +223,9 @@ def main():
         sl.add_argument("--dump")
         sl.add_argument("--dump-after", type=int, default=0)
         sl.add_argument("--load")
+        sl.add_argument("--span-left", type=int, default=0)
+        sl.add_argument("--span-right", type=int, default=0)
+        sl.add_argument("--pad", type=int, default=0)
     args = parser.parse_args()
     if args.command == "max_value":
         run_max_value(args)
