@@ -340,6 +340,7 @@ TensorDictBase TensorDictBase::permute(at::IntArrayRef dims) const {
   if (auto lazy = detail::lazy_dispatch(*this, detail::lazy_permute, perm)) return std::move(*lazy);
   auto b = batch_size();
   std::vector<int64_t> target;
+  target.reserve(perm.size());
   for (auto p : perm) target.push_back(b[p]);
   return view_like(*this, map_leaves(
                               *this, B, target,

@@ -3,7 +3,7 @@
 
 #include "distributed/layout.h"
 
-#include "formats/json_io.h"
+#include "io/json_io.h"
 
 #include <tensordict/errors.h>
 

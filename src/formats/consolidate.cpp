@@ -2,7 +2,7 @@
 // consolidate(), the consolidated file, from_consolidated(), and the metadata
 // of a consolidated tensordict.
 #include "core/internal.h"
-#include "formats/json_io.h"
+#include "io/json_io.h"
 #include "storage/lazy_stack/lazy_ops.h"
 #include "storage/memmap/mapped_file.h"
 

@@ -5,7 +5,7 @@
 // child before its parent), so depths are exact and cycles impossible.
 #include "formats/pickle_reader.h"
 
-#include "formats/json_io.h"
+#include "io/json_io.h"
 
 #include <tensordict/dtype.h>
 #include <tensordict/errors.h>

@@ -2,9 +2,9 @@
 // dicts with Python: files in torch.save's layout (pickle_writer.h), read by
 // the bounded reader (pickle_reader.h).
 #include "core/internal.h"
-#include "formats/json_io.h"
 #include "formats/pickle_reader.h"
 #include "formats/pickle_writer.h"
+#include "io/json_io.h"
 
 #include <tensordict/state_dict.h>
 

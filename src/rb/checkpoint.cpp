@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/json_io.h"
-#include "storage/memmap/mapped_file.h"
+#include "io/files.h"
+#include "io/json_io.h"
 
 namespace tensordict::rb {
 

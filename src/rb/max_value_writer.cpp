@@ -16,7 +16,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "formats/json_io.h"
+#include "io/json_io.h"
 #include "rb/checkpoint_io.h"
 
 namespace tensordict::rb {

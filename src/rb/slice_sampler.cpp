@@ -209,7 +209,10 @@ bool any_shorter(const std::vector<Trajectory>& trajectories, int64_t seq) {
 
 SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size,
                                      at::Generator* generator) {
-  const auto [seq, count] = slice_shape(batch_size);
+  // Not a structured binding: a lambda below captures `seq`, which clang
+  // before 16 (so clang-tidy 14) refuses for a binding.
+  const std::pair<int64_t, int64_t> shape = slice_shape(batch_size);
+  const int64_t seq = shape.first, count = shape.second;
   std::vector<Trajectory> pool = trajectories(view);
   const int64_t longest = longest_of(pool);
   const bool pad = options_.pad_output && any_shorter(pool, seq);

@@ -1,7 +1,7 @@
 // Schema and from_schema: pre-allocated, zero-filled tensordicts of any
 // registered storage.
 #include "core/internal.h"
-#include "formats/json_io.h"
+#include "io/json_io.h"
 
 #include <tensordict/schema.h>
 #include <tensordict/storage/memmap.h>

@@ -1,7 +1,7 @@
 // One open HDF5 file: modes, caches, dataset creation, non-tensor values.
 #include "storage/hdf5/h5_file.h"
 
-#include "formats/json_io.h"
+#include "io/json_io.h"
 
 #include <tensordict/detail/format.h>
 

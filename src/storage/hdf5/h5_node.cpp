@@ -5,7 +5,7 @@
 // operation and put back in the user's order.
 #include "storage/hdf5/h5_node.h"
 
-#include "formats/json_io.h"
+#include "io/json_io.h"
 #include "storage/hdf5/h5_counters.h"
 
 #include <tensordict/detail/format.h>

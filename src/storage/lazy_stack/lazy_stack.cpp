@@ -251,6 +251,7 @@ std::optional<Value> LazyStackNode::find(std::string_view key) const {
       held.reserve(members_.size());
       for (const auto& m : members_) held.push_back(*m.node().find(key));
       std::vector<const Value*> items;
+      items.reserve(held.size());
       for (const auto& v : held) items.push_back(&v);
       return stack_non_tensors(items, stack_dim_, "lazy stack", key_of(key),
                                /*collapse_equal=*/false);

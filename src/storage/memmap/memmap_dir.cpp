@@ -2,7 +2,7 @@
 // writing (memmap, memmap_, memmap_like, share_memory_) and loading.
 #include "core/internal.h"
 #include "core/parallel.h"
-#include "formats/json_io.h"
+#include "io/json_io.h"
 #include "storage/lazy_stack/lazy_ops.h"
 #include "storage/memmap/mapped_file.h"
 

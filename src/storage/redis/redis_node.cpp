@@ -12,7 +12,7 @@
 // re-reads it from the server.
 
 #include "core/json_limits.h"
-#include "formats/json_io.h"
+#include "io/json_io.h"
 #include "storage/redis/byte_ranges.h"
 #include "storage/redis/lazy_stack_store.h"
 #include "storage/redis/store.h"

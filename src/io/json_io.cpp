@@ -1,6 +1,6 @@
 // JSON as Python writes it (docs/formats.md, "JSON"): see json_io.h.
-#include "formats/json_io.h"
-#include "storage/memmap/mapped_file.h"
+#include "io/json_io.h"
+#include "io/files.h"
 
 #include <tensordict/errors.h>
 

@@ -1,6 +1,7 @@
 #pragma once
-// JSON as Python writes it (docs/formats.md, "JSON"), shared by the memmap loader
-// and the consolidated format. Not installed.
+// JSON as Python writes it (docs/formats.md, "JSON"), and reading and
+// replacing whole files: below the storages and the formats, which both use
+// it (the memmap loader, the consolidated format, state dicts). Not installed.
 
 #include "core/json_limits.h"
 
