@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """clang-tidy, with the committed .clang-tidy, over every library and example source
 that BUILD_DIR compiles (its compile_commands.json); fails on any finding
-(ctest style.clang_tidy, issue #33).
+(issue #33; not yet a CTest: its first full run still reports findings).
 
 A file is not checked again when its compile command, every file it includes
 (the contents of the project's own, the size of the others, from the build's
@@ -86,6 +86,9 @@ def main() -> int:
     for entry in json.loads(commands.read_text()):
         source = Path(entry["directory"], entry["file"]).resolve()
         rel = source.relative_to(ROOT).as_posix() if ROOT in source.parents else None
+        command = entry.get("command") or " ".join(entry.get("arguments", []))
+        if "cmake_pch" in command:  # GCC's precompiled header: clang cannot read it
+            continue
         if rel and rel.startswith(CHECKED_DIRS) and rel not in seen:
             seen.add(rel)
             entries.append((rel, entry))
