@@ -272,6 +272,7 @@ inline int run_learner(const DistributedOptions& o, const std::string& self) {
     if (pid < 0) throw td::StorageError("cannot fork an actor");
     if (pid == 0) {
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(self.c_str(), argv.data());

@@ -211,13 +211,14 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
 /// collective per dtype. Non-tensor entries are left alone. TypeError for a
 /// bool leaf (Gloo does not reduce bools), on every rank before any data moves.
 void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg,
-                c10d::ReduceOp op = c10d::ReduceOp::SUM, const TransferOptions& options = {});
+                const c10d::ReduceOp& op = c10d::ReduceOp::SUM,
+                const TransferOptions& options = {});
 /// Python's reduce: rank `dst`'s `td` receives the reduction (sum by default)
 /// of every rank's tensor leaves, in place; the other ranks' tensordicts stay
 /// as they were. As all_reduce otherwise (one collective per dtype, bool
 /// leaves a TypeError).
 void reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst,
-            c10d::ReduceOp op = c10d::ReduceOp::SUM, const TransferOptions& options = {});
+            const c10d::ReduceOp& op = c10d::ReduceOp::SUM, const TransferOptions& options = {});
 /// Python's gather_and_stack: every rank but `dst` sends its `td`; rank
 /// `dst`'s `td`, of batch [world_size - 1, *batch], receives them in its rows
 /// in rank order (its own data is not part of it, as in Python). Point to

@@ -45,8 +45,9 @@ at::Tensor guarded_bytes(int64_t nbytes) {
   // resident too.
   constexpr int64_t kHuge = int64_t{2} << 20;
   auto* b = static_cast<uint8_t*>(base);
-  const auto end = reinterpret_cast<uintptr_t>(b + nbytes);
-  uint8_t* from = std::max(b, reinterpret_cast<uint8_t*>(end / kHuge * kHuge));
+  // (Offsets from `b`, not an address cast back to a pointer.)
+  const auto past_boundary = static_cast<int64_t>(reinterpret_cast<uintptr_t>(b + nbytes) % kHuge);
+  uint8_t* from = b + std::max<int64_t>(0, nbytes - past_boundary);
   const int64_t span = std::min<int64_t>(2 * kHuge, (b + total) - from);
   ::madvise(from, static_cast<std::size_t>(span), MADV_NOHUGEPAGE);
   const auto map_bytes = static_cast<std::size_t>(total);
@@ -72,8 +73,8 @@ bool overran(const at::Tensor& t) {
   // The rest of the buffer's last page was zero and is never written but by
   // a longer message; the next page is not resident unless one wrote it.
   const int64_t page = page_size();
-  const auto* page_end =
-      reinterpret_cast<const uint8_t*>(round_up(reinterpret_cast<int64_t>(end), page));
+  const auto past_page = static_cast<int64_t>(reinterpret_cast<uintptr_t>(end) % page);
+  const uint8_t* page_end = end + (past_page == 0 ? 0 : page - past_page);
   for (const uint8_t* p = end; p < page_end && p < storage_end; ++p)
     if (*p != 0) return true;
   if (page_end >= storage_end) return false;

@@ -156,8 +156,8 @@ void broadcast(const TensorDictBase& td, c10d::ProcessGroup& pg, int root,
 namespace {
 // all_reduce (root -1: every rank receives) and reduce (only `root` does):
 // one flat tensor per dtype, the leaves written back with set_.
-void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op, int root,
-                   const TransferOptions& options) {
+void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, const c10d::ReduceOp& op,
+                   int root, const TransferOptions& options) {
   const std::string name = root < 0 ? "all_reduce" : "reduce";
   native_wire_only(options, name.c_str());
   if (root >= pg.getSize())
@@ -200,12 +200,12 @@ void reduce_leaves(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::Reduc
 }
 }  // namespace
 
-void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, c10d::ReduceOp op,
+void all_reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, const c10d::ReduceOp& op,
                 const TransferOptions& options) {
   reduce_leaves(td, pg, op, -1, options);
 }
 
-void reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst, c10d::ReduceOp op,
+void reduce(const TensorDictBase& td, c10d::ProcessGroup& pg, int dst, const c10d::ReduceOp& op,
             const TransferOptions& options) {
   if (dst < 0)
     throw ValueError("reduce: destination rank " + std::to_string(dst) +

@@ -50,7 +50,11 @@ class FirstReceive {
   }
   // The buffer, for the next listening receive.
   at::Tensor release() {
-    at::Tensor out = listened() ? std::move(listened_) : posted_->tensor();
+    at::Tensor out;
+    if (listened())
+      out = std::move(listened_);
+    else
+      out = posted_->tensor();
     posted_.reset();
     return out;
   }

@@ -42,7 +42,7 @@ enum : int {
   kHDescBytes,  // an eager header's structure length (see send_eager)
   kHCount = 8
 };
-constexpr int64_t kHeaderBytes = kHCount * 8;
+constexpr int64_t kHeaderBytes = int64_t{kHCount} * 8;
 
 // Declared kinds of the receiver's expectation.
 constexpr int64_t kExpectRecv = 1;  // recv(): the data of an existing structure

@@ -99,7 +99,7 @@ int64_t python_int_generator(uint64_t seed) {
     words[i] = v ^ (v >> 16);
   }
   uint64_t s[4];
-  for (int k = 0; k < 4; ++k) s[k] = words[2 * k] | (uint64_t{words[2 * k + 1]} << 32);
+  for (std::size_t k = 0; k < 4; ++k) s[k] = words[2 * k] | (uint64_t{words[2 * k + 1]} << 32);
   // PCG64 (XSL-RR 128/64) seeded with state s[0]:s[1], stream s[2]:s[3].
   const u128 mult = pcg_multiplier();
   const u128 inc = (((u128{s[2]} << 64) | s[3]) << 1) | 1;

@@ -226,9 +226,9 @@ c10::IValue to_ivalue(const TensorDictBase& td, const KeyLayout& layout) {
   return c10::IValue(to_ivalue_dict(td, layout));
 }
 
-TensorDict from_ivalue(const c10::IValue& value, std::vector<int64_t> batch_size,
+TensorDict from_ivalue(const c10::IValue& value, at::IntArrayRef batch_size,
                        const KeyLayout& layout) {
-  TensorDict out(std::move(batch_size));
+  TensorDict out(batch_size);
   update_from_ivalue(out, value, layout);
   return out;
 }

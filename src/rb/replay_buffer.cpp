@@ -659,7 +659,7 @@ at::Tensor ReplayBuffer::State::extend_steps(const TensorDictBase& batch, int64_
 
 at::Tensor ReplayBuffer::State::extend_chosen(const TensorDictBase& batch,
                                               const std::vector<at::Tensor>& src) {
-  const at::Tensor item_rows = writer->write_rows(batch, capacity);  // -1: not kept
+  at::Tensor item_rows = writer->write_rows(batch, capacity);  // -1: not kept
   // The items kept and their rows, read in one pass (a writer that keeps few
   // items, the max-value one on a full buffer, spends most of a write here).
   const at::Tensor given = item_rows.to(at::kCPU).to(at::kLong).contiguous();

@@ -80,7 +80,7 @@ c10::IValue to_ivalue(const TensorDictBase& td, const KeyLayout& layout);
 
 /// A TensorDict with `batch_size` from a dict, tuple or list IValue (see the
 /// file comment). A tensor or a scalar at the top is a TypeError: it has no key.
-TensorDict from_ivalue(const c10::IValue& value, std::vector<int64_t> batch_size,
+TensorDict from_ivalue(const c10::IValue& value, at::IntArrayRef batch_size,
                        const KeyLayout& layout);
 
 /// Sets `value` (a tensor, a dict / tuple / list, or a scalar leaf, as

@@ -403,7 +403,7 @@ fs::path make_stage(const fs::path& root, const char* what, const std::string& o
   if (ec)
     throw StorageError(op + ": cannot create directory " + root.parent_path().string() + ": " +
                        ec.message());
-  const fs::path stage = sibling(root, what);
+  fs::path stage = sibling(root, what);
   if (!fs::create_directory(stage, ec) || ec)
     throw StorageError(op + ": cannot create the staging directory " + stage.string() + ": " +
                        (ec ? ec.message() : std::string("it exists")));
@@ -840,6 +840,7 @@ Value load_entry_dir_impl(const fs::path& dir, const Loader& L, const NestedKey&
                       ": a NonTensorStack without 'data' and without members "
                       "(no 0/meta.json)");
   std::vector<const Value*> items;
+  items.reserve(members.size());
   for (const auto& m : members) items.push_back(&m);
   try {
     const int64_t n = items[0]->is_non_tensor()
@@ -946,7 +947,7 @@ namespace {
 // writes would land wherever it points.
 fs::path non_tensor_dir(const Node& parent, std::string_view key) {
   const fs::path pdir(saved_path_of(parent));
-  const fs::path dir = pdir / encode_key_for_filesystem(key);
+  fs::path dir = pdir / encode_key_for_filesystem(key);
   std::error_code ec;
   // (The top directory of a save may be a link the user gave as prefix; a
   // nested one, whose parent holds a meta.json, may not.)

@@ -651,6 +651,7 @@ class LazyStackStoreNode final : public StoreNode {
       // Parts of elements: read them, patch here, write them back (two round
       // trips).
       std::vector<Fetch> fetches;
+      fetches.reserve(paths.size());
       for (const auto& p : paths) fetches.push_back(Fetch{p, &s_->info(p), plan.elements, {}});
       fetch(*s_, fetches);
       for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -1022,6 +1023,7 @@ std::vector<TensorDict> elements(const TensorDictBase& store, const std::vector<
   std::lock_guard lock(s.mu);
   s.ensure_loaded();
   std::vector<int64_t> which;
+  which.reserve(indices.size());
   for (int64_t i : indices) which.push_back(detail::redis::wrap(s, i));
   std::vector<Fetch> fetches;
   // One round trip; a second (and a reload) only when another process added
@@ -1096,6 +1098,7 @@ void set_element(const TensorDictBase& store, int64_t i, const TensorDictBase& v
   }
   writes.finish(b);
   std::vector<std::string> written;
+  written.reserve(given.size());
   for (const auto& [p, t] : given) written.push_back(p);
   detail::redis::send_checked(
       s.conn, b, "writing element " + std::to_string(e) + " of " + s.name(),

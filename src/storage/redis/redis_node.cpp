@@ -435,6 +435,7 @@ class RedisNode final : public StoreNode {
     if (general) {
       // Read the leaves whole (one round trip), patch here, write them back.
       std::vector<LeafRead> reads;
+      reads.reserve(mine.size());
       for (const auto* l : mine) reads.push_back(LeafRead{l->node, l->path, {}});
       Node* self = this;
       static_cast<RedisNode*>(self)->read_leaves(RowSelection::all(s_->batch), reads);
@@ -480,6 +481,7 @@ class RedisNode final : public StoreNode {
     send_checked(s_->conn, b, "writing rows of " + std::to_string(mine.size()) + " leaves", [&] {
       // Copied before load() replaces what `cached` points into.
       std::vector<std::pair<std::string, LeafInfo>> before;
+      before.reserve(cached.size());
       for (const auto& [path, info] : cached) before.emplace_back(*path, *info);
       s_->load();
       return std::all_of(before.begin(), before.end(),

@@ -361,6 +361,7 @@ class ShardedNode final : public StoreNode {
     const RowSelection all = RowSelection::all(s_->batch);
     if (!runs) {
       std::vector<LeafRead> reads;
+      reads.reserve(mine.size());
       for (const auto* l : mine) reads.push_back(LeafRead{l->node, l->path, {}});
       read_leaves(all, reads);
       for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -581,7 +582,7 @@ std::vector<std::string> place(Connection& c, const storage::Redis& o, std::size
   const auto nodes = c.nodes();
   std::vector<std::string> ids;
   for (std::size_t k = 0; k < n; ++k) {
-    const std::string want = nodes[k % nodes.size()];
+    const std::string& want = nodes[k % nodes.size()];
     for (int j = 0;; ++j) {
       std::string id = o.td_id + "-" + std::to_string(k) + (j ? "." + std::to_string(j) : "");
       if (!c.cluster() || j == 10000 || c.node_of(o.prefix + ":{" + id + "}:") == want) {
