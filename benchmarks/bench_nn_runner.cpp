@@ -167,25 +167,30 @@ void BM_actors8_mlp_direct_tensor(benchmark::State& state) {
 
 // Through the runner; `in_flight` rows per actor are submitted before the
 // actor waits for them (an actor stepping that many environments), so that
-// 8 actors can fill batches of up to 8 * in_flight rows.
-void runner_actors(benchmark::State& state, std::chrono::microseconds max_wait, int in_flight) {
+// 8 actors can fill batches of up to 8 * in_flight rows: run() for one row,
+// run_all() for several. `spin` is BatchingRunnerOptions::spin (0: a waiting
+// thread sleeps at once).
+void runner_actors(benchmark::State& state, std::chrono::microseconds max_wait, int in_flight,
+                   std::chrono::microseconds spin = td::nn::BatchingRunnerOptions{}.spin) {
   td::nn::BatchingRunnerOptions options;
   options.max_batch = kMaxBatch;
   options.max_wait = max_wait;
+  options.spin = spin;
   BatchingRunner runner(policy(), options);
   drive_actors(state, [&](std::vector<td::TensorDict>& rows, std::vector<double>& latency) {
-    std::vector<std::future<td::TensorDictBase>> pending(in_flight);
-    std::vector<std::chrono::steady_clock::time_point> started(in_flight);
+    std::vector<td::TensorDictBase> step(in_flight);
     for (int i = 0; i < kRowsPerActor; i += in_flight) {
-      for (int k = 0; k < in_flight; ++k) {
-        started[k] = std::chrono::steady_clock::now();
-        pending[k] = runner.submit(rows[(i + k) % kRowPool]);
-      }
-      for (int k = 0; k < in_flight; ++k) {
-        auto result = pending[k].get();
+      const auto started = std::chrono::steady_clock::now();
+      if (in_flight == 1) {
+        auto result = runner.run(rows[i % kRowPool]);
         benchmark::DoNotOptimize(result);
-        latency.push_back(micros_since(started[k]));
+      } else {
+        for (int k = 0; k < in_flight; ++k) step[k] = rows[(i + k) % kRowPool];
+        auto results = runner.run_all(step);
+        benchmark::DoNotOptimize(results);
       }
+      const double micros = micros_since(started);
+      for (int k = 0; k < in_flight; ++k) latency.push_back(micros);
     }
   });
   auto stats = runner.stats();
@@ -201,6 +206,12 @@ void BM_actors8_mlp_runner_wait100us(benchmark::State& state) {
 }
 void BM_actors8_mlp_runner_4_in_flight(benchmark::State& state) {
   runner_actors(state, std::chrono::microseconds(0), 4);
+}
+void BM_actors8_mlp_runner_no_spin(benchmark::State& state) {
+  runner_actors(state, std::chrono::microseconds(0), 1, std::chrono::microseconds(0));
+}
+void BM_actors8_mlp_runner_4_in_flight_no_spin(benchmark::State& state) {
+  runner_actors(state, std::chrono::microseconds(0), 4, std::chrono::microseconds(0));
 }
 
 // ---- assembling one batch of 32 rows and cutting its output ---------------------
@@ -244,6 +255,8 @@ void register_all() {
       {"BM_actors8_mlp/runner", BM_actors8_mlp_runner},
       {"BM_actors8_mlp/runner_wait100us", BM_actors8_mlp_runner_wait100us},
       {"BM_actors8_mlp/runner_4_in_flight", BM_actors8_mlp_runner_4_in_flight},
+      {"BM_actors8_mlp/runner_no_spin", BM_actors8_mlp_runner_no_spin},
+      {"BM_actors8_mlp/runner_4_in_flight_no_spin", BM_actors8_mlp_runner_4_in_flight_no_spin},
   };
   for (const auto& [name, fn] : actor_benchmarks) {
     benchmark::RegisterBenchmark(name, fn)->MinTime(kMinTime)->UseRealTime()->Unit(

@@ -518,3 +518,105 @@ TEST(NnBatchingRunner, OutKeysMayNameNestedTensordictsAndNonTensors) {
     EXPECT_EQ(result.get_non_tensor("label"), "summary");
   }
 }
+
+TEST(NnBatchingRunner, RunAllGivesEachRowItsOwnResultInOrder) {
+  auto policy = std::make_shared<Policy>();
+  BatchingRunner runner(policy, one_batch_of(3));
+  std::vector<td::TensorDictBase> inputs{row(1), row(2), row(3)};
+  auto results = runner.run_all(inputs);
+  ASSERT_EQ(results.size(), 3u);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(results[i].keys(), std::vector<td::NestedKey>{"action"}) << "row " << i;
+    EXPECT_TRUE(same_as_alone(*policy, results[i], inputs[i])) << "row " << i;
+  }
+  EXPECT_EQ(policy->batch_sizes(), (std::vector<int64_t>{3}));  // all three queued at once
+  EXPECT_TRUE(runner.run_all({}).empty());
+}
+
+TEST(NnBatchingRunner, RunAllRethrowsTheFirstErrorOnceEveryRowIsDone) {
+  auto policy = std::make_shared<Policy>();
+  policy->poison_ = 13.0f;
+  BatchingRunner runner(policy, one_batch_of(4));
+  std::vector<td::TensorDictBase> inputs{row(1), row(13), row(3), row(13)};
+  EXPECT_THROW(runner.run_all(inputs), td::ValueError);
+  // Every row ran (the batch, then each alone) before the call returned.
+  EXPECT_EQ(policy->batch_sizes(), (std::vector<int64_t>{4, 1, 1, 1, 1}));
+  auto stats = runner.stats();
+  EXPECT_EQ(stats.rows_failed, 2u);
+  EXPECT_EQ(stats.rows_succeeded, 2u);
+}
+
+TEST(NnBatchingRunner, RunAllRefusesANullRowOrAClosedRunnerBeforeQueueingAny) {
+  auto policy = std::make_shared<Policy>();
+  BatchingRunner runner(policy, no_wait(4));
+  std::vector<td::TensorDictBase> with_null{row(1), td::TensorDictBase(), row(3)};
+  try {
+    runner.run_all(with_null);
+    ADD_FAILURE() << "a null row was accepted";
+  } catch (const td::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(runner.run(td::TensorDictBase()), td::ValueError);
+  EXPECT_EQ(runner.stats().rows_submitted, 0u);
+  runner.close();
+  EXPECT_THROW(runner.run_all({row(1), row(2)}), td::nn::RunnerClosedError);
+  EXPECT_EQ(runner.stats().rows_submitted, 0u);
+  EXPECT_TRUE(policy->batch_sizes().empty());
+}
+
+// Callers that sleep at once (spin 0), spin through short batches, or spin
+// longer than any batch all get their own rows; no call is left waiting.
+TEST(NnBatchingRunner, CallersGetTheirRowsWhetherTheySleepOrSpin) {
+  for (auto spin : {0us, 200us, 50000us}) {
+    auto policy = std::make_shared<Policy>();
+    auto options = no_wait(8);
+    options.spin = spin;
+    BatchingRunner runner(policy, options);
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 40; ++i) {
+          std::vector<td::TensorDictBase> inputs{row(static_cast<float>(t * 100 + i)),
+                                                 row(static_cast<float>(-t * 100 - i))};
+          auto results = runner.run_all(inputs);
+          for (std::size_t k = 0; k < inputs.size(); ++k)
+            if (!same_as_alone(*policy, results[k], inputs[k])) ++mismatches;
+          if (!same_as_alone(*policy, runner.run(inputs[0]), inputs[0])) ++mismatches;
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(mismatches.load(), 0) << "spin " << spin.count() << " us";
+    EXPECT_EQ(runner.stats().rows_succeeded, 6u * 40u * 3u) << "spin " << spin.count() << " us";
+  }
+}
+
+TEST(NnBatchingRunner, RunAllCallersAcrossACloseThatFailsPendingRowsAllReturn) {
+  auto policy = slow_policy(1ms);
+  auto options = no_wait(4);
+  options.on_close = td::nn::ClosePolicy::fail_pending;
+  auto runner = std::make_unique<BatchingRunner>(policy, options);
+  std::atomic<int> calls_done{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        try {
+          runner->run_all({row(1), row(2), row(3)});
+        } catch (const td::nn::RunnerClosedError&) {
+          ++refused;
+        }
+        ++calls_done;
+      }
+    });
+  }
+  std::this_thread::sleep_for(20ms);
+  runner->close();
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(calls_done.load(), 6 * 100);
+  EXPECT_GT(refused.load(), 0);
+  auto stats = runner->stats();
+  EXPECT_EQ(stats.rows_succeeded + stats.rows_failed, stats.rows_submitted);
+}

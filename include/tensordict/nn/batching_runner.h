@@ -22,6 +22,7 @@
 #include <tensordict/nn/tensor_dict_module_base.h>
 #include <tensordict/tensor_dict_base.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -83,6 +84,15 @@ struct BatchingRunnerOptions {
   RowResult result = RowResult::out_keys;
   /// What close() and the destructor do with pending rows.
   ClosePolicy on_close = ClosePolicy::drain;
+  /// How long a waiting thread keeps checking, yielding its core to other
+  /// threads between checks, before it sleeps: a caller of run() / run_all()
+  /// waiting for its result, and the runner thread waiting for rows after a
+  /// batch. A sleeping thread costs a wake-up (a system call and a context
+  /// switch) that on few cores costs about as much as a small model's whole
+  /// call (docs/nn_batching.md). While it yields, the thread burns CPU only
+  /// when no other thread wants the core. 0: sleep at once. A future from
+  /// submit() does not spin: `get()` sleeps.
+  std::chrono::microseconds spin{200};
 };
 
 /// Counts since construction (each read is a consistent-enough snapshot of
@@ -140,9 +150,15 @@ class BatchingRunner {
   /// RunnerClosedError after close() and ValueError for a null handle; every
   /// other error arrives through the future, typed (tensordict::Error).
   std::future<TensorDictBase> submit(TensorDictBase row);
-  /// submit(row).get(): blocks until the row's result is there; rethrows its
-  /// error.
+  /// submit(row).get(): waits until the row's result is there (spinning
+  /// first, BatchingRunnerOptions::spin); rethrows its error.
   TensorDictBase run(TensorDictBase row);
+  /// Submits every row, then waits for all of them (an actor stepping several
+  /// environments): result i is row i's. When rows fail, the first failing
+  /// row's error is rethrown once every row is done, so the rows may be
+  /// reused when the call returns. A null row is a ValueError before any row
+  /// is queued.
+  std::vector<TensorDictBase> run_all(const std::vector<TensorDictBase>& rows);
 
   /// Stops accepting rows, runs or fails the pending ones (options().on_close)
   /// and joins the runner thread. Idempotent; concurrent calls all return
@@ -160,13 +176,21 @@ class BatchingRunner {
  private:
   struct Request;
   struct Counters;
-  using Requests = std::vector<std::unique_ptr<Request>>;
+  // Requests of submit() are owned by the queue and then the runner thread;
+  // those of run() and run_all() live in the caller's frame until it has its
+  // results.
+  using Requests = std::vector<Request*>;
 
   void worker_loop();
   void run_batch(Requests& requests);
   void run_group(const std::vector<Request*>& group, bool rerun);
   TensorDictBase call(TensorDictBase input);
-  void succeed(Request& request, TensorDictBase result);
+  // Prepares `request` (its structure) on the caller's thread; false when
+  // that already failed it.
+  bool prepare(Request& request);
+  // Queues the requests, all or none (RunnerClosedError after close()).
+  void enqueue(Request* const* requests, std::size_t count);
+  void succeed(Request& request, const TensorDictBase& source, int64_t index);
   void fail(Request& request, std::exception_ptr error);
   std::exception_ptr typed(std::exception_ptr error) const;
 
@@ -178,8 +202,15 @@ class BatchingRunner {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_runner_;
-  std::deque<std::unique_ptr<Request>> queue_;
+  std::deque<Request*> queue_;
   bool closing_ = false;
+  // Read without the mutex by the runner thread while it spins between
+  // batches: the queue's length and closing_.
+  std::atomic<std::size_t> queued_{0};
+  std::atomic<bool> stop_spinning_{false};
+  // Which requests of the running batch got their result or error, by slot
+  // (runner thread only).
+  std::vector<char> delivered_;
   std::mutex join_mutex_;
   std::thread worker_;
 };
