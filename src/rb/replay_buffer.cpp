@@ -142,21 +142,30 @@ struct ReplayBuffer::State {
 
   // Takes `given` (a RandomSampler when null), checked against the capacity.
   void set_sampler(std::shared_ptr<Sampler> given) {
-    sampler = given ? std::move(given) : std::make_shared<RandomSampler>();
-    if (envs && typeid(*sampler) != typeid(RandomSampler) &&
-        typeid(*sampler) != typeid(SamplerWithoutReplacement))
-      throw UnsupportedError("ReplayBuffer: a " + sampler->name() +
+    if (!given) given = std::make_shared<RandomSampler>();
+    // The samplers that know the time-major numbering of an [env, time]
+    // buffer's elements (a SliceSampler reads StorageView::envs).
+    const std::type_info& kind = typeid(*given);
+    if (envs && kind != typeid(RandomSampler) && kind != typeid(SamplerWithoutReplacement) &&
+        kind != typeid(PrioritizedSampler) && kind != typeid(SliceSampler) &&
+        kind != typeid(SliceSamplerWithoutReplacement))
+      throw UnsupportedError("ReplayBuffer: a " + given->name() +
                              " over an [env, time] storage is not built yet; such a buffer "
-                             "samples with RandomSampler or SamplerWithoutReplacement");
-    if (auto* p = dynamic_cast<PrioritizedSampler*>(sampler.get()); p && p->capacity() != capacity)
+                             "samples with RandomSampler, SamplerWithoutReplacement, "
+                             "PrioritizedSampler or a SliceSampler");
+    if (auto* p = dynamic_cast<PrioritizedSampler*>(given.get()); p && p->capacity() != capacity)
       throw ValueError("ReplayBuffer: the PrioritizedSampler holds " +
                        std::to_string(p->capacity()) + " rows, the buffer " +
-                       std::to_string(capacity));
-    if (auto* slices = dynamic_cast<SliceSampler*>(sampler.get());
-        slices && slices->options().slice_len > capacity)
+                       std::to_string(capacity) +
+                       (envs ? " (envs * steps, one priority per element)" : ""));
+    // A slice runs along time: in an [env, time] buffer within one env's steps.
+    if (auto* slices = dynamic_cast<SliceSampler*>(given.get());
+        slices && slices->options().slice_len > writer_capacity())
       throw ValueError("ReplayBuffer: the SliceSampler's slice_len " +
-                       std::to_string(slices->options().slice_len) + " exceeds the capacity " +
-                       std::to_string(capacity) + ": no slice would ever fit");
+                       std::to_string(slices->options().slice_len) + " exceeds the " +
+                       (envs ? "time steps per env " : "capacity ") +
+                       std::to_string(writer_capacity()) + ": no slice would ever fit");
+    sampler = std::move(given);
   }
 
   void set_writer(std::shared_ptr<Writer> w) {
@@ -719,7 +728,7 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
     throw ValueError("ReplayBuffer::sample: the buffer is empty");
   } else if (s.envs) {
     // The sampler numbers the elements time-major, as TorchRL's samplers do.
-    const StorageView view{&s.storage, s.size(), s.capacity, -1};
+    const StorageView view{&s.storage, s.size(), s.capacity, s.last_row, s.envs};
     info = s.sampler->sample_from(view, batch_size, &s.generator);
     info.index =
         s.unravel(detail::checked_rows(info.index, s.size(), s.sampler->name() + "::sample"));

@@ -35,9 +35,13 @@
 /// cycles over the time steps; capacity() is envs * steps and size() the
 /// elements filled. sample(n) returns n elements, batch [n], with "index"
 /// int64 [n, 2] (env, time); samplers number the elements time-major as
-/// TorchRL does; checkpoints are TorchRL's [steps, envs] layout.
-/// RandomSampler and SamplerWithoutReplacement only (UnsupportedError for
-/// the others, for writers other than RoundRobinWriter and for attach()).
+/// TorchRL does; checkpoints are TorchRL's [steps, envs] layout. A
+/// PrioritizedSampler of envs * steps keeps one priority per element in that
+/// numbering; a SliceSampler slices along time within one env
+/// (slice_sampler.h). RandomSampler, SamplerWithoutReplacement,
+/// PrioritizedSampler, SliceSampler and SliceSamplerWithoutReplacement only
+/// (UnsupportedError for samplers of one's own, for writers other than
+/// RoundRobinWriter and for attach()).
 ///
 /// Errors: typed tensordict:: errors, raised before anything changes (bad
 /// input writes nothing and leaves the cursor and priorities as they were):
@@ -139,7 +143,8 @@ class ReplayBuffer {
   /// New priorities of rows (int64 index, real priority; one priority is
   /// broadcast). A no-op for samplers without priorities, as in TorchRL, after
   /// the same index checks (IndexError outside [0, capacity)). An [env, time]
-  /// buffer takes int64 [n, 2] (env, time) pairs (ShapeError otherwise).
+  /// buffer takes int64 [n, 2] (env, time) pairs (ShapeError otherwise,
+  /// IndexError for an env or time step outside the storage).
   void update_priority(const at::Tensor& index, const at::Tensor& priority);
   /// update_priority(sampled["index"], sampled[priority_key]); a priority
   /// with more dims than [B] is reduced by its max over them (TorchRL's
