@@ -510,3 +510,119 @@ INSTANTIATE_TEST_SUITE_P(
              "_len" + std::to_string(c.slice_len) + (c.by_traj ? "_ids" : "_ends") +
              (c.strict ? "_strict" : "_loose");
     });
+
+// ---- lazily made [env, time] storages ----------------------------------------------------
+
+namespace {
+
+class LazyEnvTime : public ::testing::TestWithParam<std::string> {
+ protected:
+  Storages storages;
+  // ReplayBuffer(capacity, ..., ndim = 2) in the storage kind of the test.
+  rb::ReplayBuffer lazy(int64_t capacity, std::shared_ptr<rb::Sampler> sampler = nullptr) {
+    td::StorageOptions options;
+    if (GetParam() == "memmap") options["prefix"] = storages.dir("lazy").string();
+    return rb::ReplayBuffer(capacity, std::move(sampler), GetParam(), options, nullptr, 2);
+  }
+};
+
+}  // namespace
+
+TEST_P(LazyEnvTime, FirstExtendMakesEnvsTimesCeilCapacityOverEnvs) {
+  rb::ReplayBuffer buffer = lazy(10);
+  EXPECT_FALSE(buffer.storage().defined());
+  buffer.extend(steps_of(0, 2));
+  // As TorchRL's LazyTensorStorage(10, ndim=2) after an extend of 3 envs:
+  // [3, ceil(10 / 3)] here ([4, 3] there, time-major), max_size 12.
+  const td::TensorDictBase storage = buffer.storage();
+  ASSERT_TRUE(storage.defined());
+  EXPECT_EQ(storage.batch_size(), (std::vector<int64_t>{kEnvs, 4}));
+  EXPECT_EQ(buffer.capacity(), 12);
+  EXPECT_EQ(buffer.size(), 6);
+  buffer.extend(steps_of(2, 3));  // wraps at time 4
+  EXPECT_EQ(buffer.writer_state(), (rb::WriterState{1, 5}));
+  EXPECT_EQ(buffer.size(), 12);
+  buffer.manual_seed(1);
+  const at::Tensor flat = check_rows(buffer.sample(64), 5, kEnvs, 4);
+  EXPECT_TRUE(flat.lt(12).all().item<bool>());
+  // Afterwards it is an [env, time] buffer like any other: [envs] steps only.
+  EXPECT_THROW(buffer.extend(steps_of(0, 2, kEnvs + 1)), td::ShapeError);
+}
+
+TEST_P(LazyEnvTime, FirstAddMakesTheStorageToo) {
+  rb::ReplayBuffer buffer = lazy(2);  // fewer than the envs: one time step
+  EXPECT_EQ(buffer.add(steps_of(0, 1).index({at::indexing::Slice(), 0})), 0);
+  EXPECT_EQ(buffer.storage().batch_size(), (std::vector<int64_t>{kEnvs, 1}));
+  EXPECT_EQ(buffer.capacity(), kEnvs);
+  EXPECT_EQ(buffer.add(steps_of(1, 1).index({at::indexing::Slice(), 0})), 0);
+  check_rows(buffer.sample(8), 2, kEnvs, 1);
+}
+
+TEST_P(LazyEnvTime, SamplersAreCheckedAgainstTheStorageMadeBeforeItIs) {
+  // A first write that is not [envs, t]: nothing is made.
+  rb::ReplayBuffer buffer = lazy(12, prioritized(12));
+  EXPECT_THROW(buffer.extend(steps_of(0, 2).index({0})), td::ShapeError);
+  EXPECT_FALSE(buffer.storage().defined());
+  EXPECT_EQ(buffer.size(), 0);
+  // 12 elements of 3 envs: one priority each, as a storage-made buffer.
+  buffer.extend(steps_of(0, 2));
+  buffer.update_priority(pairs({2, 1}), at::tensor({4.0f}));
+  auto* sampler = dynamic_cast<rb::PrioritizedSampler*>(buffer.sampler().get());
+  EXPECT_EQ(sampler->max_priority_slot(), 1 * kEnvs + 2);
+
+  // 10 priorities for the 12 elements 3 envs make: refused, nothing made.
+  rb::ReplayBuffer wrong = lazy(10, prioritized(10));
+  EXPECT_THROW(wrong.extend(steps_of(0, 2)), td::ValueError);
+  EXPECT_FALSE(wrong.storage().defined());
+  // A slice longer than the 4 time steps of 3 envs in 12.
+  rb::ReplayBuffer long_slices =
+      lazy(12, std::make_shared<rb::SliceSampler>(slice_options(5, true)));
+  EXPECT_THROW(long_slices.extend(steps_of(0, 2)), td::ValueError);
+  EXPECT_FALSE(long_slices.storage().defined());
+  // Slices of a lazily made storage stay within an env.
+  rb::ReplayBuffer slices = lazy(12, std::make_shared<rb::SliceSampler>(slice_options(2, false)));
+  slices.extend(steps_of(0, 4));
+  for (const EnvSlice& s : slices_of(slices.sample(8))) {
+    EXPECT_EQ(s.pairs[0][0], s.pairs[1][0]);
+    EXPECT_EQ(s.id[1], s.id[0] + 1);
+  }
+}
+
+TEST_P(LazyEnvTime, ACheckpointGivesTheStorageItsShape) {
+  rb::ReplayBuffer written = lazy(12, prioritized(12));
+  written.extend(steps_of(0, 5));
+  written.update_priority(pairs({0, 1, 2, 3}), at::tensor({2.0f, 7.0f}));
+  const fs::path dir = storages.dir("checkpoint");
+  written.dumps(dir);
+
+  rb::ReplayBuffer loaded = lazy(12, prioritized(12));
+  loaded.loads(dir);
+  ASSERT_TRUE(loaded.storage().defined());
+  EXPECT_EQ(loaded.storage().batch_size(), (std::vector<int64_t>{kEnvs, 4}));
+  EXPECT_TRUE(loaded.storage().get("id").equal(written.storage().get("id")));
+  EXPECT_EQ(loaded.writer_state(), written.writer_state());
+  auto* a = dynamic_cast<rb::PrioritizedSampler*>(written.sampler().get());
+  auto* b = dynamic_cast<rb::PrioritizedSampler*>(loaded.sampler().get());
+  EXPECT_TRUE(a->state().sum_leaves.equal(b->state().sum_leaves));
+  check_rows(loaded.sample(16), 5);
+
+  // A capacity that would make other time steps (20 / 3 -> 7), or a 1-D
+  // buffer: refused, nothing made.
+  rb::ReplayBuffer other = lazy(20, prioritized(21));
+  EXPECT_THROW(other.loads(dir), td::ValueError);
+  EXPECT_FALSE(other.storage().defined());
+  EXPECT_EQ(other.capacity(), 20);
+  rb::ReplayBuffer flat(12, prioritized(12));
+  EXPECT_THROW(flat.loads(dir), td::FormatError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Storages, LazyEnvTime, ::testing::Values("memory", "memmap"),
+                         [](const auto& info) { return info.param; });
+
+TEST(LazyEnvTimeSetup, NdimAndWritersAreChecked) {
+  EXPECT_THROW(rb::ReplayBuffer(12, nullptr, "memory", {}, nullptr, 3), td::ValueError);
+  EXPECT_THROW(rb::ReplayBuffer(12, nullptr, "memory", {}, nullptr, 0), td::ValueError);
+  EXPECT_THROW(rb::ReplayBuffer(12, nullptr, "memory", {},
+                                std::make_shared<rb::TensorDictMaxValueWriter>("id"), 2),
+               td::UnsupportedError);
+}
