@@ -170,8 +170,10 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
         end.logical_or_(flags.ne(0));
     }
   }
-  std::vector<Trajectory> out;
+  // The stop rows, group after group (group g's in [bounds[g], bounds[g + 1])),
+  // first, so that the trajectories are made in one reserved vector.
   std::vector<int64_t> stops;
+  std::vector<std::size_t> bounds{0};
   for (int64_t g = 0; g < groups; ++g) {
     bool* e = end.data_ptr<bool>() + g * rows;
     if (!full) {
@@ -181,11 +183,17 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
       if (view.last_row >= 0 && view.last_row < rows) e[view.last_row] = true;
       if (std::none_of(e, e + rows, [](bool b) { return b; })) e[rows - 1] = true;
     }
-    stops.clear();
     for (int64_t i = 0; i < rows; ++i)
       if (e[i]) stops.push_back(i);
-    for (std::size_t k = 0; k < stops.size(); ++k) {
-      const int64_t start = k ? stops[k - 1] + 1 : (stops.back() + 1) % rows;
+    bounds.push_back(stops.size());
+  }
+  std::vector<Trajectory> out;
+  out.reserve(stops.size());
+  for (int64_t g = 0; g < groups; ++g) {
+    const std::size_t first = bounds[g], last = bounds[g + 1];
+    for (std::size_t k = first; k < last; ++k) {
+      // The first trajectory of a group starts after the group's last stop.
+      const int64_t start = k > first ? stops[k - 1] + 1 : (stops[last - 1] + 1) % rows;
       int64_t length = stops[k] - start + 1;
       if (length <= 0) length += rows;
       out.push_back({start, stops[k], length, g});
