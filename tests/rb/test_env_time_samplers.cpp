@@ -444,6 +444,9 @@ struct EnvTorchRLCase {
   int64_t slice_len;
   bool by_traj;
   bool strict;
+  int64_t span_left = 0;  // SliceSamplerOptions::kWholeSpan (-1) is TorchRL's True
+  int64_t span_right = 0;
+  bool pad = false;
 };
 
 std::string join(const std::vector<int64_t>& v) {
@@ -453,6 +456,10 @@ std::string join(const std::vector<int64_t>& v) {
 }
 
 class EnvSlicesAgainstTorchRL : public ::testing::TestWithParam<EnvTorchRLCase> {};
+
+std::string span_name(int64_t span) {
+  return span == rb::SliceSamplerOptions::kWholeSpan ? "whole" : std::to_string(span);
+}
 
 }  // namespace
 
@@ -465,11 +472,15 @@ TEST_P(EnvSlicesAgainstTorchRL, SameTrajectoriesSameSlices) {
       " --written " + std::to_string(c.layout.written) + " --chunk " +
       std::to_string(c.layout.chunk) + " --slice-len " + std::to_string(c.slice_len) +
       " --signal " + (c.by_traj ? "traj" : "end") + " --strict " + (c.strict ? "1" : "0") +
-      " --samples 400 --seed 1");
+      " --span-left " + std::to_string(c.span_left) + " --span-right " +
+      std::to_string(c.span_right) + " --pad " + (c.pad ? "1" : "0") + " --samples 400 --seed 1");
   const auto envs = static_cast<int64_t>(c.layout.lengths.size());
   Storages storages;
-  auto sampler =
-      std::make_shared<rb::SliceSampler>(slice_options(c.slice_len, c.by_traj, c.strict));
+  rb::SliceSamplerOptions o = slice_options(c.slice_len, c.by_traj, c.strict);
+  o.span_left = c.span_left;
+  o.span_right = c.span_right;
+  o.pad_output = c.pad;
+  auto sampler = std::make_shared<rb::SliceSampler>(o);
   rb::ReplayBuffer buffer = filled(storages, "memory", c.layout, sampler);
   const td::TensorDictBase storage = buffer.storage();
   json found = json::array();
@@ -485,9 +496,34 @@ TEST_P(EnvSlicesAgainstTorchRL, SameTrajectoriesSameSlices) {
     for (int64_t x : v) out.push_back(x != 0);
     return out;
   };
-  for (int k = 0; k < 400; ++k)
-    for (const EnvSlice& s : slices_of(buffer.sample(4 * c.slice_len)))
+  for (int k = 0; k < 400; ++k) {
+    const td::TensorDict sample = buffer.sample(4 * c.slice_len);
+    if (c.pad && sample.contains(td::NestedKey{"collector", "mask"})) {
+      // Padded: every slice is slice_len steps, listed with its mask (and
+      // keyed by its pairs then its mask, as the Python side keys them).
+      const std::vector<int64_t> index = as_vector(sample.get("index")),
+                                 truncated = as_vector(sample.get({"next", "truncated"})),
+                                 done = as_vector(sample.get({"next", "done"})),
+                                 mask = as_vector(sample.get({"collector", "mask"}));
+      for (int64_t begin = 0; begin < 4 * c.slice_len; begin += c.slice_len) {
+        std::vector<std::vector<int64_t>> key;
+        json pairs = json::array();
+        for (int64_t p = begin; p < begin + c.slice_len; ++p) {
+          key.push_back({index[2 * p], index[2 * p + 1]});
+          pairs.push_back(key.back());
+        }
+        const auto cut = [&](const std::vector<int64_t>& v) {
+          return std::vector<int64_t>(v.begin() + begin, v.begin() + begin + c.slice_len);
+        };
+        for (int64_t m : cut(mask)) key.push_back({m});
+        slices[key] =
+            json::array({pairs, flags(cut(truncated)), flags(cut(done)), flags(cut(mask))});
+      }
+      continue;
+    }
+    for (const EnvSlice& s : slices_of(sample))
       slices[s.pairs] = json::array({s.pairs, flags(s.truncated), flags(s.done)});
+  }
   json mine = json::array();
   for (const auto& [key, entry] : slices) mine.push_back(entry);
   EXPECT_EQ(mine, torchrl["slices"]);
@@ -502,13 +538,23 @@ INSTANTIATE_TEST_SUITE_P(
         EnvTorchRLCase{{10, {{3, 2, 4, 3, 2}, {5, 1, 3, 6}, {1, 1, 7}}, 7, 4}, 2, false, true},
         // wrapped twice over 6 steps, extends of 5
         EnvTorchRLCase{
-            {6, {{3, 2, 4, 3, 2, 5}, {5, 1, 3, 6, 4}, {1, 1, 7, 9}}, 17, 5}, 2, true, false}),
+            {6, {{3, 2, 4, 3, 2, 5}, {5, 1, 3, 6, 4}, {1, 1, 7, 9}}, 17, 5}, 2, true, false},
+        // spans (True both sides; steps) and pad_output
+        EnvTorchRLCase{kWrapped, 3, true, true, -1, -1},
+        EnvTorchRLCase{kWrapped, 3, false, true, 1, 2},
+        EnvTorchRLCase{kWrapped, 3, true, false, 0, 0, true},
+        EnvTorchRLCase{
+            {10, {{3, 2, 4, 3, 2}, {5, 1, 3, 6}, {1, 1, 7}}, 7, 4}, 3, false, false, -1, -1, true}),
     [](const ::testing::TestParamInfo<EnvTorchRLCase>& info) {
       const EnvTorchRLCase& c = info.param;
       return "envs" + std::to_string(c.layout.lengths.size()) + "_steps" +
              std::to_string(c.layout.steps) + "_written" + std::to_string(c.layout.written) +
              "_len" + std::to_string(c.slice_len) + (c.by_traj ? "_ids" : "_ends") +
-             (c.strict ? "_strict" : "_loose");
+             (c.strict ? "_strict" : "_loose") +
+             (c.span_left || c.span_right
+                  ? "_span" + span_name(c.span_left) + "_" + span_name(c.span_right)
+                  : "") +
+             (c.pad ? "_pad" : "");
     });
 
 // ---- lazily made [env, time] storages ----------------------------------------------------

@@ -38,8 +38,9 @@ struct SampleInfo {
 
 /// The buffer as sample_from() sees it.
 struct StorageView {
-  const TensorDictBase* storage = nullptr;  ///< the storage, batch size [capacity]
-  int64_t size = 0;                         ///< rows filled: [0, size)
+  /// the storage, batch size [capacity] (or [envs, steps], see envs)
+  const TensorDictBase* storage = nullptr;
+  int64_t size = 0;  ///< rows filled: [0, size)
   int64_t capacity = 0;
   /// The row written last (where the newest data ends), -1 when unknown.
   int64_t last_row = -1;

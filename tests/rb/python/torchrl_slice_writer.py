@@ -38,7 +38,8 @@ JSON line on stdout. Runs in TorchRL's environment (TENSORDICT_TORCHRL_PYTHON).
       lengths (ids 100 e + t; done as in slice), its first N steps written by
       extends of [E, K]. Prints the trajectories found as [env, start, stop,
       length] (time steps) and every distinct slice drawn as its [env, time]
-      pairs with its truncated and done flags.
+      pairs with its truncated and done flags. --span-left, --span-right and
+      --pad as for slice.
 """
 import argparse
 import json
@@ -129,6 +130,16 @@ def run_max_value(args):
     print(json.dumps(out))
 
 
+def slice_extras(args):
+    """The sampler's span and pad_output arguments from --span-left/right and --pad."""
+    extra = {}
+    if args.span_left or args.span_right:
+        extra["span"] = tuple(True if x == -1 else x for x in (args.span_left, args.span_right))
+    if args.pad:
+        extra["pad_output"] = True
+    return extra
+
+
 def slice_buffer(args, sampler_class):
     lengths = [int(x) for x in args.lengths.split(",")]
     traj, done = [], []
@@ -144,11 +155,7 @@ def slice_buffer(args, sampler_class):
         },
         [total],
     )
-    extra = {}
-    if getattr(args, "span_left", 0) or getattr(args, "span_right", 0):
-        extra["span"] = tuple(True if x == -1 else x for x in (args.span_left, args.span_right))
-    if getattr(args, "pad", 0):
-        extra["pad_output"] = True
+    extra = slice_extras(args)
     if args.signal == "traj":
         sampler = sampler_class(
             slice_len=args.slice_len, traj_key="traj", strict_length=bool(args.strict), **extra
@@ -232,12 +239,9 @@ def run_env_slice(args):
         },
         [envs, n],
     )
-    if args.signal == "traj":
-        sampler = SliceSampler(slice_len=args.slice_len, traj_key="traj",
-                               strict_length=bool(args.strict))
-    else:
-        sampler = SliceSampler(slice_len=args.slice_len, end_key=("next", "done"),
-                               strict_length=bool(args.strict))
+    signal = {"traj_key": "traj"} if args.signal == "traj" else {"end_key": ("next", "done")}
+    sampler = SliceSampler(slice_len=args.slice_len, strict_length=bool(args.strict), **signal,
+                           **slice_extras(args))
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(envs * args.steps, ndim=2),
                                 sampler=sampler)
     for start in range(0, n, args.chunk):
@@ -252,6 +256,15 @@ def run_env_slice(args):
         pairs = [[int(e), int(t)] for t, e in s["index"].tolist()]
         truncated = s["next", "truncated"].reshape(-1).tolist()
         done_out = s["next", "done"].reshape(-1).tolist()
+        if args.pad and ("collector", "mask") in s.keys(True):
+            # padded: slices of slice_len steps, each listed with its mask
+            mask = s["collector", "mask"].reshape(-1).tolist()
+            for begin in range(0, len(pairs), args.slice_len):
+                end = begin + args.slice_len
+                key = tuple(map(tuple, pairs[begin:end])) + tuple(mask[begin:end])
+                slices[key] = [pairs[begin:end], truncated[begin:end], done_out[begin:end],
+                               mask[begin:end]]
+            continue
         begin = 0
         for k, flag in enumerate(truncated):
             if flag:
@@ -280,9 +293,9 @@ def main():
             sl.add_argument("--dump")
             sl.add_argument("--dump-after", type=int, default=0)
             sl.add_argument("--load")
-            sl.add_argument("--span-left", type=int, default=0)
-            sl.add_argument("--span-right", type=int, default=0)
-            sl.add_argument("--pad", type=int, default=0)
+        sl.add_argument("--span-left", type=int, default=0)
+        sl.add_argument("--span-right", type=int, default=0)
+        sl.add_argument("--pad", type=int, default=0)
         sl.add_argument("--lengths", required=True)
         sl.add_argument("--chunk", type=int, required=True)
         sl.add_argument("--slice-len", type=int, required=True)
