@@ -38,7 +38,7 @@ struct SampleInfo {
 
 /// The buffer as sample_from() sees it.
 struct StorageView {
-  /// the storage, batch size [capacity] (or [envs, steps], see envs)
+  /// The storage, batch size [capacity] (or [envs, steps], see envs).
   const TensorDictBase* storage = nullptr;
   int64_t size = 0;  ///< rows filled: [0, size)
   int64_t capacity = 0;
