@@ -67,6 +67,8 @@ struct ReplayBuffer::State {
   int64_t envs = 0;
   int64_t steps = 0;
   std::string lazy_storage;
+  // 2: a lazy buffer whose storage is made [env, time] at the first write.
+  int64_t lazy_ndim = 1;
   StorageOptions lazy_options;
   std::shared_ptr<Sampler> sampler;
   std::shared_ptr<Writer> writer;
@@ -140,27 +142,50 @@ struct ReplayBuffer::State {
   // extend() through a writer other than RoundRobinWriter: the rows it chose.
   at::Tensor extend_chosen(const TensorDictBase& batch, const std::vector<at::Tensor>& src);
 
-  // Takes `given` (a RandomSampler when null), checked against the capacity.
-  void set_sampler(std::shared_ptr<Sampler> given) {
-    sampler = given ? std::move(given) : std::make_shared<RandomSampler>();
-    if (envs && typeid(*sampler) != typeid(RandomSampler) &&
-        typeid(*sampler) != typeid(SamplerWithoutReplacement))
-      throw UnsupportedError("ReplayBuffer: a " + sampler->name() +
+  // UnsupportedError or ValueError when `given` cannot sample this buffer:
+  // an [env, time] one (`env_time`) takes only the samplers that know how
+  // its elements are numbered; when the buffer's size is known (`sized`: not
+  // a lazy [env, time] buffer before its first write) a PrioritizedSampler
+  // must hold `elements` priorities and a slice fit in `cycle` rows (time
+  // steps).
+  static void check_sampler(const Sampler& given, bool env_time, bool sized, int64_t elements,
+                            int64_t cycle) {
+    // The samplers that know the time-major numbering of an [env, time]
+    // buffer's elements (a SliceSampler reads StorageView::envs).
+    const std::type_info& kind = typeid(given);
+    if (env_time && kind != typeid(RandomSampler) && kind != typeid(SamplerWithoutReplacement) &&
+        kind != typeid(PrioritizedSampler) && kind != typeid(SliceSampler) &&
+        kind != typeid(SliceSamplerWithoutReplacement))
+      throw UnsupportedError("ReplayBuffer: a " + given.name() +
                              " over an [env, time] storage is not built yet; such a buffer "
-                             "samples with RandomSampler or SamplerWithoutReplacement");
-    if (auto* p = dynamic_cast<PrioritizedSampler*>(sampler.get()); p && p->capacity() != capacity)
+                             "samples with RandomSampler, SamplerWithoutReplacement, "
+                             "PrioritizedSampler or a SliceSampler");
+    if (!sized) return;
+    if (const auto* p = dynamic_cast<const PrioritizedSampler*>(&given);
+        p && p->capacity() != elements)
       throw ValueError("ReplayBuffer: the PrioritizedSampler holds " +
                        std::to_string(p->capacity()) + " rows, the buffer " +
-                       std::to_string(capacity));
-    if (auto* slices = dynamic_cast<SliceSampler*>(sampler.get());
-        slices && slices->options().slice_len > capacity)
+                       std::to_string(elements) +
+                       (env_time ? " (envs * steps, one priority per element)" : ""));
+    // A slice runs along time: in an [env, time] buffer within one env's steps.
+    if (const auto* slices = dynamic_cast<const SliceSampler*>(&given);
+        slices && slices->options().slice_len > cycle)
       throw ValueError("ReplayBuffer: the SliceSampler's slice_len " +
-                       std::to_string(slices->options().slice_len) + " exceeds the capacity " +
-                       std::to_string(capacity) + ": no slice would ever fit");
+                       std::to_string(slices->options().slice_len) + " exceeds the " +
+                       (env_time ? "time steps per env " : "capacity ") + std::to_string(cycle) +
+                       ": no slice would ever fit");
+  }
+
+  // Takes `given` (a RandomSampler when null), checked against the capacity.
+  void set_sampler(std::shared_ptr<Sampler> given) {
+    if (!given) given = std::make_shared<RandomSampler>();
+    const bool lazy_env = lazy_ndim == 2 && !storage.defined();
+    check_sampler(*given, envs || lazy_env, !lazy_env, capacity, writer_capacity());
+    sampler = std::move(given);
   }
 
   void set_writer(std::shared_ptr<Writer> w) {
-    if (envs && w && typeid(*w) != typeid(RoundRobinWriter))
+    if ((envs || lazy_ndim == 2) && w && typeid(*w) != typeid(RoundRobinWriter))
       throw UnsupportedError("ReplayBuffer: a " + w->name() +
                              " over an [env, time] storage (TorchRL refuses it too); such a "
                              "buffer writes with a RoundRobinWriter");
@@ -268,11 +293,31 @@ struct ReplayBuffer::State {
   }
 
   // Makes the storage of a lazy buffer from the first data written.
-  void allocate_like(const TensorDictBase& data, int64_t lead) { adopt(make_like(data, lead)); }
+  void allocate_like(const TensorDictBase& data, int64_t lead) {
+    adopt(make_like(data, lead, {capacity}));
+  }
 
-  // A new storage of `capacity` rows shaped like `data`'s, in the storage
-  // the lazy buffer was given.
-  TensorDictBase make_like(const TensorDictBase& data, int64_t lead) const {
+  // Makes the storage of a lazy [env, time] buffer from its first write,
+  // `data` of batch size [envs, t] (lead 1) or [envs] (lead 0): [envs,
+  // ceil(capacity / envs)] as TorchRL's lazy ndim=2 storages; the sampler is
+  // checked against it first.
+  void allocate_env_time(const char* where, const TensorDictBase& data, int64_t lead) {
+    if (data.batch_dims() != lead + 1 || data.batch_size()[0] <= 0)
+      throw ShapeError(
+          std::string(where) +
+          ": the [env, time] storage (ndim 2) is made at the first write from " +
+          (lead ? "a batch of batch size [envs, t]" : "one step of every env, [envs]") +
+          ", got batch size " + c10::str(data.batch_size()));
+    const int64_t count = data.batch_size()[0];
+    const int64_t time_steps = (capacity + count - 1) / count;
+    check_sampler(*sampler, true, true, count * time_steps, time_steps);
+    adopt(make_like(data, lead + 1, {count, time_steps}));
+  }
+
+  // A new storage of batch size `batch` shaped like `data`'s rows (after its
+  // `lead` batch dims), in the storage the lazy buffer was given.
+  TensorDictBase make_like(const TensorDictBase& data, int64_t lead,
+                           const std::vector<int64_t>& batch) const {
     Schema schema;
     for (const auto& [key, value] : data.items(/*include_nested=*/true, /*leaves_only=*/false)) {
       if (value.is_tensordict()) continue;
@@ -287,7 +332,7 @@ struct ReplayBuffer::State {
                                 t.scalar_type()});
     }
     if (schema.empty()) throw ValueError("ReplayBuffer: the data written has no tensor");
-    return from_schema(schema, {capacity}, lazy_storage, lazy_options);
+    return from_schema(schema, batch, lazy_storage, lazy_options);
   }
 
   // Every slot of the storage as a TensorDict (the storage's own tensors
@@ -377,6 +422,7 @@ struct ReplayBuffer::State {
 
   void prepare(const char* where, const TensorDictBase& data, int64_t lead) {
     if (!data.defined()) throw ValueError(std::string(where) + ": the data is undefined");
+    if (lazy_ndim == 2 && !storage.defined()) allocate_env_time(where, data, lead);
     if (envs && (data.batch_dims() != lead + 1 || data.batch_size()[0] != envs))
       throw ShapeError(std::string(where) + ": the storage is [env, time] with " +
                        std::to_string(envs) + " envs: expected " +
@@ -402,8 +448,14 @@ ReplayBuffer::ReplayBuffer(TensorDictBase storage, std::shared_ptr<Sampler> samp
 }
 
 ReplayBuffer::ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler, std::string storage,
-                           StorageOptions options, std::shared_ptr<Writer> writer)
+                           StorageOptions options, std::shared_ptr<Writer> writer, int64_t ndim)
     : state_(std::make_unique<State>()) {
+  if (ndim != 1 && ndim != 2)
+    throw ValueError(
+        "ReplayBuffer: ndim must be 1 (a storage of batch size [capacity]) or 2 (an "
+        "[env, time] storage), got " +
+        std::to_string(ndim));
+  state_->lazy_ndim = ndim;
   state_->set_writer(std::move(writer));
   if (capacity <= 0)
     throw ValueError("ReplayBuffer: the capacity must be positive, got " +
@@ -719,7 +771,7 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
     throw ValueError("ReplayBuffer::sample: the buffer is empty");
   } else if (s.envs) {
     // The sampler numbers the elements time-major, as TorchRL's samplers do.
-    const StorageView view{&s.storage, s.size(), s.capacity, -1};
+    const StorageView view{&s.storage, s.size(), s.capacity, s.last_row, s.envs};
     info = s.sampler->sample_from(view, batch_size, &s.generator);
     info.index =
         s.unravel(detail::checked_rows(info.index, s.size(), s.sampler->name() + "::sample"));
@@ -937,6 +989,37 @@ void ReplayBuffer::loads(const fs::path& dir) {
   if (rows.contains("index") && rows.at("index").is_tensor() &&
       !(s.storage.defined() && s.storage.contains("index")))
     rows = rows.exclude({"index"});
+  // A lazy [env, time] buffer not written yet takes the checkpoint's
+  // [steps, envs] when it fits its capacity (restored on any error below).
+  struct Restore {
+    State& s;
+    int64_t envs, steps, capacity;
+    bool armed;
+    ~Restore() {
+      if (!armed) return;
+      s.envs = envs;
+      s.steps = steps;
+      s.capacity = capacity;
+    }
+  } restore{s, s.envs, s.steps, s.capacity, !s.storage.defined() && s.lazy_ndim == 2};
+  if (restore.armed) {
+    if (rows.batch_dims() != 2 || rows.batch_size()[0] <= 0 || rows.batch_size()[1] <= 0)
+      format_error(storage_dir / "meta.json",
+                   "expected the tensordict of an [env, time] buffer, batch size [steps, envs] "
+                   "(TorchRL's ndim 2), got " +
+                       c10::str(rows.batch_size()));
+    const int64_t count = rows.batch_size()[1], time_steps = rows.batch_size()[0];
+    if (time_steps != (s.capacity + count - 1) / count)
+      throw ValueError("ReplayBuffer::loads: " + (storage_dir / "meta.json").string() +
+                       " holds batch size " + c10::str(rows.batch_size()) +
+                       " ([steps, envs]); a buffer of capacity " + std::to_string(s.capacity) +
+                       " makes " + std::to_string((s.capacity + count - 1) / count) +
+                       " time steps of " + std::to_string(count) + " envs");
+    State::check_sampler(*s.sampler, true, true, count * time_steps, time_steps);
+    s.envs = count;
+    s.steps = time_steps;
+    s.capacity = count * time_steps;
+  }
   if (s.envs ? rows.batch_dims() != 2 : rows.batch_dims() != 1)
     format_error(storage_dir / "meta.json",
                  (s.envs ? "expected the tensordict of an [env, time] buffer, batch size "
@@ -993,12 +1076,13 @@ void ReplayBuffer::loads(const fs::path& dir) {
   // before it is adopted.
   TensorDictBase fresh;
   if (!s.storage.defined()) {
-    fresh = s.make_like(rows, 1);
-    State::copy_all(fresh, rows, capacity);
+    fresh = s.envs ? s.make_like(rows, 2, {s.envs, s.steps}) : s.make_like(rows, 1, {capacity});
+    State::copy_all(fresh, rows, s.envs ? s.envs : capacity);
   }
   s.sampler->loads(root / "sampler");  // all or nothing itself; the last check
   if (fresh.defined()) {
     s.adopt(std::move(fresh));
+    restore.armed = false;
   } else if (s.direct) {
     for (const Leaf& leaf : s.leaves) leaf.data.copy_(rows.get(leaf.key));
   } else {

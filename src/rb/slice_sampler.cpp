@@ -3,6 +3,7 @@
 #include <tensordict/errors.h>
 #include <tensordict/rb/slice_sampler.h>
 
+#include <ATen/TensorIndexing.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/logical_or.h>
@@ -45,15 +46,24 @@ bool has_tensor(const TensorDictBase& td, const NestedKey& key) {
   return v && v->is_tensor();
 }
 
-// A stored entry of one element per row, as a [rows] view.
-at::Tensor per_row(const TensorDictBase& storage, const NestedKey& key, int64_t rows,
+// A stored entry of one element per row, as a [groups, rows] view: groups
+// is 1 for a storage of batch size [capacity], envs for an [env, time]
+// storage (rows then counts the time steps filled).
+at::Tensor per_row(const TensorDictBase& storage, const NestedKey& key, int64_t envs, int64_t rows,
                    const char* what) {
   at::Tensor t = storage.get(key);
-  if (t.dim() < 1 || t.numel() != t.size(0))
+  if (envs == 0) {
+    if (t.dim() < 1 || t.numel() != t.size(0))
+      throw ShapeError("SliceSampler: the " + std::string(what) + " entry " + key.repr() +
+                       " has shape " + c10::str(t.sizes()) +
+                       ", expected one element per row ([capacity] or [capacity, 1])");
+    return t.narrow(0, 0, rows).reshape({1, rows});
+  }
+  if (t.dim() < 2 || t.numel() != t.size(0) * t.size(1))
     throw ShapeError("SliceSampler: the " + std::string(what) + " entry " + key.repr() +
                      " has shape " + c10::str(t.sizes()) +
-                     ", expected one element per row ([capacity] or [capacity, 1])");
-  return t.narrow(0, 0, rows).reshape({rows});
+                     ", expected one element per (env, time) ([envs, steps] or [envs, steps, 1])");
+  return t.narrow(1, 0, rows).reshape({envs, rows});
 }
 
 }  // namespace
@@ -90,8 +100,11 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
   if (view.storage == nullptr || !view.storage->defined())
     throw ValueError("SliceSampler: the buffer has no storage yet");
   const TensorDictBase& storage = *view.storage;
-  const int64_t rows = view.size;
-  if (rows <= 0) throw ValueError("SliceSampler: nothing to sample, the buffer is empty");
+  if (view.size <= 0) throw ValueError("SliceSampler: nothing to sample, the buffer is empty");
+  if (view.envs < 0 || (view.envs > 0 && view.size % view.envs != 0))
+    throw ValueError("SliceSampler: an [env, time] view of " + std::to_string(view.envs) +
+                     " envs holds whole time steps, got " + std::to_string(view.size) +
+                     " elements");
 
   Signal signal;
   std::vector<NestedKey> end_entries;  // end_keys' entries the storage has
@@ -128,21 +141,26 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
                      " (end flags); set traj_key or end_key");
   }
 
-  // end[i]: row i is the last step of a trajectory.
-  const bool full = rows >= view.capacity;
-  at::Tensor end = at::empty({rows}, at::kBool);
+  // end[g][i]: row (time step) i of group g is the last step of a
+  // trajectory; one group, or one per env of an [env, time] storage, each
+  // searched along time on its own.
+  const int64_t envs = view.envs;
+  const int64_t groups = envs ? envs : 1;
+  const int64_t rows = envs ? view.size / envs : view.size;
+  const bool full = view.size >= view.capacity;
+  at::Tensor end = at::empty({groups, rows}, at::kBool);
   if (signal.ids) {
-    const at::Tensor ids = per_row(storage, signal.key, rows, "trajectory id");
+    const at::Tensor ids = per_row(storage, signal.key, envs, rows, "trajectory id");
     if (c10::isComplexType(ids.scalar_type()))
       throw TypeError("SliceSampler: the trajectory id entry " + signal.key.repr() + " is " +
                       std::string(c10::toString(ids.scalar_type())));
-    end.narrow(0, 0, rows - 1).copy_(ids.narrow(0, 0, rows - 1).ne(ids.narrow(0, 1, rows - 1)));
+    end.narrow(1, 0, rows - 1).copy_(ids.narrow(1, 0, rows - 1).ne(ids.narrow(1, 1, rows - 1)));
     // Full: the last row's trajectory goes on at row 0 when the ids agree.
-    end.narrow(0, rows - 1, 1).copy_(ids.narrow(0, rows - 1, 1).ne(ids.narrow(0, 0, 1)));
+    end.narrow(1, rows - 1, 1).copy_(ids.narrow(1, rows - 1, 1).ne(ids.narrow(1, 0, 1)));
   } else {
     if (end_entries.empty()) end_entries.push_back(signal.key);
     for (std::size_t k = 0; k < end_entries.size(); ++k) {
-      const at::Tensor flags = per_row(storage, end_entries[k], rows, "end flag");
+      const at::Tensor flags = per_row(storage, end_entries[k], envs, rows, "end flag");
       if (!c10::isIntegralType(flags.scalar_type(), /*includeBool=*/true))
         throw TypeError("SliceSampler: the end flag entry " + end_entries[k].repr() + " is " +
                         std::string(c10::toString(flags.scalar_type())) + ", expected bool");
@@ -152,24 +170,34 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
         end.logical_or_(flags.ne(0));
     }
   }
-  bool* e = end.data_ptr<bool>();
-  if (!full) {
-    e[rows - 1] = true;  // the newest row: nothing written after it yet
-  } else {
-    // What followed the newest row was overwritten: its trajectory ends there.
-    if (view.last_row >= 0 && view.last_row < rows) e[view.last_row] = true;
-    if (std::none_of(e, e + rows, [](bool b) { return b; })) e[rows - 1] = true;
-  }
+  // The stop rows, group after group (group g's in [bounds[g], bounds[g + 1])),
+  // first, so that the trajectories are made in one reserved vector.
   std::vector<int64_t> stops;
-  for (int64_t i = 0; i < rows; ++i)
-    if (e[i]) stops.push_back(i);
+  std::vector<std::size_t> bounds{0};
+  for (int64_t g = 0; g < groups; ++g) {
+    bool* e = end.data_ptr<bool>() + g * rows;
+    if (!full) {
+      e[rows - 1] = true;  // the newest row: nothing written after it yet
+    } else {
+      // What followed the newest row was overwritten: its trajectory ends there.
+      if (view.last_row >= 0 && view.last_row < rows) e[view.last_row] = true;
+      if (std::none_of(e, e + rows, [](bool b) { return b; })) e[rows - 1] = true;
+    }
+    for (int64_t i = 0; i < rows; ++i)
+      if (e[i]) stops.push_back(i);
+    bounds.push_back(stops.size());
+  }
   std::vector<Trajectory> out;
   out.reserve(stops.size());
-  for (std::size_t k = 0; k < stops.size(); ++k) {
-    const int64_t start = k ? stops[k - 1] + 1 : (stops.back() + 1) % rows;
-    int64_t length = stops[k] - start + 1;
-    if (length <= 0) length += rows;
-    out.push_back({start, stops[k], length});
+  for (int64_t g = 0; g < groups; ++g) {
+    const std::size_t first = bounds[g], last = bounds[g + 1];
+    for (std::size_t k = first; k < last; ++k) {
+      // The first trajectory of a group starts after the group's last stop.
+      const int64_t start = k > first ? stops[k - 1] + 1 : (stops[last - 1] + 1) % rows;
+      int64_t length = stops[k] - start + 1;
+      if (length <= 0) length += rows;
+      out.push_back({start, stops[k], length, g});
+    }
   }
   return out;
 }
@@ -274,11 +302,19 @@ SampleInfo SliceSampler::slices_of(const StorageView& view, const std::vector<Tr
   bool* l = last.data_ptr<bool>();
   bool* f = first.data_ptr<bool>();
   bool* m = pad ? real.data_ptr<bool>() : nullptr;
+  // The element of time step `step` (taken round the ring) of the k-th
+  // slice's trajectory: the row itself, or time * envs + env.
+  const int64_t envs = view.envs;
+  const int64_t period = envs ? view.size / envs : view.size;
+  auto element = [&](int64_t k, int64_t step) {
+    const int64_t time = step % period;
+    return envs ? time * envs + chosen[static_cast<std::size_t>(k)].env : time;
+  };
   for (int64_t k = 0, p = 0; k < count; ++k) {
     const int64_t slice_begin = p;
     if (lengths[k] > 0 || pad) f[p] = true;  // an empty slice (a whole right span) has no step
     for (int64_t s = 0; s < lengths[k]; ++s, ++p) {
-      r[p] = (starts[k] + s) % view.size;
+      r[p] = element(k, starts[k] + s);
       if (m) m[p] = true;
     }
     // Padded, an empty slice is marked at its first step, as TorchRL does.
@@ -287,7 +323,7 @@ SampleInfo SliceSampler::slices_of(const StorageView& view, const std::vector<Tr
     else if (lengths[k] > 0)
       l[p - 1] = true;
     if (pad) {  // the last real step again (the start's row for an empty slice)
-      const int64_t repeated = (starts[k] + std::max<int64_t>(lengths[k] - 1, 0)) % view.size;
+      const int64_t repeated = element(k, starts[k] + std::max<int64_t>(lengths[k] - 1, 0));
       for (; p < slice_begin + seq; ++p) r[p] = repeated;
     }
   }
@@ -297,7 +333,10 @@ SampleInfo SliceSampler::slices_of(const StorageView& view, const std::vector<Tr
   if (pad) info.entries.emplace_back(NestedKey{"collector", "mask"}, real);
   const TensorDictBase& storage = *view.storage;
   // A stored per-row flag at `index`, and `mark` shaped like it.
-  auto stored = [&](const NestedKey& key) { return storage.get(key).index_select(0, index); };
+  auto stored = [&](const NestedKey& key) {
+    if (!envs) return storage.get(key).index_select(0, index);
+    return storage.get(key).index({index.remainder(envs), index.div(envs, "floor")});
+  };
   auto shaped = [&](const at::Tensor& mark, const at::Tensor& like) {
     if (like.numel() != total) {
       std::vector<int64_t> shape(static_cast<std::size_t>(like.dim()), 1);

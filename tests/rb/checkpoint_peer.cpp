@@ -43,10 +43,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // [env, time]: `write` fills a pre-allocated [envs, capacity / envs]
+    // storage; `check` loads into a lazy ndim=2 buffer never written, whose
+    // storage the checkpoint makes.
     rb::ReplayBuffer buffer =
-        envs ? rb::ReplayBuffer(rb::test::env_storage(envs, capacity),
-                                rb::test::make_sampler(sampler, capacity))
-             : rb::ReplayBuffer(capacity, rb::test::make_sampler(sampler, capacity));
+        !envs                ? rb::ReplayBuffer(capacity, rb::test::make_sampler(sampler, capacity))
+        : command == "write" ? rb::ReplayBuffer(rb::test::env_storage(envs, capacity),
+                                                rb::test::make_sampler(sampler, capacity))
+                             : rb::ReplayBuffer(capacity, rb::test::make_sampler(sampler, capacity),
+                                                "memory", {}, nullptr, /*ndim=*/2);
     if (command == "write") {
       buffer.manual_seed(7);
       rb::test::fill(buffer, rows, envs);

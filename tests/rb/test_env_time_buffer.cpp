@@ -8,7 +8,6 @@
 #include <tensordict/errors.h>
 #include <tensordict/rb/replay_buffer.h>
 #include <tensordict/schema.h>
-#include <tensordict/storage/shared.h>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -20,6 +19,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "rb/env_storages.h"
 
 namespace fs = std::filesystem;
 namespace rb = tensordict::rb;
@@ -56,38 +57,8 @@ at::Tensor ids_of(const td::TensorDictBase& rows) {
   return id;
 }
 
-struct Storages {
-  std::vector<fs::path> dirs;
-  std::vector<std::string> shared;
-  ~Storages() {
-    for (const std::string& name : shared) td::unlink_shared(name);
-    for (const fs::path& dir : dirs) fs::remove_all(dir);
-  }
-  fs::path dir(const std::string& name) {
-    fs::path d = fs::temp_directory_path() /
-                 ("tensordict-rb-env-" + name + "-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(dirs.size()));
-    fs::remove_all(d);
-    dirs.push_back(d);
-    return d;
-  }
-  // A pre-allocated [envs, steps] storage of each kind.
-  td::TensorDictBase make(const std::string& kind, int64_t envs = kEnvs, int64_t steps = kSteps) {
-    const std::vector<int64_t> shape{envs, steps};
-    if (kind == "memmap")
-      return td::from_schema(step_schema(), shape, td::storage::Memmap{dir("memmap").string()});
-    if (kind == "shared") {
-      td::TensorDictBase st = td::from_schema(step_schema(), shape, td::storage::Shared{});
-      shared.push_back(st.shared_name());
-      return st;
-    }
-    if (kind == "h5") {
-      const fs::path d = dir("h5");
-      fs::create_directories(d);
-      return td::from_schema(step_schema(), shape, "h5", {{"filename", (d / "b.h5").string()}});
-    }
-    return td::from_schema(step_schema(), shape);
-  }
+struct Storages : rb::test::EnvStorages {
+  Storages() : EnvStorages(step_schema(), kEnvs, kSteps) {}
 };
 
 class EnvTimeBuffer : public ::testing::TestWithParam<std::string> {
@@ -207,19 +178,35 @@ TEST_P(EnvTimeBuffer, BadInputIsRefusedAndChangesNothing) {
   buffer.update_priority(at::tensor({2, 1}, at::kLong).view({1, 2}), at::ones({1}));
 }
 
-const std::vector<std::string> kEnvStorages = {"memory", "memmap", "shared",
-#ifdef TENSORDICT_RB_TEST_HDF5
-                                               "h5"
-#endif
-};
+const std::vector<std::string> kEnvStorages = rb::test::env_storage_kinds();
 
 INSTANTIATE_TEST_SUITE_P(Storages, EnvTimeBuffer, ::testing::ValuesIn(kEnvStorages),
                          [](const auto& info) { return info.param; });
 
-TEST(EnvTimeBufferSetup, SamplersAndWritersKeepingPerRowStateAreRefused) {
+namespace {
+
+// A sampler of the user's own: it does not know how an [env, time] buffer
+// numbers its elements.
+class FirstRowSampler : public rb::Sampler {
+ public:
+  rb::SampleInfo sample(int64_t, int64_t batch_size, at::Generator*) override {
+    return {at::zeros({batch_size}, at::kLong), at::Tensor(), {}};
+  }
+  std::string name() const override { return "FirstRowSampler"; }
+};
+
+}  // namespace
+
+TEST(EnvTimeBufferSetup, UnknownSamplersAndPerRowWritersAreRefused) {
   const auto storage = [] { return td::from_schema(step_schema(), {kEnvs, kSteps}); };
-  EXPECT_THROW(rb::ReplayBuffer(storage(), std::make_shared<rb::PrioritizedSampler>(12, 0.6, 0.4)),
+  EXPECT_THROW(rb::ReplayBuffer(storage(), std::make_shared<FirstRowSampler>()),
                td::UnsupportedError);
+  // A PrioritizedSampler holds one priority per element: envs * steps.
+  EXPECT_THROW(
+      rb::ReplayBuffer(storage(), std::make_shared<rb::PrioritizedSampler>(kSteps, 0.6, 0.4)),
+      td::ValueError);
+  EXPECT_NO_THROW(
+      rb::ReplayBuffer(storage(), std::make_shared<rb::PrioritizedSampler>(12, 0.6, 0.4)));
   EXPECT_THROW(rb::ReplayBuffer(storage(), nullptr,
                                 std::make_shared<rb::TensorDictMaxValueWriter>("action")),
                td::UnsupportedError);

@@ -83,9 +83,48 @@ inline void fill(ReplayBuffer& buffer, int64_t rows, int64_t envs = 0) {
              : expected_rows(at::arange(start, std::min(start + kChunk, rows), at::kLong)));
   for (int64_t k = 0; k < kSamples; ++k) buffer.sample(kBatch);
   if (buffer.sampler()->prioritized()) {
+    // Slot s is element s of TorchRL's time-major numbering; an [env, time]
+    // buffer takes it as its (env, time) pair.
     const at::Tensor slots = at::arange(buffer.size(), at::kLong);
-    buffer.update_priority(slots, slot_priority(slots));
+    buffer.update_priority(
+        envs ? at::stack({slots.remainder(envs), slots.div(envs, "floor")}, 1) : slots,
+        slot_priority(slots));
   }
+}
+
+/// The prioritized sampler's checks of check_loaded() over the first `length`
+/// of `capacity` slots (elements, time-major, for an [env, time] buffer).
+inline void check_prioritized(ReplayBuffer& buffer, int64_t capacity, int64_t length,
+                              std::ostringstream& err) {
+  auto* s = dynamic_cast<PrioritizedSampler*>(buffer.sampler().get());
+  if (s == nullptr) {
+    err << "not a PrioritizedSampler; ";
+    return;
+  }
+  if (s->alpha() != kAlpha || s->beta() != kBeta || s->eps() != kEps)
+    err << "alpha/beta/eps " << s->alpha() << "/" << s->beta() << "/" << s->eps() << "; ";
+  const double want_max = std::max(
+      1.0, slot_priority(at::arange(std::min<int64_t>(length, 7), at::kLong)).max().item<double>());
+  if (!(std::fabs(s->max_priority() - want_max) <= 1e-6))
+    err << "max_priority " << s->max_priority() << ", expected " << want_max << "; ";
+  const PrioritizedSamplerState st = s->state();
+  if (st.max_capacity != capacity) err << "max_capacity " << st.max_capacity << "; ";
+  const at::Tensor slots = at::arange(length, at::kLong);
+  const at::Tensor weights = (slot_priority(slots).to(at::kDouble) + kEps).pow(kAlpha);
+  // TorchRL's trees hold float32: compare at that precision.
+  for (const at::Tensor& leaves : {st.sum_leaves, st.min_leaves})
+    if (!at::allclose(leaves.narrow(0, 0, length), weights, 1e-6, 0))
+      err << "tree leaves differ from (p + eps)^alpha; ";
+  if (st.sum_leaves.narrow(0, length, capacity - length).ne(0).any().item<bool>())
+    err << "sum leaves past len are not 0; ";
+  if (st.min_leaves.narrow(0, length, capacity - length)
+          .lt(std::numeric_limits<float>::max())
+          .any()
+          .item<bool>())
+    err << "min leaves past len are not empty; ";
+  const at::Tensor w = buffer.sample(kBatch).get("priority_weight");
+  if (!(w.gt(0).all().item<bool>() && w.le(1 + 1e-6).all().item<bool>()))
+    err << "priority weights not in (0, 1]; ";
 }
 
 /// check_loaded() for an [env, time] buffer of `envs` envs and `capacity`
@@ -133,6 +172,7 @@ inline std::string check_loaded_env(ReplayBuffer& buffer, const std::string& sam
       }
     }
   }
+  if (sampler == "prioritized") check_prioritized(buffer, capacity, filled * envs, err);
   const at::Tensor index = buffer.sample(kBatch).get("index");
   if (index.dim() != 2 || index.size(1) != 2 || index.select(1, 1).ge(filled).any().item<bool>() ||
       index.select(1, 0).ge(envs).any().item<bool>())
@@ -190,32 +230,7 @@ inline std::string check_loaded(ReplayBuffer& buffer, const std::string& sampler
       }
     }
   } else if (sampler == "prioritized") {
-    auto* s = dynamic_cast<PrioritizedSampler*>(buffer.sampler().get());
-    if (s == nullptr) return err.str() + "not a PrioritizedSampler";
-    if (s->alpha() != kAlpha || s->beta() != kBeta || s->eps() != kEps)
-      err << "alpha/beta/eps " << s->alpha() << "/" << s->beta() << "/" << s->eps() << "; ";
-    const double want_max = std::max(
-        1.0,
-        slot_priority(at::arange(std::min<int64_t>(length, 7), at::kLong)).max().item<double>());
-    if (!(std::fabs(s->max_priority() - want_max) <= 1e-6))
-      err << "max_priority " << s->max_priority() << ", expected " << want_max << "; ";
-    const PrioritizedSamplerState st = s->state();
-    if (st.max_capacity != capacity) err << "max_capacity " << st.max_capacity << "; ";
-    const at::Tensor weights = (slot_priority(slots).to(at::kDouble) + kEps).pow(kAlpha);
-    // TorchRL's trees hold float32: compare at that precision.
-    for (const at::Tensor& leaves : {st.sum_leaves, st.min_leaves})
-      if (!at::allclose(leaves.narrow(0, 0, length), weights, 1e-6, 0))
-        err << "tree leaves differ from (p + eps)^alpha; ";
-    if (st.sum_leaves.narrow(0, length, capacity - length).ne(0).any().item<bool>())
-      err << "sum leaves past len are not 0; ";
-    if (st.min_leaves.narrow(0, length, capacity - length)
-            .lt(std::numeric_limits<float>::max())
-            .any()
-            .item<bool>())
-      err << "min leaves past len are not empty; ";
-    const at::Tensor w = buffer.sample(kBatch).get("priority_weight");
-    if (!(w.gt(0).all().item<bool>() && w.le(1 + 1e-6).all().item<bool>()))
-      err << "priority weights not in (0, 1]; ";
+    check_prioritized(buffer, capacity, length, err);
   }
   const TensorDict sample = buffer.sample(kBatch);
   const at::Tensor index = sample.get("index");

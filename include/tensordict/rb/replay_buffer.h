@@ -35,9 +35,14 @@
 /// cycles over the time steps; capacity() is envs * steps and size() the
 /// elements filled. sample(n) returns n elements, batch [n], with "index"
 /// int64 [n, 2] (env, time); samplers number the elements time-major as
-/// TorchRL does; checkpoints are TorchRL's [steps, envs] layout.
-/// RandomSampler and SamplerWithoutReplacement only (UnsupportedError for
-/// the others, for writers other than RoundRobinWriter and for attach()).
+/// TorchRL does; checkpoints are TorchRL's [steps, envs] layout. A
+/// PrioritizedSampler of envs * steps keeps one priority per element in that
+/// numbering; a SliceSampler slices along time within one env
+/// (slice_sampler.h). RandomSampler, SamplerWithoutReplacement,
+/// PrioritizedSampler, SliceSampler and SliceSamplerWithoutReplacement only
+/// (UnsupportedError for samplers of one's own, for writers other than
+/// RoundRobinWriter and for attach()). ReplayBuffer(capacity, ..., ndim = 2)
+/// makes such a storage at the first write, from the batch's env count.
 ///
 /// Errors: typed tensordict:: errors, raised before anything changes (bad
 /// input writes nothing and leaves the cursor and priorities as they were):
@@ -101,9 +106,21 @@ class ReplayBuffer {
   /// [capacity], in the storage named `storage` with `options` (from_schema's
   /// names: "memory", "memmap" with {"prefix": dir}, "shared", ...; TorchRL's
   /// LazyTensorStorage and LazyMemmapStorage). ValueError unless capacity > 0.
+  ///
+  /// `ndim` 2 makes an [env, time] buffer (TorchRL's lazy storages with
+  /// ndim=2): the first write, an extend of batch size [envs, t] or an add of
+  /// [envs], makes a storage of batch size [envs, ceil(capacity / envs)], so
+  /// capacity() is then envs times that (TorchRL's max_size after its first
+  /// write). A first write of another batch shape is a ShapeError; a
+  /// PrioritizedSampler whose capacity is not that envs * steps, or a
+  /// SliceSampler whose slice_len exceeds the steps, a ValueError; both
+  /// before the storage is made. A checkpoint loaded before the first write
+  /// gives the storage its [envs, steps]. ValueError unless ndim is 1 or 2;
+  /// UnsupportedError as for an [env, time] storage (samplers of one's own,
+  /// writers other than RoundRobinWriter).
   explicit ReplayBuffer(int64_t capacity, std::shared_ptr<Sampler> sampler = nullptr,
                         std::string storage = "memory", StorageOptions options = {},
-                        std::shared_ptr<Writer> writer = nullptr);
+                        std::shared_ptr<Writer> writer = nullptr, int64_t ndim = 1);
   ~ReplayBuffer();
   /// A moved-from buffer may only be destroyed or assigned to.
   ReplayBuffer(ReplayBuffer&&) noexcept;
@@ -139,7 +156,8 @@ class ReplayBuffer {
   /// New priorities of rows (int64 index, real priority; one priority is
   /// broadcast). A no-op for samplers without priorities, as in TorchRL, after
   /// the same index checks (IndexError outside [0, capacity)). An [env, time]
-  /// buffer takes int64 [n, 2] (env, time) pairs (ShapeError otherwise).
+  /// buffer takes int64 [n, 2] (env, time) pairs (ShapeError otherwise,
+  /// IndexError for an env or time step outside the storage).
   void update_priority(const at::Tensor& index, const at::Tensor& priority);
   /// update_priority(sampled["index"], sampled[priority_key]); a priority
   /// with more dims than [B] is reduced by its max over them (TorchRL's

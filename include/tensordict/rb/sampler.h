@@ -38,11 +38,18 @@ struct SampleInfo {
 
 /// The buffer as sample_from() sees it.
 struct StorageView {
-  const TensorDictBase* storage = nullptr;  ///< the storage, batch size [capacity]
-  int64_t size = 0;                         ///< rows filled: [0, size)
+  /// The storage, batch size [capacity] (or [envs, steps], see envs).
+  const TensorDictBase* storage = nullptr;
+  int64_t size = 0;  ///< rows filled: [0, size)
   int64_t capacity = 0;
   /// The row written last (where the newest data ends), -1 when unknown.
   int64_t last_row = -1;
+  /// An [env, time] storage (batch size [envs, steps]): the number of envs,
+  /// 0 for a storage of batch size [capacity]. Then size and capacity count
+  /// elements (envs per time step), a sampler numbers element (env, time) as
+  /// time * envs + env (TorchRL's time-major order) and last_row is the time
+  /// step written last.
+  int64_t envs = 0;
 };
 
 /// The sampler interface. `generator` may be null (LibTorch's default CPU

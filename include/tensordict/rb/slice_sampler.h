@@ -13,6 +13,12 @@
 /// last always ends one, since what followed it there has been overwritten;
 /// while it is not full, the last filled row ends one.
 ///
+/// In an [env, time] buffer (StorageView::envs > 0) each env's steps are
+/// searched along time on their own, as TorchRL does for its ndim=2
+/// storages: slices run along time within one env, never across envs, and
+/// wrap at the ring's end within that env. The trajectories are listed env
+/// by env.
+///
 /// @code
 ///   rb::SliceSamplerOptions options;
 ///   options.slice_len = 8;
@@ -87,11 +93,13 @@ struct SliceSamplerOptions {
 
 /// One trajectory found in the stored rows: `start` and `stop` (inclusive)
 /// rows, `length` steps; start > stop when it runs on past the last row to
-/// row 0.
+/// row 0. In an [env, time] storage, start and stop are time steps of env
+/// `env` (a trajectory never crosses from one env to another).
 struct Trajectory {
   int64_t start = 0;
   int64_t stop = 0;
   int64_t length = 0;
+  int64_t env = 0;
 
   bool operator==(const Trajectory&) const = default;
 };
@@ -125,8 +133,9 @@ class SliceSampler : public Sampler {
   /// ValueError when `dir` holds another sampler's state.
   void loads(const std::filesystem::path& dir) override;
 
-  /// The trajectories in the rows of `view`, ordered by their stop row (as
-  /// TorchRL's sampler finds them); the errors of sample_from().
+  /// The trajectories in the rows of `view`, ordered by their stop row (env
+  /// by env, then by stop time step, in an [env, time] storage; as TorchRL's
+  /// sampler finds them); the errors of sample_from().
   std::vector<Trajectory> trajectories(const StorageView& view) const;
   const SliceSamplerOptions& options() const noexcept { return options_; }
 

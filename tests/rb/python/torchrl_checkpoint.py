@@ -13,7 +13,9 @@ in docs/formats.md, "TorchRL replay buffer checkpoints".
 With --envs E the buffer is [env, time] (TorchRL's ndim=2 storage, of
 C // E steps of E envs): N counts the steps of every env, written by extends
 of batch [E, CHUNK], env e's step j being row number j * E + e (its place in
-TorchRL's time-major storage); random and without_replacement only.
+TorchRL's time-major storage). Prioritized, slot s is element s of that
+numbering (C elements, one priority each), its priority given through the
+2-D (time, env) index.
 
 S is random, without_replacement or prioritized. The buffer is otherwise always
 ReplayBuffer(storage=LazyMemmapStorage(C), sampler=..., writer=RoundRobinWriter(),
@@ -346,7 +348,8 @@ def write(args):
         rb.sample(BATCH)
     if args.sampler == "prioritized":
         slots = torch.arange(len(rb))
-        rb.update_priority(slots, slot_priority(slots))
+        index = torch.stack([slots // args.envs, slots % args.envs], -1) if args.envs else slots
+        rb.update_priority(index, slot_priority(slots))
     rb.dumps(args.dir)
     print(json.dumps(buffer_summary(rb, args.sampler, args.capacity, trees)))
 
@@ -460,6 +463,8 @@ def check_env(args, rb):
         index = torch.stack(list(rb.sample(BATCH, return_info=True)[1]["index"]), -1)
         expect("first sample after loads", index.tolist(),
                [[e // envs, e % envs] for e in entries[:BATCH]])
+    if args.sampler == "prioritized":
+        check_prioritized(rb, args.capacity, filled * envs)
     sample, info = rb.sample(BATCH, return_info=True)
     time, env = info["index"]
     if not ((time < filled).all() and (env < envs).all()):

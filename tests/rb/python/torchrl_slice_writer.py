@@ -30,6 +30,16 @@ JSON line on stdout. Runs in TorchRL's environment (TENSORDICT_TORCHRL_PYTHON).
       sample and the trajectory of each of its slices; with --dump, the
       buffer is dumped to DIR after K samples (and sampling goes on); with
       --load, DIR is loaded before sampling.
+  torchrl_slice_writer.py env_slice --steps T --lengths 3,2/5,1 --written N
+                          --chunk K --slice-len L --signal traj|end --strict 0|1
+                          --samples S --seed X
+      An [env, time] buffer (LazyTensorStorage(E * T, ndim=2), E the number
+      of "/"-separated length lists): env e's trajectories of the given
+      lengths (ids 100 e + t; done as in slice), its first N steps written by
+      extends of [E, K]. Prints the trajectories found as [env, start, stop,
+      length] (time steps) and every distinct slice drawn as its [env, time]
+      pairs with its truncated and done flags. --span-left, --span-right and
+      --pad as for slice.
 """
 import argparse
 import json
@@ -120,6 +130,16 @@ def run_max_value(args):
     print(json.dumps(out))
 
 
+def slice_extras(args):
+    """The sampler's span and pad_output arguments from --span-left/right and --pad."""
+    extra = {}
+    if args.span_left or args.span_right:
+        extra["span"] = tuple(True if x == -1 else x for x in (args.span_left, args.span_right))
+    if args.pad:
+        extra["pad_output"] = True
+    return extra
+
+
 def slice_buffer(args, sampler_class):
     lengths = [int(x) for x in args.lengths.split(",")]
     traj, done = [], []
@@ -135,11 +155,7 @@ def slice_buffer(args, sampler_class):
         },
         [total],
     )
-    extra = {}
-    if getattr(args, "span_left", 0) or getattr(args, "span_right", 0):
-        extra["span"] = tuple(True if x == -1 else x for x in (args.span_left, args.span_right))
-    if getattr(args, "pad", 0):
-        extra["pad_output"] = True
+    extra = slice_extras(args)
     if args.signal == "traj":
         sampler = sampler_class(
             slice_len=args.slice_len, traj_key="traj", strict_length=bool(args.strict), **extra
@@ -202,6 +218,63 @@ def run_slice(args):
     print(json.dumps({"trajectories": trajectories, "slices": sorted(slices.values())}))
 
 
+def env_stream(lengths, env):
+    """Trajectory ids (100 env + t) and done flags of one env's steps."""
+    traj, done = [], []
+    for t, n in enumerate(lengths):
+        traj += [100 * env + t] * n
+        done += [False] * (n - 1) + [t + 1 < len(lengths)]
+    return traj, done
+
+
+def run_env_slice(args):
+    per_env = [[int(x) for x in part.split(",")] for part in args.lengths.split("/")]
+    envs, n = len(per_env), args.written
+    traj, done = zip(*(env_stream(lengths, e) for e, lengths in enumerate(per_env)))
+    data = TensorDict(
+        {
+            "traj": torch.tensor([t[:n] for t in traj]),
+            "id": torch.arange(envs)[:, None] * 1000 + torch.arange(n)[None, :],
+            ("next", "done"): torch.tensor([d[:n] for d in done]).unsqueeze(-1),
+        },
+        [envs, n],
+    )
+    signal = {"traj_key": "traj"} if args.signal == "traj" else {"end_key": ("next", "done")}
+    sampler = SliceSampler(slice_len=args.slice_len, strict_length=bool(args.strict), **signal,
+                           **slice_extras(args))
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(envs * args.steps, ndim=2),
+                                sampler=sampler)
+    for start in range(0, n, args.chunk):
+        rb.extend(data[:, start : start + args.chunk])
+    torch.manual_seed(args.seed)
+    start, stop, length = sampler._get_stop_and_length(rb._storage)
+    # TorchRL's coordinates are (time, env): listed here as env, start, stop, length.
+    trajectories = [[int(a[1]), int(a[0]), int(b[0]), int(m)] for a, b, m in zip(start, stop, length)]
+    slices = {}
+    for _ in range(args.samples):
+        s = rb.sample(4 * args.slice_len)
+        pairs = [[int(e), int(t)] for t, e in s["index"].tolist()]
+        truncated = s["next", "truncated"].reshape(-1).tolist()
+        done_out = s["next", "done"].reshape(-1).tolist()
+        if args.pad and ("collector", "mask") in s.keys(True):
+            # padded: slices of slice_len steps, each listed with its mask
+            mask = s["collector", "mask"].reshape(-1).tolist()
+            for begin in range(0, len(pairs), args.slice_len):
+                end = begin + args.slice_len
+                key = tuple(map(tuple, pairs[begin:end])) + tuple(mask[begin:end])
+                slices[key] = [pairs[begin:end], truncated[begin:end], done_out[begin:end],
+                               mask[begin:end]]
+            continue
+        begin = 0
+        for k, flag in enumerate(truncated):
+            if flag:
+                key = tuple(map(tuple, pairs[begin : k + 1]))
+                slices[key] = [pairs[begin : k + 1], truncated[begin : k + 1],
+                               done_out[begin : k + 1]]
+                begin = k + 1
+    print(json.dumps({"trajectories": trajectories, "slices": sorted(slices.values())}))
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,9 +283,19 @@ def main():
     mv.add_argument("--ops", default=f"0:{len(MAX_VALUE_OPS)}")
     mv.add_argument("--load")
     mv.add_argument("--dump")
-    for name in ("slice", "slice_wor"):
+    for name in ("slice", "slice_wor", "env_slice"):
         sl = sub.add_parser(name)
-        sl.add_argument("--capacity", type=int, required=True)
+        if name == "env_slice":
+            sl.add_argument("--steps", type=int, required=True)
+            sl.add_argument("--written", type=int, required=True)
+        else:
+            sl.add_argument("--capacity", type=int, required=True)
+            sl.add_argument("--dump")
+            sl.add_argument("--dump-after", type=int, default=0)
+            sl.add_argument("--load")
+        sl.add_argument("--span-left", type=int, default=0)
+        sl.add_argument("--span-right", type=int, default=0)
+        sl.add_argument("--pad", type=int, default=0)
         sl.add_argument("--lengths", required=True)
         sl.add_argument("--chunk", type=int, required=True)
         sl.add_argument("--slice-len", type=int, required=True)
@@ -220,14 +303,10 @@ def main():
         sl.add_argument("--strict", type=int, default=1)
         sl.add_argument("--samples", type=int, default=500)
         sl.add_argument("--seed", type=int, default=0)
-        sl.add_argument("--dump")
-        sl.add_argument("--dump-after", type=int, default=0)
-        sl.add_argument("--load")
-        sl.add_argument("--span-left", type=int, default=0)
-        sl.add_argument("--span-right", type=int, default=0)
-        sl.add_argument("--pad", type=int, default=0)
     args = parser.parse_args()
-    if args.command == "max_value":
+    if args.command == "env_slice":
+        run_env_slice(args)
+    elif args.command == "max_value":
         run_max_value(args)
     elif args.command == "slice":
         run_slice(args)
