@@ -284,7 +284,7 @@ void run_paired(benchmark::State& state, Op paired_op, int64_t bytes) {
   state.SetBytesProcessed(state.iterations() * 3 * total_bytes(ts));
 }
 
-constexpr int64_t kMB = 1000 * 1000;
+constexpr int64_t kMB = int64_t{1000} * 1000;
 
 #define TD_SEND_BENCH(size_name, bytes)                                                           \
   void BM_send_##size_name##_floor(benchmark::State& s) { run_send(s, kHandFlat, bytes); }        \
@@ -317,7 +317,7 @@ TD_SEND_BENCH(16MB, 16 * kMB)
 TD_SEND_BENCH(100MB, 100 * kMB)
 
 // ---- map over 1M rows on 2 threads ----------------------------------------------
-constexpr int64_t kRows = 1000 * 1000;
+constexpr int64_t kRows = int64_t{1000} * 1000;
 
 td::TensorDict map_input() {
   static td::TensorDict d({{"obs", torch::randn({kRows, 8})}, {"reward", torch::randn({kRows})}},
@@ -444,6 +444,7 @@ int main(int argc, char** argv) {
   const std::string exe = fs::read_symlink("/proc/self/exe").string();
   std::vector<std::string> args{exe, "--peer", store};
   std::vector<char*> cargs;
+  cargs.reserve(args.size() + 1);
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
   pid_t peer = 0;

@@ -225,6 +225,7 @@ void BM_h5_row_write_floor(benchmark::State& state) {
 void BM_h5_read_256_random_td(benchmark::State& state) {
   auto h5 = td::PersistentTensorDict::from_h5(data_file());
   std::vector<torch::Tensor> batches;
+  batches.reserve(16);
   for (int s = 0; s < 16; ++s) batches.push_back(torch::tensor(random_rows(256, 10 + s)));
   std::size_t i = 0;
   for (auto _ : state) {
@@ -239,6 +240,7 @@ void BM_h5_read_256_random_floor(benchmark::State& state) {
   (void)data_file();
   RawFile f(file_path(), H5F_ACC_RDONLY);
   std::vector<std::vector<int64_t>> batches;
+  batches.reserve(16);
   for (int s = 0; s < 16; ++s) batches.push_back(random_rows(256, 10 + s));
   std::size_t i = 0;
   for (auto _ : state) {

@@ -115,8 +115,9 @@ void BM_script_positional_floor(benchmark::State& state) {
 [[gnu::noinline]] void call_script_dict_floor(torch::jit::Module& module, td::TensorDict& data) {
   c10::impl::GenericDict inputs(c10::StringType::get(), c10::TensorType::get());
   inputs.insert("observation", data.get("observation"));
-  std::vector<c10::IValue> args{std::move(inputs)};
-  auto outputs = module.forward(std::move(args)).toGenericDict();
+  std::vector<c10::IValue> args;
+  args.emplace_back(std::move(inputs));
+  auto outputs = module.forward(args).toGenericDict();
   data.set("action", outputs.at("action").toTensor());
   data.set({"policy", "logits"}, outputs.at("policy.logits").toTensor());
 }
@@ -150,7 +151,7 @@ void BM_script_dict_floor(benchmark::State& state) {
                                             td::TensorDict& data) {
   std::vector<at::Tensor> inputs{data.get("observation")};
   auto outputs = loader.boxed_run(std::move(inputs));
-  data.set("action", std::move(outputs[0]));
+  data.set("action", outputs[0]);
   data.set({"policy", "logits"}, std::move(outputs[1]));
 }
 

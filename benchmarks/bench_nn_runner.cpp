@@ -67,6 +67,7 @@ std::shared_ptr<MlpPolicy> policy() {
 
 std::vector<td::TensorDict> actor_rows() {
   std::vector<td::TensorDict> rows;
+  rows.reserve(kRowPool);
   for (int i = 0; i < kRowPool; ++i) rows.push_back(td::TensorDict({{"obs", torch::randn({4})}}));
   return rows;
 }
@@ -98,11 +99,13 @@ double percentile(std::vector<double>& sorted, double q) {
 template <class Step>
 void drive_actors(benchmark::State& state, Step step) {
   std::vector<std::vector<td::TensorDict>> rows;
+  rows.reserve(kActors);
   for (int a = 0; a < kActors; ++a) rows.push_back(actor_rows());
   std::vector<std::vector<double>> latencies(kActors);
   const ProcessUsage start = process_usage();
   for (auto _ : state) {
     std::vector<std::thread> actors;
+    actors.reserve(kActors);
     for (int a = 0; a < kActors; ++a) {
       actors.emplace_back([&, a] {
         at::init_num_threads();  // at::set_num_threads(1) for this thread's OpenMP too
@@ -155,6 +158,7 @@ void BM_actors8_mlp_direct_tensor(benchmark::State& state) {
   drive_actors(state, [&](std::vector<td::TensorDict>& rows, std::vector<double>& latency) {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> obs;
+    obs.reserve(rows.size());
     for (auto& row : rows) obs.push_back(row.get("obs"));
     for (int i = 0; i < kRowsPerActor; ++i) {
       auto start = std::chrono::steady_clock::now();
@@ -218,6 +222,7 @@ void BM_actors8_mlp_runner_4_in_flight_no_spin(benchmark::State& state) {
 
 void BM_assemble_32_rows_floor(benchmark::State& state) {
   std::vector<torch::Tensor> obs;
+  obs.reserve(32);
   for (int i = 0; i < 32; ++i) obs.push_back(torch::randn({4}));
   auto output = torch::randn({32, 2});
   for (auto _ : state) {
@@ -232,6 +237,7 @@ void BM_assemble_32_rows_floor(benchmark::State& state) {
 
 void BM_assemble_32_rows_tensordict(benchmark::State& state) {
   std::vector<td::TensorDictBase> rows;
+  rows.reserve(32);
   for (int i = 0; i < 32; ++i) rows.push_back(td::TensorDict({{"obs", torch::randn({4})}}));
   td::TensorDict output({{"action", torch::randn({32, 2})}}, {32});
   for (auto _ : state) {

@@ -173,6 +173,7 @@ template <class Combine>
 void combine_floor(benchmark::State& state, const std::vector<td::TensorDictBase>& inputs,
                    Combine combine) {
   std::vector<std::vector<torch::Tensor>> parts;
+  parts.reserve(inputs.size());
   for (auto& p : inputs) parts.push_back(leaves_of(td::TensorDict(p.node_ptr())));
   std::vector<torch::Tensor> per_leaf;
   for (auto _ : state) {

@@ -390,6 +390,7 @@ void leaf_memory(benchmark::State& state, Build build) {
   const int64_t heap0 = static_cast<int64_t>(mallinfo2().uordblks), rss0 = resident_bytes();
   {
     std::vector<decltype(build())> kept;
+    kept.reserve(kMemoryCopies);
     for (int c = 0; c < kMemoryCopies; ++c) kept.push_back(build());
     const int64_t heap1 = static_cast<int64_t>(mallinfo2().uordblks), rss1 = resident_bytes();
     const double leaves = static_cast<double>(kMemoryLeaves) * kMemoryCopies;

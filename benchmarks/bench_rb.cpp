@@ -377,6 +377,7 @@ void maxvalue_extend256(benchmark::State& state) {
     std::make_heap(heap.begin(), heap.end(), std::greater<>());
   }
   std::vector<size_t> row_bytes;
+  row_bytes.reserve(src.size());
   for (const auto& t : src) row_bytes.push_back(t.nbytes() / kBatch);
   for (auto _ : state) {
     if constexpr (kFloor) {

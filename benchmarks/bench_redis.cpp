@@ -45,6 +45,7 @@ td::TensorDictBase& store() {
 std::vector<at::Tensor> row_leaves() {
   auto r = row();
   std::vector<at::Tensor> leaves;
+  leaves.reserve(kLeaves);
   for (int l = 0; l < kLeaves; ++l) leaves.push_back(r.get("leaf" + std::to_string(l)));
   return leaves;
 }
@@ -266,7 +267,7 @@ void BM_row_stream_64_floor(benchmark::State& state) {
         raw.append({"SETRANGE", raw.keys[l], offs[k],
                     std::string_view(static_cast<const char*>(leaves[l].data_ptr()), kRowBytes)});
     }
-    raw.replies(64 * kLeaves);
+    raw.replies(std::size_t{64} * kLeaves);
   }
   state.SetItemsProcessed(state.iterations() * 64);
 }
@@ -305,10 +306,11 @@ void BM_from_schema_100k_floor(benchmark::State& state) {
     std::string name, shape, dtype;
     int64_t row;
   };
-  const std::vector<Leaf> leaves{{"obs", "[100000, 84, 84, 3]", "torch.uint8", 84 * 84 * 3},
-                                 {"action", "[100000, 4]", "torch.float32", 16},
-                                 {"reward", "[100000]", "torch.float32", 4},
-                                 {"done", "[100000]", "torch.bool", 1}};
+  const std::vector<Leaf> leaves{
+      {"obs", "[100000, 84, 84, 3]", "torch.uint8", int64_t{84} * 84 * 3},
+      {"action", "[100000, 4]", "torch.float32", 16},
+      {"reward", "[100000]", "torch.float32", 4},
+      {"done", "[100000]", "torch.bool", 1}};
   for (auto _ : state) {
     raw.append({"SET", k + "__batch_size__", "[100000]"});
     raw.append({"SET", k + "__device__", ""});

@@ -126,6 +126,7 @@ int actor_main(int argc, char** argv) {
   for (int i = 9; i + 1 < argc; i += 2) ids.push_back(argv[i]), nodes.push_back(argv[i + 1]);
   auto r = row();
   std::vector<at::Tensor> leaves;
+  leaves.reserve(kLeaves);
   for (int l = 0; l < kLeaves; ++l) leaves.push_back(r.get("leaf" + std::to_string(l)));
   auto rows_of = [&](int64_t k) { return (actor + k * actors) * 7919 % kRows; };
   int64_t t0 = 0, t1 = 0;
@@ -196,6 +197,7 @@ void run_actors(benchmark::State& state, const std::string& mode, bool sharded, 
       for (std::size_t b = 0; b < l.ids.size(); ++b)
         args.push_back(l.ids[b]), args.push_back(l.nodes[b]);
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (auto& s : args) argv.push_back(s.data());
       argv.push_back(nullptr);
       posix_spawn_file_actions_t fa;
@@ -278,6 +280,7 @@ void BM_sample_256_sharded_floor(benchmark::State& state) {
     }
     for (auto& [n, c] : raw) c->flush();
     std::vector<at::Tensor> out;
+    out.reserve(kLeaves);
     for (int k = 0; k < kLeaves; ++k) out.push_back(at::empty({256, kWidth}));
     for (std::size_t b = 0; b < l.ids.size(); ++b) {
       Raw& c = *raw[l.nodes[b]];

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -319,6 +320,8 @@ void BatchingRunner::worker_loop() {
   // when it asks: without this, OpenMP and MKL give the runner a team of one
   // thread per core whose spinning starves the actors.
   at::init_num_threads();
+  // Named for profilers and debuggers (at most 15 characters).
+  pthread_setname_np(pthread_self(), "td-batch-runner");
   for (;;) {
     if (options_.spin.count() > 0 && queued_.load(std::memory_order_acquire) == 0) {
       // Between batches the runner yields its core rather than sleep at
