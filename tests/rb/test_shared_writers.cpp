@@ -470,6 +470,39 @@ TEST_F(SharedWriters, MemmapWriterKilledBetweenReserveAndCommit) {
                 [&] { return std::make_shared<DiesBeforeCommit<rb::MappedCursor>>(file, 32); });
 }
 
+// The failure rule in time steps: a writer of an [env, time] buffer killed
+// between reserve and commit stalls the steps after its own; recover()
+// gives its tickets out again.
+TEST_F(SharedWriters, EnvTimeWriterKilledBetweenReserveAndCommit) {
+  const int64_t envs = 2, steps = 8;
+  const Opener open = memmap(steps, envs);
+  const fs::path file = dir_ / "storage" / "rb_cursor";
+  auto cursor = open.cursor(0);
+  rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(open.storage(0), cursor);
+  buffer.extend(env_steps_of(0, 0, 3, envs));
+  const pid_t dying = run_child([&] {
+    rb::ReplayBuffer mine = rb::ReplayBuffer::attach(
+        open.storage(1), std::make_shared<DiesBeforeCommit<rb::MappedCursor>>(file, steps));
+    mine.extend(env_steps_of(1, 0, 2, envs));  // reserves steps 3 and 4, writes them, dies
+    return 0;
+  });
+  EXPECT_EQ(wait_child(dying), 128 + SIGKILL);
+  EXPECT_EQ(cursor->reserved(), 5);
+  EXPECT_EQ(cursor->committed(), 3);
+  EXPECT_EQ(buffer.size(), 3 * envs);
+  for (const auto& [w, s] : ids_of(buffer.sample(200))) EXPECT_EQ(w, 0);
+  cursor->set_commit_timeout(std::chrono::milliseconds(200));
+  EXPECT_THROW(buffer.extend(env_steps_of(2, 0, 1, envs)), td::TimeoutError);
+  EXPECT_EQ(buffer.size(), 3 * envs);
+  EXPECT_EQ(cursor->recover(), 3);
+  const at::Tensor pairs = buffer.extend(env_steps_of(3, 0, 2, envs));
+  EXPECT_TRUE(at::equal(pairs.select(1, 1), at::tensor({3, 4, 3, 4}, at::kLong)));
+  EXPECT_EQ(buffer.size(), 5 * envs);
+  std::set<int64_t> sampled;
+  for (const auto& [w, s] : ids_of(buffer.sample(300))) sampled.insert(w);
+  EXPECT_EQ(sampled, (std::set<int64_t>{0, 3}));
+}
+
 TEST_F(SharedWriters, DiscardedReservationCannotCommit) {
   rb::MappedCursor cursor(dir_ / "cursor", 8);
   const rb::Reservation first = cursor.reserve(2);
