@@ -99,15 +99,20 @@ struct ReplayBuffer::State {
   // The batch dims a written batch (lead 1) or row (lead 0) has.
   int64_t data_dims(int64_t lead) const { return envs ? lead + 1 : lead; }
 
-  // An attached buffer's writer state, from the shared counters.
+  // An attached buffer's writer state, from the shared counters (tickets
+  // count the time steps of an [env, time] buffer).
   WriterState shared_state() const {
     const int64_t committed = shared->committed();
-    return {committed % capacity, committed};
+    return {committed % writer_capacity(), committed};
   }
 
   // sample() of an attached buffer: the rows committed when it starts; drawn
   // again when a write of another process reached one of them meanwhile.
   TensorDict sample_shared(int64_t batch_size, SampleInfo& info);
+  // Draws `batch_size` rows (elements of an [env, time] buffer) of the
+  // `filled` first ones, `newest` the row (time step) written last, and
+  // copies them out.
+  TensorDict draw(int64_t batch_size, int64_t filled, int64_t newest, SampleInfo& info);
 
   // The row a round-robin writer at `state` wrote last; -1 for other writers
   // (they do not say) and before any write.
@@ -131,6 +136,16 @@ struct ReplayBuffer::State {
     const at::Tensor env = detail::checked_rows(pairs.select(1, 0), envs, where + " (env)");
     const at::Tensor time = detail::checked_rows(pairs.select(1, 1), steps, where + " (time)");
     return time.mul(envs).add_(env);
+  }
+
+  // Tells the sampler that row r (time step r of every env) was written. A
+  // sampler error here would leave the row written but unknown to it: the
+  // samplers only fail on rows out of range, which the writer never gives.
+  void on_write_step(int64_t r) const {
+    if (envs)
+      sampler->on_write(at::arange(r * envs, (r + 1) * envs, at::kLong));
+    else
+      sampler->on_write_row(r);
   }
 
   // Copies one checked row (`src`, its leaves) into row r of the storage.
@@ -477,14 +492,14 @@ ReplayBuffer ReplayBuffer::attach(TensorDictBase storage, std::shared_ptr<Shared
                            "update; an attached buffer samples with RandomSampler or "
                            "SamplerWithoutReplacement");
   ReplayBuffer buffer(std::move(storage), std::move(sampler));
-  if (buffer.state_->envs)
-    throw UnsupportedError(
-        "ReplayBuffer::attach: an [env, time] storage shared by several processes is not built "
-        "yet; attach a storage of batch size [capacity]");
-  if (cursor->capacity() != buffer.state_->capacity)
+  // The tickets of an [env, time] buffer count time steps: an extend of
+  // [envs, t] takes t of them.
+  const State& s = *buffer.state_;
+  if (cursor->capacity() != s.writer_capacity())
     throw ValueError("ReplayBuffer::attach: the cursor at " + cursor->where() + " cycles over " +
                      std::to_string(cursor->capacity()) + " rows, the storage holds " +
-                     std::to_string(buffer.state_->capacity));
+                     std::to_string(s.writer_capacity()) +
+                     (s.envs ? " time steps (of " + std::to_string(s.envs) + " envs)" : ""));
   buffer.state_->shared = std::move(cursor);
   return buffer;
 }
@@ -492,33 +507,26 @@ ReplayBuffer ReplayBuffer::attach(TensorDictBase storage, std::shared_ptr<Shared
 std::shared_ptr<SharedCursor> ReplayBuffer::shared_cursor() const { return state_->shared; }
 
 TensorDict ReplayBuffer::State::sample_shared(int64_t batch_size, SampleInfo& info) {
-  // A seqlock on the cursor: rows whose tickets were reserved after
-  // `committed` was read may have been overwritten while this sample read
-  // them. Bounded in time so that writers wrapping faster than a sample
-  // reads are an error, not a hang.
+  // A seqlock on the cursor: rows (time steps) whose tickets were reserved
+  // after `committed` was read may have been overwritten while this sample
+  // read them. Bounded in time so that writers wrapping faster than a
+  // sample reads are an error, not a hang.
+  const int64_t cycle = writer_capacity();
   const auto deadline = std::chrono::steady_clock::now() + shared->commit_timeout();
   for (;;) {
     const int64_t committed = shared->committed();
-    const int64_t filled = std::min(committed, capacity);
+    const int64_t filled = std::min(committed, cycle);
     if (filled == 0) throw ValueError("ReplayBuffer::sample: the buffer is empty");
-    const StorageView view{&storage, filled, capacity, (committed - 1) % capacity};
-    info = sampler->sample_from(view, batch_size, &generator);
-    TensorDict out;
-    if (direct) {
-      info.index = detail::checked_rows(info.index, filled, sampler->name() + "::sample");
-      out = gather(info.index);
-    } else {
-      TensorDictBase rows = storage.index({info.index});
-      out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
-    }
+    TensorDict out = draw(batch_size, envs ? filled * envs : filled, (committed - 1) % cycle, info);
     std::atomic_thread_fence(std::memory_order_acquire);
     // Tickets in [from, reserved) overwrote rows that were already filled.
-    const int64_t from = std::max(committed, capacity);
+    const int64_t from = std::max(committed, cycle);
     const int64_t overwritten = shared->reserved() - from;
     if (overwritten <= 0) return out;
-    if (overwritten < capacity) {
-      const int64_t lo = from % capacity, hi = (from + overwritten) % capacity;
-      const at::Tensor index = info.index.to(at::kLong).contiguous();
+    if (overwritten < cycle) {
+      const int64_t lo = from % cycle, hi = (from + overwritten) % cycle;
+      const at::Tensor index =
+          (envs ? info.index.select(1, 1) : info.index).to(at::kLong).contiguous();
       const int64_t* rows = index.data_ptr<int64_t>();
       bool clean = true;
       for (int64_t k = 0; clean && k < index.numel(); ++k)
@@ -529,6 +537,34 @@ TensorDict ReplayBuffer::State::sample_shared(int64_t batch_size, SampleInfo& in
       throw TimeoutError("ReplayBuffer::sample: other processes overwrote the sampled rows at " +
                          shared->where() + " faster than a sample could read them");
   }
+}
+
+TensorDict ReplayBuffer::State::draw(int64_t batch_size, int64_t filled, int64_t newest,
+                                     SampleInfo& info) {
+  if (envs) {
+    // The sampler numbers the elements time-major, as TorchRL's samplers do.
+    const StorageView view{&storage, filled, capacity, newest, envs};
+    info = sampler->sample_from(view, batch_size, &generator);
+    info.index = unravel(detail::checked_rows(info.index, filled, sampler->name() + "::sample"));
+    const at::Tensor env = info.index.select(1, 0), time = info.index.select(1, 1);
+    if (direct) {
+      TensorDict out(std::vector<int64_t>{info.index.size(0)});
+      for (const Leaf& leaf : leaves) out.set(leaf.key, leaf.data.index({env, time}));
+      return out;
+    }
+    TensorDictBase rows = storage.index({env, time});
+    return rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
+  }
+  const StorageView view{&storage, filled, capacity, newest};
+  info = sampler->sample_from(view, batch_size, &generator);
+  if (direct) {
+    // The sampler may be the user's: its rows are checked before they are
+    // used as raw offsets.
+    info.index = detail::checked_rows(info.index, filled, sampler->name() + "::sample");
+    return gather(info.index);
+  }
+  TensorDictBase rows = storage.index({info.index});
+  return rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
 }
 
 ReplayBuffer::~ReplayBuffer() = default;
@@ -545,12 +581,12 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
     // A failed copy leaves the reservation uncommitted: the failure rule of
     // a writer that dies between reserve and commit (shared_cursor.h).
     const Reservation reservation = s.shared->reserve(1);
-    const int64_t r = reservation.first % s.capacity;
+    const int64_t r = reservation.first % s.writer_capacity();
     s.write_row(r, row, src);
     src.clear();
     s.shared->commit(reservation);
     s.last_row = r;
-    s.sampler->on_write_row(r);
+    s.on_write_step(r);
     return r;
   }
   const int64_t r = s.round_robin ? s.round_robin->position().cursor
@@ -569,13 +605,7 @@ int64_t ReplayBuffer::add(const TensorDictBase& row) {
   src.clear();  // do not keep the caller's tensors alive
   if (s.round_robin) s.round_robin->next_row(s.writer_capacity());
   s.last_row = r;
-  if (s.envs) {
-    s.sampler->on_write(at::arange(r * s.envs, (r + 1) * s.envs, at::kLong));
-    return r;
-  }
-  // A sampler error here would leave the row written but unknown to it: the
-  // samplers only fail on rows out of range, which the writer never gives.
-  s.sampler->on_write_row(r);
+  s.on_write_step(r);
   return r;
 }
 
@@ -682,9 +712,21 @@ at::Tensor ReplayBuffer::State::extend_steps(const TensorDictBase& batch, int64_
   const int64_t kept = std::min(n, steps);
   const int64_t skip = n - kept;  // steps overwritten within this same extend
   RoundRobinWriter next = *round_robin;
-  at::Tensor times = next.next_rows(n, steps);
-  if (skip) times = times.narrow(0, skip, kept);
-  const int64_t first = (round_robin->position().cursor + skip) % steps;
+  Reservation reservation;
+  at::Tensor times;
+  int64_t first = 0;
+  if (shared) {
+    // n tickets, one per time step, written to steps ticket % steps (a
+    // failed copy leaves them uncommitted: the failure rule of shared_cursor.h).
+    reservation = shared->reserve(n);
+    times =
+        at::arange(reservation.first + skip, reservation.first + n, at::kLong).remainder_(steps);
+    first = (reservation.first + skip) % steps;
+  } else {
+    times = next.next_rows(n, steps);
+    if (skip) times = times.narrow(0, skip, kept);
+    first = (round_robin->position().cursor + skip) % steps;
+  }
   const int64_t head = std::min(kept, steps - first);  // steps before the wrap
   if (direct) {
     for (size_t k = 0; k < src.size(); ++k) {
@@ -700,8 +742,13 @@ at::Tensor ReplayBuffer::State::extend_steps(const TensorDictBase& batch, int64_
       storage.index_put_({Slice(), Slice(0, kept - head)},
                          batch.index({Slice(), Slice(skip + head, n)}));
   }
-  *round_robin = next;
-  last_row = (next.state().cursor + steps - 1) % steps;
+  if (shared) {
+    shared->commit(reservation);
+    last_row = (reservation.first + n - 1) % steps;
+  } else {
+    *round_robin = next;
+    last_row = (next.state().cursor + steps - 1) % steps;
+  }
   // Env by env, the order of batch.flatten(0, 1)'s kept items.
   const at::Tensor env = at::arange(envs, at::kLong).repeat_interleave(kept);
   const at::Tensor time = times.repeat({envs});
@@ -767,34 +814,10 @@ TensorDict ReplayBuffer::sample(int64_t batch_size) {
   TensorDict out;
   if (s.shared) {
     out = s.sample_shared(batch_size, info);
-  } else if (s.size() == 0) {
-    throw ValueError("ReplayBuffer::sample: the buffer is empty");
-  } else if (s.envs) {
-    // The sampler numbers the elements time-major, as TorchRL's samplers do.
-    const StorageView view{&s.storage, s.size(), s.capacity, s.last_row, s.envs};
-    info = s.sampler->sample_from(view, batch_size, &s.generator);
-    info.index =
-        s.unravel(detail::checked_rows(info.index, s.size(), s.sampler->name() + "::sample"));
-    const at::Tensor env = info.index.select(1, 0), time = info.index.select(1, 1);
-    if (s.direct) {
-      out = TensorDict(std::vector<int64_t>{info.index.size(0)});
-      for (const Leaf& leaf : s.leaves) out.set(leaf.key, leaf.data.index({env, time}));
-    } else {
-      TensorDictBase rows = s.storage.index({env, time});
-      out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
-    }
-  } else if (s.direct) {
-    const StorageView view{&s.storage, s.size(), s.capacity, s.last_row};
-    info = s.sampler->sample_from(view, batch_size, &s.generator);
-    // The sampler may be the user's: its rows are checked before they are
-    // used as raw offsets.
-    info.index = detail::checked_rows(info.index, s.size(), s.sampler->name() + "::sample");
-    out = s.gather(info.index);
   } else {
-    const StorageView view{&s.storage, s.size(), s.capacity, s.last_row};
-    info = s.sampler->sample_from(view, batch_size, &s.generator);
-    TensorDictBase rows = s.storage.index({info.index});
-    out = rows.is<TensorDict>() ? rows.as<TensorDict>() : rows.to_tensordict();
+    const int64_t filled = s.size();
+    if (filled == 0) throw ValueError("ReplayBuffer::sample: the buffer is empty");
+    out = s.draw(batch_size, filled, s.last_row, info);
   }
   for (auto& [key, value] : info.entries) out.set(key, std::move(value));
   out.set("index", info.index);
@@ -841,12 +864,13 @@ void ReplayBuffer::load_writer_state(const WriterState& state) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->writer->load_state(state, state_->writer_capacity());
   if (state_->shared) {
-    if (state.cursor != state.write_count % state_->capacity)
+    const int64_t cycle = state_->writer_capacity();
+    if (state.cursor != state.write_count % cycle)
       throw ValueError(
           "ReplayBuffer::load_writer_state: an attached buffer's cursor is its "
-          "write_count % capacity (" +
-          std::to_string(state.write_count % state_->capacity) + "), got " +
-          std::to_string(state.cursor));
+          "write_count % " +
+          std::string(state_->envs ? "steps" : "capacity") + " (" +
+          std::to_string(state.write_count % cycle) + "), got " + std::to_string(state.cursor));
     state_->shared->reset(state.write_count);
   }
   state_->last_row = state_->newest_row(state);
@@ -916,7 +940,8 @@ void ReplayBuffer::dumps(const fs::path& dir) const {
         stage / "storage" / "storage_metadata.json",
         ojson{{"metadata", ojson::object()}, {"is_pytree", false}, {"len", s.size()}});
     fs::create_directory(stage / "writer");
-    if (s.shared) s.writer->load_state(s.shared_state(), s.capacity);  // what dumps() writes
+    if (s.shared)
+      s.writer->load_state(s.shared_state(), s.writer_capacity());  // what dumps() writes
     s.writer->dumps(stage / "writer");
     // The library's buffers have no batch size of their own (sample(n) takes it).
     detail::write_json_file(stage / "buffer_metadata.json",

@@ -98,16 +98,20 @@ MappedCursor::MappedCursor(const std::filesystem::path& path, int64_t capacity)
 }
 
 std::shared_ptr<MappedCursor> MappedCursor::beside(const TensorDictBase& storage) {
-  if (storage.batch_dims() != 1)
-    throw ShapeError("MappedCursor::beside: the storage must have batch size [capacity], got " +
-                     std::to_string(storage.batch_dims()) + " batch dims");
+  const int64_t dims = storage.batch_dims();
+  if (dims != 1 && dims != 2)
+    throw ShapeError(
+        "MappedCursor::beside: the storage must have batch size [capacity] or [envs, steps] (an "
+        "[env, time] storage), got " +
+        std::to_string(dims) + " batch dims");
   const std::optional<std::string> dir = storage.saved_path();
   if (!dir)
     throw ValueError(
         "MappedCursor::beside: the storage is neither memory-mapped nor in shared memory (it "
         "has no directory to put the cursor file in); open MappedCursor(path, capacity)");
+  // An [env, time] buffer's tickets count its time steps.
   return std::make_shared<MappedCursor>(std::filesystem::path(*dir) / "rb_cursor",
-                                        storage.batch_size()[0]);
+                                        storage.batch_size()[dims - 1]);
 }
 
 MappedCursor::~MappedCursor() {

@@ -1,8 +1,11 @@
 #pragma once
 // [envs, steps] storages of every kind for the [env, time] buffer tests
 // (test_env_time_buffer.cpp, test_env_time_samplers.cpp): memory, memmap (a
-// directory on disk), shared memory and, when built, an HDF5 file, all
-// removed when the holder goes.
+// directory on disk), shared memory and, when built, an HDF5 file and the
+// Redis stores of redis_storages.h; the files are removed when the holder
+// goes (the Redis servers die with the test process).
+#include "rb/redis_storages.h"
+
 #include <tensordict/schema.h>
 #include <tensordict/storage/shared.h>
 
@@ -18,11 +21,14 @@ namespace tensordict::rb::test {
 
 /// The storage kinds the [env, time] tests run over.
 inline std::vector<std::string> env_storage_kinds() {
-  return {"memory", "memmap", "shared",
+  std::vector<std::string> kinds{"memory", "memmap", "shared"};
 #ifdef TENSORDICT_RB_TEST_HDF5
-          "h5"
+  kinds.emplace_back("h5");
 #endif
-  };
+#ifdef TENSORDICT_RB_TEST_REDIS
+  for (std::string& kind : redis_storage_kinds()) kinds.push_back(std::move(kind));
+#endif
+  return kinds;
 }
 
 class EnvStorages {
@@ -63,6 +69,9 @@ class EnvStorages {
       std::filesystem::create_directories(d);
       return from_schema(schema_, shape, "h5", {{"filename", (d / "b.h5").string()}});
     }
+#ifdef TENSORDICT_RB_TEST_REDIS
+    if (is_redis_kind(kind)) return make_redis_storage(kind, schema_, shape);
+#endif
     return from_schema(schema_, shape);
   }
 

@@ -566,9 +566,9 @@ class LazyEnvTime : public ::testing::TestWithParam<std::string> {
   Storages storages;
   // ReplayBuffer(capacity, ..., ndim = 2) in the storage kind of the test.
   rb::ReplayBuffer lazy(int64_t capacity, std::shared_ptr<rb::Sampler> sampler = nullptr) {
-    td::StorageOptions options;
-    if (GetParam() == "memmap") options["prefix"] = storages.dir("lazy").string();
-    return rb::ReplayBuffer(capacity, std::move(sampler), GetParam(), options, nullptr, 2);
+    auto [storage, options] = rb::test::lazy_storage(GetParam());
+    if (storage == "memmap") options["prefix"] = storages.dir("lazy").string();
+    return rb::ReplayBuffer(capacity, std::move(sampler), storage, options, nullptr, 2);
   }
 };
 
@@ -662,7 +662,16 @@ TEST_P(LazyEnvTime, ACheckpointGivesTheStorageItsShape) {
   EXPECT_THROW(flat.loads(dir), td::FormatError);
 }
 
-INSTANTIATE_TEST_SUITE_P(Storages, LazyEnvTime, ::testing::Values("memory", "memmap"),
+namespace {
+// Memory, memmap and, when built, the Redis stores.
+std::vector<std::string> lazy_kinds() {
+  std::vector<std::string> kinds = rb::test::memory_and_redis_kinds();
+  kinds.insert(kinds.begin() + 1, "memmap");
+  return kinds;
+}
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Storages, LazyEnvTime, ::testing::ValuesIn(lazy_kinds()),
                          [](const auto& info) { return info.param; });
 
 TEST(LazyEnvTimeSetup, NdimAndWritersAreChecked) {

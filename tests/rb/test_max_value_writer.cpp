@@ -3,7 +3,8 @@
 // by row), reductions of per-step ranks, bad input changing nothing, its
 // checkpoint files; and the same stream as the real TorchRL (run in a child
 // process) with the same kept rows, returned indices and heap, including
-// checkpoints handed over midway in both directions.
+// checkpoints handed over midway in both directions. The hand-computed
+// stream runs over the Redis stores too (rb/redis_storages.h).
 #include <tensordict/errors.h>
 #include <tensordict/rb/replay_buffer.h>
 
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "rb/redis_storages.h"
 #include "rb/torchrl_child.h"
 
 namespace fs = std::filesystem;
@@ -52,8 +54,12 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-TEST(TensorDictMaxValueWriter, KeepsTheTopRanksAsHandComputed) {
-  rb::ReplayBuffer buffer(3, nullptr, "memory", {},
+// In memory and over each Redis store (the buffer makes it at the first write).
+class MaxValueWriterOver : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MaxValueWriterOver, KeepsTheTopRanksAsHandComputed) {
+  const auto [storage, options] = rb::test::lazy_storage(GetParam());
+  rb::ReplayBuffer buffer(3, nullptr, storage, options,
                           std::make_shared<rb::TensorDictMaxValueWriter>("reward"));
   EXPECT_EQ(as_vector(buffer.extend(rewarded({1, 5, 3}, 0))), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(buffer.add(one(0.5f, 3)), -1);  // below the lowest kept (1): dropped
@@ -70,6 +76,10 @@ TEST(TensorDictMaxValueWriter, KeepsTheTopRanksAsHandComputed) {
   const at::Tensor ids = buffer.sample(64).get("id");
   EXPECT_TRUE(ids.eq(1).logical_or(ids.eq(6)).logical_or(ids.eq(7)).all().item<bool>());
 }
+
+INSTANTIATE_TEST_SUITE_P(Storages, MaxValueWriterOver,
+                         ::testing::ValuesIn(rb::test::memory_and_redis_kinds()),
+                         [](const auto& info) { return info.param; });
 
 TEST(TensorDictMaxValueWriter, TwoItemsForOneRowInOneExtendKeepTheLater) {
   rb::ReplayBuffer buffer(2, nullptr, "memory", {},

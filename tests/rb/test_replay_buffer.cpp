@@ -1,13 +1,16 @@
 // ReplayBuffer over real storages: in memory, a memmap directory on disk,
 // POSIX shared memory (all from from_schema, written straight into their
-// tensors), a lazy
-// stack of in-memory rows and, when the HDF5 component is built, an HDF5
-// file (both written through index_put_, the path of every other storage). Wrap-around, overlong
-// extends, lazy allocation, each sampler through the buffer, priorities, errors, and concurrent
-// threads.
+// tensors), a lazy stack of in-memory rows and, when their components are
+// built, an HDF5 file and the Redis stores of rb/redis_storages.h (single
+// server, sharded, cluster, sharded over a cluster; all written through
+// index_put_, the path of every other storage). Wrap-around, overlong
+// extends, lazy allocation, each sampler through the buffer, priorities,
+// errors, and concurrent threads.
 #include <tensordict/lazy_stack.h>
 #include <tensordict/rb/replay_buffer.h>
 #include <tensordict/storage/shared.h>
+
+#include "rb/redis_storages.h"
 
 #include <atomic>
 #include <filesystem>
@@ -106,6 +109,10 @@ td::TensorDictBase make_storage(const std::string& kind, int64_t capacity) {
     return td::from_schema(transition_schema(), {capacity}, "h5",
                            {{"filename", (dir / "buffer.h5").string()}});
   }
+#ifdef TENSORDICT_RB_TEST_REDIS
+  if (rb::test::is_redis_kind(kind))
+    return rb::test::make_redis_storage(kind, transition_schema(), {capacity});
+#endif
   std::vector<td::TensorDictBase> rows;
   td::TensorDictBase zeros = td::from_schema(transition_schema(), {capacity});
   for (int64_t i = 0; i < capacity; ++i) rows.push_back(zeros[i].clone());
@@ -274,12 +281,18 @@ TEST_P(ReplayBufferOver, PrioritizedSamplingAndUpdates) {
   EXPECT_TRUE(torch::equal(sampler->sum_tree().leaves(), leaves));
 }
 
-// HDF5 when its component is built (the parameter list cannot hold a #if).
-const std::vector<std::string> kStorages = {"memory", "memmap", "shared", "lazy_stack",
+// HDF5 and the Redis stores when their components are built.
+std::vector<std::string> storage_kinds() {
+  std::vector<std::string> kinds{"memory", "memmap", "shared", "lazy_stack"};
 #ifdef TENSORDICT_RB_TEST_HDF5
-                                            "h5"
+  kinds.emplace_back("h5");
 #endif
-};
+#ifdef TENSORDICT_RB_TEST_REDIS
+  for (std::string& kind : rb::test::redis_storage_kinds()) kinds.push_back(std::move(kind));
+#endif
+  return kinds;
+}
+const std::vector<std::string> kStorages = storage_kinds();
 
 INSTANTIATE_TEST_SUITE_P(Storages, ReplayBufferOver, ::testing::ValuesIn(kStorages),
                          [](const auto& info) { return info.param; });

@@ -8,7 +8,8 @@
 // acknowledged row present exactly once, wrap-around keeps exactly the newest
 // `capacity` rows, a reader running beside the writers never samples an
 // unwritten or torn row, and a writer killed between reserve and commit
-// behaves as documented (stall, TimeoutError, recover()).
+// behaves as documented (stall, TimeoutError, recover()). [env, time]
+// buffers the same way: tickets count time steps, each written to every env.
 #include <tensordict/rb/replay_buffer.h>
 #include <tensordict/rb/shared_cursor.h>
 #include <tensordict/storage/memmap.h>
@@ -56,10 +57,37 @@ td::TensorDict rows_of(int64_t writer, int64_t seq0, int64_t n) {
       {{"writer", at::full({n}, writer, at::kLong)}, {"seq", seq}, {"payload", payload}}, {n});
 }
 
-// Marks every row of a new storage as never written.
+// The rows of an [env, time] storage: each element also holds its env's number.
+td::Schema env_schema() {
+  td::Schema schema = row_schema();
+  schema.add("env", {{}, at::kLong});
+  return schema;
+}
+
+// Steps seq0 .. seq0+t-1 of `writer` for every env, batch [envs, t]: each
+// env's row is rows_of(writer, seq0, t) plus the env's number.
+td::TensorDict env_steps_of(int64_t writer, int64_t seq0, int64_t t, int64_t envs) {
+  const td::TensorDict steps = rows_of(writer, seq0, t);
+  auto every_env = [envs](const at::Tensor& x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.insert(shape.begin(), envs);
+    return x.unsqueeze(0).expand(shape).contiguous();
+  };
+  return td::TensorDict({{"writer", every_env(steps.get("writer"))},
+                         {"seq", every_env(steps.get("seq"))},
+                         {"payload", every_env(steps.get("payload"))},
+                         {"env", at::arange(envs, at::kLong).unsqueeze(1).expand({envs, t})}},
+                        {envs, t});
+}
+
+// Marks every row (element) of a new storage as never written.
 void mark_unwritten(td::TensorDictBase& storage) {
   const int64_t c = storage.batch_size()[0];
-  storage.index_put_({at::indexing::Slice(0, c)}, rows_of(kUnwritten, 0, c));
+  if (storage.batch_dims() == 2)
+    storage.index_put_({at::indexing::Slice(0, c)},
+                       env_steps_of(kUnwritten, 0, storage.batch_size()[1], c));
+  else
+    storage.index_put_({at::indexing::Slice(0, c)}, rows_of(kUnwritten, 0, c));
 }
 
 // The (writer, seq) of each row, after checking that each row is whole
@@ -74,6 +102,13 @@ std::vector<std::pair<int64_t, int64_t>> ids_of(const td::TensorDictBase& rows) 
   for (int64_t i = 0; i < w.numel(); ++i)
     out.emplace_back(w.data_ptr<int64_t>()[i], s.data_ptr<int64_t>()[i]);
   return out;
+}
+
+// The schema and batch size of a storage of `capacity` rows or, with
+// `envs`, of `capacity` time steps of each env.
+td::Schema schema_of(int64_t envs) { return envs ? env_schema() : row_schema(); }
+std::vector<int64_t> shape_of(int64_t capacity, int64_t envs) {
+  return envs ? std::vector<int64_t>{envs, capacity} : std::vector<int64_t>{capacity};
 }
 
 // Runs `body` in a child process; returns its exit code (128 + signal when
@@ -125,7 +160,8 @@ int write_rows(const Opener& open, int w, int64_t rows) {
 
 // A reader beside the writers: samples until the buffer holds `total` rows
 // (or 20 s pass); exit 0 when every sampled row was written and whole, 2
-// when a row was never written, 3 when torn.
+// when a row was never written, 3 when torn, 5 when an element of an
+// [env, time] buffer is not the env its index says.
 int read_while_writing(const Opener& open, int64_t total, int64_t writers) {
   rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(open.storage(100), open.cursor(100));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -134,24 +170,51 @@ int read_while_writing(const Opener& open, int64_t total, int64_t writers) {
     const auto cursor = open.cursor(101);
     const bool done = cursor->committed() >= total;
     if (buffer.size() == 0) continue;
-    const auto ids = ids_of(buffer.sample(64));
+    const td::TensorDict sample = buffer.sample(64);
+    const auto ids = ids_of(sample);
     if (ids.empty()) return 3;
     for (const auto& [w, s] : ids)
       if (w < 0 || w >= writers) return 2;
+    if (sample.contains("env") && !at::equal(sample.get("env"), sample.get("index").select(1, 0)))
+      return 5;
     ++samples;
     if (done) break;
   }
   return samples > 0 ? 0 : 4;
 }
 
-// N writers x M rows, with a reader beside them; then the checks.
-void many_writers(const Opener& open, int64_t capacity, int writers, int64_t rows) {
+// Writer `w` of an [env, time] buffer: steps 0 .. steps-1 of every env, in
+// adds (one step) and extends of 2, 5 and 3 steps.
+int write_env_steps(const Opener& open, int w, int64_t steps, int64_t envs) {
+  rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(open.storage(w), open.cursor(w));
+  const int64_t sizes[] = {1, 2, 5, 3};
+  int64_t seq = 0;
+  for (int k = 0; seq < steps; ++k) {
+    const int64_t n = std::min(sizes[k % 4], steps - seq);
+    const td::TensorDict data = env_steps_of(w, seq, n, envs);
+    if (n == 1)
+      buffer.add(data.index({at::indexing::Slice(), 0}));
+    else
+      buffer.extend(data);
+    seq += n;
+  }
+  return 0;
+}
+
+// N writers x M rows (with `envs`: M time steps of every env of an [env,
+// time] buffer of `capacity` steps), a reader beside them; then the checks:
+// every acknowledged row (step) once, or the newest `capacity` after a wrap;
+// in an [env, time] buffer each time step holds one write in every env.
+void many_writers(const Opener& open, int64_t capacity, int writers, int64_t rows,
+                  int64_t envs = 0) {
   td::TensorDictBase storage = open.storage(-1);
   const auto cursor = open.cursor(-1);
   ASSERT_EQ(cursor->capacity(), capacity);
   std::vector<pid_t> pids;
   for (int w = 0; w < writers; ++w)
-    pids.push_back(run_child([&, w] { return write_rows(open, w, rows); }));
+    pids.push_back(run_child([&, w] {
+      return envs ? write_env_steps(open, w, rows, envs) : write_rows(open, w, rows);
+    }));
   const pid_t reader = run_child([&] { return read_while_writing(open, writers * rows, writers); });
   for (const pid_t pid : pids) EXPECT_EQ(wait_child(pid), 0) << open.name;
   EXPECT_EQ(wait_child(reader), 0) << open.name << ": the reader sampled a bad row";
@@ -160,10 +223,17 @@ void many_writers(const Opener& open, int64_t capacity, int writers, int64_t row
   EXPECT_EQ(cursor->committed(), total);
   EXPECT_EQ(cursor->reserved(), total);
   const rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(storage, cursor);
-  EXPECT_EQ(buffer.size(), std::min(total, capacity));
-  EXPECT_EQ(buffer.writer_state().write_count, total);
-  const auto ids = ids_of(storage.index({at::indexing::Slice(0, capacity)}));
+  EXPECT_EQ(buffer.size(), std::min(total, capacity) * std::max<int64_t>(envs, 1));
+  EXPECT_EQ(buffer.writer_state(), (rb::WriterState{total % capacity, total}));
+  // The write of each row (time step): env 0's steps in an [env, time] buffer.
+  const auto ids =
+      ids_of(envs ? storage.index({0}) : storage.index({at::indexing::Slice(0, capacity)}));
   ASSERT_EQ(static_cast<int64_t>(ids.size()), capacity) << "a torn row in the storage";
+  if (envs) {
+    EXPECT_TRUE(at::equal(storage.get("env"),
+                          at::arange(envs, at::kLong).unsqueeze(1).expand({envs, capacity})));
+    for (int64_t e = 1; e < envs; ++e) EXPECT_EQ(ids_of(storage.index({e})), ids) << "env " << e;
+  }
   std::map<int64_t, std::set<int64_t>> seqs;
   int64_t written = 0;
   for (const auto& [w, s] : ids) {
@@ -209,10 +279,11 @@ class SharedWriters : public ::testing::Test {
 
   // A memmap buffer in dir_/storage, its cursor in dir_/storage/rb_cursor;
   // each process loads the directory and opens the cursor file itself.
-  Opener memmap(int64_t capacity) {
+  // With `envs`, an [env, time] buffer of `capacity` steps of each env.
+  Opener memmap(int64_t capacity, int64_t envs = 0) {
     const fs::path root = dir_ / "storage";
-    td::TensorDictBase made =
-        td::from_schema(row_schema(), {capacity}, "memmap", {{"prefix", root.string()}});
+    td::TensorDictBase made = td::from_schema(schema_of(envs), shape_of(capacity, envs), "memmap",
+                                              {{"prefix", root.string()}});
     mark_unwritten(made);
     return {"memmap", [root](int) { return td::load_memmap(root.string()); },
             [root](int) -> std::shared_ptr<rb::SharedCursor> {
@@ -221,8 +292,8 @@ class SharedWriters : public ::testing::Test {
   }
 
   // A shared-memory buffer; the cursor file in its /dev/shm directory.
-  Opener shared(int64_t capacity) {
-    td::TensorDictBase made = td::from_schema(row_schema(), {capacity}, "shared");
+  Opener shared(int64_t capacity, int64_t envs = 0) {
+    td::TensorDictBase made = td::from_schema(schema_of(envs), shape_of(capacity, envs), "shared");
     mark_unwritten(made);
     const std::string name = made.shared_name();
     shared_.push_back(name);
@@ -249,6 +320,88 @@ TEST_F(SharedWriters, SharedMemoryFourProcessesEveryRowOnce) {
 
 TEST_F(SharedWriters, SharedMemoryFourProcessesWrapAround) {
   many_writers(shared(50), 50, 4, 1500);
+}
+
+TEST_F(SharedWriters, MemmapEnvTimeThreeProcessesEveryStepOnce) {
+  many_writers(memmap(600, 3), 600, 3, 200, 3);
+}
+
+TEST_F(SharedWriters, MemmapEnvTimeWrapAround) { many_writers(memmap(17, 3), 17, 3, 300, 3); }
+
+TEST_F(SharedWriters, SharedMemoryEnvTimeThreeProcessesEveryStepOnce) {
+  many_writers(shared(600, 2), 600, 3, 200, 2);
+}
+
+TEST_F(SharedWriters, SharedMemoryEnvTimeWrapAround) { many_writers(shared(23, 4), 23, 3, 300, 4); }
+
+// An attached [env, time] buffer: tickets are time steps, the cursor beside
+// the storage cycles over them, samples are elements ([n], index (env,
+// time)), the samplers of a 1-D attached buffer, the state calls and
+// checkpoints in time steps.
+TEST_F(SharedWriters, EnvTimeTicketsAreTimeSteps) {
+  const int64_t envs = 3, steps = 4;
+  const Opener open = memmap(steps, envs);
+  auto cursor = open.cursor(0);
+  EXPECT_EQ(cursor->capacity(), steps);
+  // A cursor over envs * steps rows is another buffer's.
+  auto elements = std::make_shared<rb::MappedCursor>(dir_ / "elements", envs * steps);
+  EXPECT_THROW(rb::ReplayBuffer::attach(open.storage(0), elements), td::ValueError);
+  EXPECT_THROW(
+      rb::ReplayBuffer::attach(open.storage(0), cursor,
+                               std::make_shared<rb::PrioritizedSampler>(envs * steps, 0.6, 0.4)),
+      td::UnsupportedError);
+  rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(
+      open.storage(0), cursor, std::make_shared<rb::SamplerWithoutReplacement>());
+  EXPECT_THROW(buffer.sample(2), td::ValueError);  // empty
+  // Bad steps reserve nothing.
+  EXPECT_THROW(buffer.extend(env_steps_of(0, 0, 2, envs + 1)), td::ShapeError);
+  EXPECT_THROW(buffer.extend(rows_of(0, 0, 2)), td::ShapeError);
+  EXPECT_EQ(cursor->reserved(), 0);
+
+  const at::Tensor pairs = buffer.extend(env_steps_of(0, 0, 3, envs));  // tickets 0..2
+  EXPECT_EQ(pairs.sizes().vec(), (std::vector<int64_t>{envs * 3, 2}));
+  EXPECT_EQ(buffer.add(env_steps_of(0, 3, 1, envs).index({at::indexing::Slice(), 0})), 3);
+  EXPECT_EQ(cursor->committed(), 4);
+  EXPECT_EQ(buffer.size(), envs * steps);
+  // Without replacement: every element once per epoch.
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (int b = 0; b < 4; ++b) {
+    const td::TensorDict s = buffer.sample(3);
+    const at::Tensor index = s.get("index");
+    EXPECT_TRUE(at::equal(s.get("env"), index.select(1, 0)));
+    EXPECT_TRUE(at::equal(s.get("seq"), index.select(1, 1)));  // step t holds seq t
+    for (int64_t k = 0; k < 3; ++k)
+      seen.emplace(index[k][0].item<int64_t>(), index[k][1].item<int64_t>());
+  }
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), envs * steps);
+
+  // Two more steps (tickets 4, 5) from another process's handle wrap to
+  // time steps 0 and 1 of every env.
+  rb::ReplayBuffer other = rb::ReplayBuffer::attach(open.storage(1), open.cursor(1));
+  const at::Tensor wrapped = other.extend(env_steps_of(1, 0, 2, envs));
+  EXPECT_TRUE(at::equal(wrapped.select(1, 1), at::tensor({0, 1, 0, 1, 0, 1}, at::kLong)));
+  EXPECT_EQ(buffer.writer_state(), (rb::WriterState{2, 6}));
+  const td::TensorDictBase storage = open.storage(2);
+  EXPECT_TRUE(
+      at::equal(storage.get("writer"), at::tensor({1, 1, 0, 0}, at::kLong).expand({envs, 4})));
+
+  EXPECT_THROW(buffer.load_writer_state({1, 6}), td::ValueError);  // cursor != 6 % steps
+  buffer.load_writer_state({1, 5});
+  EXPECT_EQ(other.size(), envs * steps);
+  EXPECT_EQ(cursor->reserved(), 5);
+  const fs::path saved = dir_ / "checkpoint";
+  buffer.dumps(saved);
+  rb::ReplayBuffer loaded(td::from_schema(env_schema(), {envs, steps}),
+                          std::make_shared<rb::SamplerWithoutReplacement>());
+  loaded.loads(saved);
+  EXPECT_EQ(loaded.writer_state(), (rb::WriterState{1, 5}));
+  EXPECT_TRUE(at::equal(loaded.storage().get("seq"), storage.get("seq")));
+
+  other.empty();
+  EXPECT_EQ(buffer.size(), 0);
+  EXPECT_TRUE(at::equal(buffer.extend(env_steps_of(2, 0, 1, envs)).select(1, 1),
+                        at::zeros({envs}, at::kLong)));
+  EXPECT_EQ(other.size(), envs);
 }
 
 // Dies on its first commit: a writer killed between reserve and commit
@@ -315,6 +468,39 @@ TEST_F(SharedWriters, MemmapWriterKilledBetweenReserveAndCommit) {
   const fs::path file = dir_ / "storage" / "rb_cursor";
   killed_writer(open,
                 [&] { return std::make_shared<DiesBeforeCommit<rb::MappedCursor>>(file, 32); });
+}
+
+// The failure rule in time steps: a writer of an [env, time] buffer killed
+// between reserve and commit stalls the steps after its own; recover()
+// gives its tickets out again.
+TEST_F(SharedWriters, EnvTimeWriterKilledBetweenReserveAndCommit) {
+  const int64_t envs = 2, steps = 8;
+  const Opener open = memmap(steps, envs);
+  const fs::path file = dir_ / "storage" / "rb_cursor";
+  auto cursor = open.cursor(0);
+  rb::ReplayBuffer buffer = rb::ReplayBuffer::attach(open.storage(0), cursor);
+  buffer.extend(env_steps_of(0, 0, 3, envs));
+  const pid_t dying = run_child([&] {
+    rb::ReplayBuffer mine = rb::ReplayBuffer::attach(
+        open.storage(1), std::make_shared<DiesBeforeCommit<rb::MappedCursor>>(file, steps));
+    mine.extend(env_steps_of(1, 0, 2, envs));  // reserves steps 3 and 4, writes them, dies
+    return 0;
+  });
+  EXPECT_EQ(wait_child(dying), 128 + SIGKILL);
+  EXPECT_EQ(cursor->reserved(), 5);
+  EXPECT_EQ(cursor->committed(), 3);
+  EXPECT_EQ(buffer.size(), 3 * envs);
+  for (const auto& [w, s] : ids_of(buffer.sample(200))) EXPECT_EQ(w, 0);
+  cursor->set_commit_timeout(std::chrono::milliseconds(200));
+  EXPECT_THROW(buffer.extend(env_steps_of(2, 0, 1, envs)), td::TimeoutError);
+  EXPECT_EQ(buffer.size(), 3 * envs);
+  EXPECT_EQ(cursor->recover(), 3);
+  const at::Tensor pairs = buffer.extend(env_steps_of(3, 0, 2, envs));
+  EXPECT_TRUE(at::equal(pairs.select(1, 1), at::tensor({3, 4, 3, 4}, at::kLong)));
+  EXPECT_EQ(buffer.size(), 5 * envs);
+  std::set<int64_t> sampled;
+  for (const auto& [w, s] : ids_of(buffer.sample(300))) sampled.insert(w);
+  EXPECT_EQ(sampled, (std::set<int64_t>{0, 3}));
 }
 
 TEST_F(SharedWriters, DiscardedReservationCannotCommit) {
@@ -402,9 +588,10 @@ class SharedRedisWriters : public ::testing::Test {
  protected:
   // A store on the test's server; child k connects on its own, over TCP
   // (even k) or the Unix socket (odd k): separate connections for "hosts".
-  Opener redis(int64_t capacity) {
+  // With `envs`, an [env, time] store of `capacity` steps of each env.
+  Opener redis(int64_t capacity, int64_t envs = 0) {
     td::storage::Redis tcp{.host = "127.0.0.1", .port = server_.port()};
-    td::TensorDictBase made = td::from_schema(row_schema(), {capacity}, tcp);
+    td::TensorDictBase made = td::from_schema(schema_of(envs), shape_of(capacity, envs), tcp);
     mark_unwritten(made);
     tcp.td_id = td::redis::td_id(made);
     td::storage::Redis unix_socket = tcp;
@@ -426,6 +613,12 @@ class SharedRedisWriters : public ::testing::Test {
 TEST_F(SharedRedisWriters, FourProcessesEveryRowOnce) { many_writers(redis(4000), 4000, 4, 900); }
 
 TEST_F(SharedRedisWriters, TwoHostsWrapAround) { many_writers(redis(29), 29, 2, 800); }
+
+TEST_F(SharedRedisWriters, EnvTimeThreeHostsEveryStepOnce) {
+  many_writers(redis(400, 3), 400, 3, 120, 3);
+}
+
+TEST_F(SharedRedisWriters, EnvTimeTwoHostsWrapAround) { many_writers(redis(13, 2), 13, 2, 150, 2); }
 
 TEST_F(SharedRedisWriters, CursorKeysBesideTheStore) {
   const Opener open = redis(16);

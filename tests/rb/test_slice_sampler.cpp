@@ -5,6 +5,8 @@
 // is_init flags), strict and non-strict lengths, bad input as typed errors,
 // the (empty) checkpoint state; and the same layouts in the real TorchRL (run
 // in a child process): the same trajectories and the same set of slices.
+// The sampled slices are checked over the Redis stores too
+// (rb/redis_storages.h).
 #include <tensordict/errors.h>
 #include <tensordict/rb/replay_buffer.h>
 #include <tensordict/rb/slice_sampler.h>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "rb/redis_storages.h"
 #include "rb/torchrl_child.h"
 
 namespace fs = std::filesystem;
@@ -67,8 +70,10 @@ rb::SliceSamplerOptions options(int64_t slice_len, bool by_traj, bool strict = t
 }
 
 rb::ReplayBuffer filled(const Layout& layout, const rb::SliceSamplerOptions& o,
-                        bool is_init = false) {
-  rb::ReplayBuffer buffer(layout.capacity, std::make_shared<rb::SliceSampler>(o));
+                        bool is_init = false, const std::string& kind = "memory") {
+  const auto [storage, storage_options] = rb::test::lazy_storage(kind);
+  rb::ReplayBuffer buffer(layout.capacity, std::make_shared<rb::SliceSampler>(o), storage,
+                          storage_options);
   const td::TensorDict data = steps(layout.lengths, is_init);
   const int64_t n = data.batch_size()[0];
   for (int64_t start = 0; start < n; start += layout.chunk)
@@ -129,9 +134,12 @@ TEST(SliceSampler, FindsTrajectoriesInAWrappedBufferAsHandComputed) {
   }
 }
 
-TEST(SliceSampler, EverySampledSliceIsOneTrajectoryInOrderAndMarked) {
+// In memory and over each Redis store (the buffer makes it at the first write).
+class SliceSamplerOver : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SliceSamplerOver, EverySampledSliceIsOneTrajectoryInOrderAndMarked) {
   for (bool by_traj : {true, false}) {
-    rb::ReplayBuffer buffer = filled(kWrapped, options(2, by_traj), /*is_init=*/true);
+    rb::ReplayBuffer buffer = filled(kWrapped, options(2, by_traj), /*is_init=*/true, GetParam());
     buffer.manual_seed(3);
     const td::TensorDictBase storage = buffer.storage();
     const std::vector<int64_t> traj = as_vector(storage.get("traj"));
@@ -164,6 +172,10 @@ TEST(SliceSampler, EverySampledSliceIsOneTrajectoryInOrderAndMarked) {
               (std::set<std::vector<int64_t>>{{9, 0}, {0, 1}, {2, 3}, {5, 6}, {6, 7}, {7, 8}}));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Storages, SliceSamplerOver,
+                         ::testing::ValuesIn(rb::test::memory_and_redis_kinds()),
+                         [](const auto& info) { return info.param; });
 
 TEST(SliceSampler, ShortTrajectoriesStrictOrWhole) {
   // Not full: 3 + 1 + 4 + 3 = 11 steps in 12 rows; slices of 3.

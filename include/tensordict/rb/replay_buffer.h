@@ -40,9 +40,11 @@
 /// numbering; a SliceSampler slices along time within one env
 /// (slice_sampler.h). RandomSampler, SamplerWithoutReplacement,
 /// PrioritizedSampler, SliceSampler and SliceSamplerWithoutReplacement only
-/// (UnsupportedError for samplers of one's own, for writers other than
-/// RoundRobinWriter and for attach()). ReplayBuffer(capacity, ..., ndim = 2)
-/// makes such a storage at the first write, from the batch's env count.
+/// (UnsupportedError for samplers of one's own and for writers other than
+/// RoundRobinWriter). attach() takes such a storage too: its cursor's
+/// tickets count time steps (capacity T), each written to every env.
+/// ReplayBuffer(capacity, ..., ndim = 2) makes such a storage at the first
+/// write, from the batch's env count.
 ///
 /// Errors: typed tensordict:: errors, raised before anything changes (bad
 /// input writes nothing and leaves the cursor and priorities as they were):
@@ -82,9 +84,11 @@ class ReplayBuffer {
   /// another process overwrote (wrap-around) one of its rows while it read
   /// it. `sampler` defaults to a RandomSampler; SamplerWithoutReplacement is
   /// the other sampler taken (UnsupportedError for samplers that keep
-  /// per-row state written rows update: prioritized, slices). ValueError when
-  /// `cursor` is null or its capacity is not C; the storage's errors as the
-  /// constructor's.
+  /// per-row state written rows update: prioritized, slices). An [env, time]
+  /// storage [E, T] is attached with a cursor of capacity T: an extend of
+  /// [E, t] reserves t tickets, ticket k is time step k % T of every env.
+  /// ValueError when `cursor` is null or its capacity is not C (T); the
+  /// storage's errors as the constructor's.
   static ReplayBuffer attach(TensorDictBase storage, std::shared_ptr<SharedCursor> cursor,
                              std::shared_ptr<Sampler> sampler = nullptr);
   /// The cursor of a buffer opened with attach(); null otherwise.

@@ -137,8 +137,9 @@ class MappedCursor : public SharedCursor {
   /// tensordict (saved or loaded) or a shared-memory one (its /dev/shm
   /// directory, removed with it by unlink_shared), for its batch size [C]:
   /// every process that opens the storage opens the same cursor this way.
-  /// ValueError for a storage with no directory (give a path then);
-  /// ShapeError unless the batch size is [C].
+  /// For an [env, time] storage [E, T] the cursor cycles over its T time
+  /// steps. ValueError for a storage with no directory (give a path then);
+  /// ShapeError unless the batch size is [C] or [E, T].
   static std::shared_ptr<MappedCursor> beside(const TensorDictBase& storage);
   ~MappedCursor() override;
   MappedCursor(const MappedCursor&) = delete;
