@@ -291,6 +291,19 @@ int main(int argc, char** argv) {
   const bool resume = opt.dir && !opt.fresh && Buffer::exists(*opt.dir);
   Buffer rb = resume ? Buffer::open(*opt.dir) : Buffer::create(opt.capacity, opt.storage, opt.dir);
   rb.buffer().manual_seed(opt.seed);
+  // A shared-memory segment outlives the process unless it is unlinked; this
+  // one is the example's own, so it goes when the example ends.
+  struct UnlinkShared {
+    std::string name;
+    ~UnlinkShared() {
+      try {
+        if (!name.empty()) td::unlink_shared(name);
+      } catch (const td::Error& e) {
+        std::cerr << "replay_buffer: " << e.what() << "\n";
+      }
+    }
+  } const own_segment{opt.storage == "shared" ? rb.buffer().storage().shared_name()
+                                              : std::string()};
   // Uniform batches come from a second sampler over the same rows; the
   // buffer's own sampler is the prioritized one.
   rb::RandomSampler uniform;

@@ -5,7 +5,11 @@
 // process starts. Each is started once per process, when a test of its kind
 // first runs, and dies with the process; no test touches a server it did not
 // start. Only "memory" when the Redis component is not built.
+#include <tensordict/rb/replay_buffer.h>
 #include <tensordict/schema.h>
+#include <tensordict/storage/shared.h>
+
+#include <unistd.h>
 
 #ifdef TENSORDICT_RB_TEST_REDIS
 #include <tensordict/storage/redis.h>
@@ -15,6 +19,7 @@
 #endif
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -71,23 +76,66 @@ inline TensorDictBase make_redis_storage(const std::string& kind, const Schema& 
 
 #endif
 
-/// "memory" and, when built, the Redis kinds: for the suites that run their
-/// hand-computed cases over a Redis store beside memory.
-inline std::vector<std::string> memory_and_redis_kinds() {
-  std::vector<std::string> kinds{"memory"};
+/// The storages the lazy ReplayBuffer constructor makes at the first write,
+/// for the suites that run their hand-computed cases over every storage:
+/// memory, memmap, shared memory, HDF5 (when built) and the Redis kinds.
+inline std::vector<std::string> lazy_storage_kinds() {
+  std::vector<std::string> kinds{"memory", "memmap", "shared"};
+#ifdef TENSORDICT_RB_TEST_HDF5
+  kinds.emplace_back("h5");
+#endif
 #ifdef TENSORDICT_RB_TEST_REDIS
   for (std::string& kind : redis_storage_kinds()) kinds.push_back(std::move(kind));
 #endif
   return kinds;
 }
 
+/// The scratch directory of this test process for memmap and HDF5 storages,
+/// removed when the process exits.
+inline const std::filesystem::path& lazy_scratch_dir() {
+  struct Scratch {
+    std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("td_rb_lazy_" + std::to_string(::getpid()));
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.dir;
+}
+
 /// The storage name and options that the lazy ReplayBuffer constructor takes
-/// for a kind of memory_and_redis_kinds().
+/// for a kind of lazy_storage_kinds(); memmap and HDF5 storages get a new
+/// place each call.
 inline std::pair<std::string, StorageOptions> lazy_storage(const std::string& kind) {
 #ifdef TENSORDICT_RB_TEST_REDIS
   if (is_redis_kind(kind)) return {"redis", redis_storage_options(kind)};
 #endif
+  static int made = 0;
+  const std::filesystem::path place = lazy_scratch_dir() / (kind + std::to_string(made++));
+  if (kind == "memmap") return {kind, {{"prefix", place.string()}}};
+  if (kind == "h5") {
+    std::filesystem::create_directories(lazy_scratch_dir());
+    return {kind, {{"filename", place.string() + ".h5"}}};
+  }
   return {kind, {}};
 }
+
+/// Unlinks the shared-memory segment of `buffer`'s storage, if it has one, when
+/// the test ends (a segment outlives the process otherwise).
+class ReleaseSharedStorage {
+ public:
+  explicit ReleaseSharedStorage(const ReplayBuffer& buffer) : buffer_(buffer) {}
+  ~ReleaseSharedStorage() {
+    const TensorDictBase storage = buffer_.storage();
+    if (storage.defined() && storage.is_shared()) unlink_shared(storage.shared_name());
+  }
+  ReleaseSharedStorage(const ReleaseSharedStorage&) = delete;
+  ReleaseSharedStorage& operator=(const ReleaseSharedStorage&) = delete;
+
+ private:
+  const ReplayBuffer& buffer_;
+};
 
 }  // namespace tensordict::rb::test

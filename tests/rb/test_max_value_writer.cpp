@@ -54,13 +54,14 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-// In memory and over each Redis store (the buffer makes it at the first write).
+// Over every storage the buffer makes at the first write.
 class MaxValueWriterOver : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MaxValueWriterOver, KeepsTheTopRanksAsHandComputed) {
   const auto [storage, options] = rb::test::lazy_storage(GetParam());
   rb::ReplayBuffer buffer(3, nullptr, storage, options,
                           std::make_shared<rb::TensorDictMaxValueWriter>("reward"));
+  const rb::test::ReleaseSharedStorage release(buffer);
   EXPECT_EQ(as_vector(buffer.extend(rewarded({1, 5, 3}, 0))), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(buffer.add(one(0.5f, 3)), -1);  // below the lowest kept (1): dropped
   EXPECT_EQ(buffer.add(one(4, 4)), 0);      // replaces rank 1 in row 0
@@ -78,7 +79,7 @@ TEST_P(MaxValueWriterOver, KeepsTheTopRanksAsHandComputed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, MaxValueWriterOver,
-                         ::testing::ValuesIn(rb::test::memory_and_redis_kinds()),
+                         ::testing::ValuesIn(rb::test::lazy_storage_kinds()),
                          [](const auto& info) { return info.param; });
 
 TEST(TensorDictMaxValueWriter, TwoItemsForOneRowInOneExtendKeepTheLater) {

@@ -433,6 +433,7 @@ TEST(ReplayBufferSample, GathersLargeAndSmallRowsAlike) {
         td::from_schema(td::Schema{{"frame", {{64, 80}, at::kByte}}, {"id", {{}, at::kLong}}}, {n},
                         storage),
         nullptr);
+    const rb::test::ReleaseSharedStorage release(buffer);  // a segment outlives the process
     at::Tensor ids = at::arange(n, at::kLong);
     buffer.extend(td::TensorDict(
         {{"frame", ids.to(at::kByte).view({n, 1, 1}).expand({n, 64, 80}).contiguous()},

@@ -134,12 +134,13 @@ TEST(SliceSampler, FindsTrajectoriesInAWrappedBufferAsHandComputed) {
   }
 }
 
-// In memory and over each Redis store (the buffer makes it at the first write).
+// Over every storage the buffer makes at the first write.
 class SliceSamplerOver : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SliceSamplerOver, EverySampledSliceIsOneTrajectoryInOrderAndMarked) {
   for (bool by_traj : {true, false}) {
     rb::ReplayBuffer buffer = filled(kWrapped, options(2, by_traj), /*is_init=*/true, GetParam());
+    const rb::test::ReleaseSharedStorage release(buffer);
     buffer.manual_seed(3);
     const td::TensorDictBase storage = buffer.storage();
     const std::vector<int64_t> traj = as_vector(storage.get("traj"));
@@ -174,7 +175,7 @@ TEST_P(SliceSamplerOver, EverySampledSliceIsOneTrajectoryInOrderAndMarked) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, SliceSamplerOver,
-                         ::testing::ValuesIn(rb::test::memory_and_redis_kinds()),
+                         ::testing::ValuesIn(rb::test::lazy_storage_kinds()),
                          [](const auto& info) { return info.param; });
 
 TEST(SliceSampler, ShortTrajectoriesStrictOrWhole) {
