@@ -37,8 +37,13 @@ def dependencies(build_dir: Path, entry: dict) -> list[str] | None:
     output = entry.get("output")
     if not output:
         return None
-    depfile = Path(entry["directory"]) / (output + ".d")
-    if not depfile.is_file():
+    # CMake names the output from the top of the build for targets in
+    # subdirectories (examples/, benchmarks/), whose commands run below it.
+    for base in (Path(entry["directory"]), build_dir):
+        depfile = base / (output + ".d")
+        if depfile.is_file():
+            break
+    else:
         return None
     text = depfile.read_text(errors="replace").replace("\\\n", " ")
     _, _, deps = text.partition(":")
