@@ -19,17 +19,9 @@
 
 namespace tensordict::rb::test {
 
-/// The storage kinds the [env, time] tests run over.
-inline std::vector<std::string> env_storage_kinds() {
-  std::vector<std::string> kinds{"memory", "memmap", "shared"};
-#ifdef TENSORDICT_RB_TEST_HDF5
-  kinds.emplace_back("h5");
-#endif
-#ifdef TENSORDICT_RB_TEST_REDIS
-  for (std::string& kind : redis_storage_kinds()) kinds.push_back(std::move(kind));
-#endif
-  return kinds;
-}
+/// The storage kinds the [env, time] tests run over: every storage, as the
+/// lazily made ones (redis_storages.h).
+inline std::vector<std::string> env_storage_kinds() { return lazy_storage_kinds(); }
 
 class EnvStorages {
  public:
