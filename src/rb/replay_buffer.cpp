@@ -541,11 +541,12 @@ TensorDict ReplayBuffer::State::sample_shared(int64_t batch_size, SampleInfo& in
 
 TensorDict ReplayBuffer::State::draw(int64_t batch_size, int64_t filled, int64_t newest,
                                      SampleInfo& info) {
+  const auto sample_where = [this] { return sampler->name() + "::sample"; };
   if (envs) {
     // The sampler numbers the elements time-major, as TorchRL's samplers do.
     const StorageView view{&storage, filled, capacity, newest, envs};
     info = sampler->sample_from(view, batch_size, &generator);
-    info.index = unravel(detail::checked_rows(info.index, filled, sampler->name() + "::sample"));
+    info.index = unravel(detail::checked_rows(info.index, filled, sample_where));
     const at::Tensor env = info.index.select(1, 0), time = info.index.select(1, 1);
     if (direct) {
       TensorDict out(std::vector<int64_t>{info.index.size(0)});
@@ -560,7 +561,7 @@ TensorDict ReplayBuffer::State::draw(int64_t batch_size, int64_t filled, int64_t
   if (direct) {
     // The sampler may be the user's: its rows are checked before they are
     // used as raw offsets.
-    info.index = detail::checked_rows(info.index, filled, sampler->name() + "::sample");
+    info.index = detail::checked_rows(info.index, filled, sample_where);
     return gather(info.index);
   }
   TensorDictBase rows = storage.index({info.index});

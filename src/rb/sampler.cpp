@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "rb/tensor_args.h"
 
@@ -120,13 +121,15 @@ SampleInfo PrioritizedSampler::sample(int64_t size, int64_t batch_size, at::Gene
   int64_t* idx = index.data_ptr<int64_t>();
   float* w = weight.data_ptr<float>();
   const double* leaves = sum_tree_.leaf_data();
+  const auto exponent = static_cast<float>(-beta_);
   for (int64_t b = 0; b < batch_size; ++b) {
     int64_t i = std::min(idx[b], size - 1);
     // Rows past `size` are never drawn (they have no weight unless a state
     // was loaded over a smaller buffer): step back to a row with weight.
     while (i > 0 && leaves[i] <= 0.0) --i;
     idx[b] = i;
-    w[b] = static_cast<float>(std::pow(leaves[i] / smallest, -beta_));
+    // In float, the weight's type: powf takes half the time of pow.
+    w[b] = std::pow(static_cast<float>(leaves[i] / smallest), exponent);
   }
   return {index, weight, {}};
 }
@@ -171,11 +174,13 @@ void PrioritizedSampler::update_priority(const at::Tensor& index, const at::Tens
       largest_at = k;
     }
   }
-  at::Tensor weights = at::empty({values.numel()}, at::kDouble);
-  double* w = weights.data_ptr<double>();
-  for (int64_t k = 0; k < values.numel(); ++k) w[k] = std::pow(p[k] + eps_, alpha_);
-  sum_tree_.set(rows, weights);
-  min_tree_.set(rows, weights);
+  // One weight broadcast over the rows (a write's max priority) or one each.
+  std::vector<double> weights(static_cast<size_t>(n));
+  if (values.numel() == 1)
+    std::fill(weights.begin(), weights.end(), std::pow(p[0] + eps_, alpha_));
+  else
+    for (int64_t k = 0; k < n; ++k) weights[k] = std::pow(p[k] + eps_, alpha_);
+  detail::set_sum_and_min(sum_tree_, min_tree_, rows.data_ptr<int64_t>(), weights.data(), n);
   // The row holding the largest priority is kept for the checkpoints
   // (TorchRL's _max_priority is the pair).
   if (std::isnan(max_priority_) || largest > max_priority_) {

@@ -165,10 +165,13 @@ std::vector<Trajectory> SliceSampler::trajectories(const StorageView& view) cons
       if (!c10::isIntegralType(flags.scalar_type(), /*includeBool=*/true))
         throw TypeError("SliceSampler: the end flag entry " + end_entries[k].repr() + " is " +
                         std::string(c10::toString(flags.scalar_type())) + ", expected bool");
+      // Bool flags (the usual ones) are copied as they are: ne(0) over every
+      // row cost 4x the copy.
+      const at::Tensor set = flags.scalar_type() == at::kBool ? flags : flags.ne(0);
       if (k == 0)
-        end.copy_(flags.ne(0));
+        end.copy_(set);
       else
-        end.logical_or_(flags.ne(0));
+        end.logical_or_(set);
     }
   }
   // The stop rows, group after group (group g's in [bounds[g], bounds[g + 1])),

@@ -176,6 +176,41 @@ TEST(PrioritizedSampler, BadUpdatesChangeNothing) {
   EXPECT_THROW(unwritten.sample(4, 2, &g), tensordict::ValueError);
 }
 
+// update_priority sets both trees in one pass over their shared paths: the
+// trees must equal those of separate SumTree and MinTree sets of the same
+// weights, for few rows and for more than a tree level holds.
+TEST(PrioritizedSampler, UpdatesSetBothTreesAsSeparateSetsWould) {
+  const int64_t capacity = 5000;
+  const double alpha = 0.7, eps = 1e-6;
+  rb::PrioritizedSampler s(capacity, alpha, 0.4, eps);
+  rb::SumTree sum(capacity);
+  rb::MinTree min(capacity);
+  at::Generator g = seeded(4);
+  for (int64_t k : {3, 256, 4000, 1}) {
+    const at::Tensor idx = at::randint(capacity, {k}, g, at::kLong);  // repeats too
+    const at::Tensor p = at::rand({k}, g, at::kDouble) * 5;
+    s.update_priority(idx, p);
+    const at::Tensor w = at::empty({k}, at::kDouble);
+    for (int64_t j = 0; j < k; ++j)
+      w.data_ptr<double>()[j] = std::pow(p.data_ptr<double>()[j] + eps, alpha);
+    sum.set(idx, w);
+    min.set(idx, w);
+    ASSERT_TRUE(torch::equal(s.sum_tree().leaves(), sum.leaves())) << k << " rows";
+    ASSERT_TRUE(torch::equal(s.min_tree().leaves(), min.leaves())) << k << " rows";
+    ASSERT_EQ(s.sum_tree().total(), sum.total()) << k << " rows";
+    ASSERT_EQ(s.min_tree().min(), min.min()) << k << " rows";
+  }
+  // A priority whose weight overflows to +inf is refused; neither tree changes.
+  rb::PrioritizedSampler squared(4, 2.0, 0.4);
+  squared.on_write(at::arange(4, at::kLong));
+  const at::Tensor sums = squared.sum_tree().leaves(), mins = squared.min_tree().leaves();
+  EXPECT_THROW(squared.update_priority(torch::tensor({0, 1}, torch::kLong),
+                                       torch::tensor({1.0, 1e200}, torch::kDouble)),
+               tensordict::ValueError);
+  EXPECT_TRUE(torch::equal(squared.sum_tree().leaves(), sums));
+  EXPECT_TRUE(torch::equal(squared.min_tree().leaves(), mins));
+}
+
 TEST(PrioritizedSampler, StateRoundTrip) {
   rb::PrioritizedSampler a(16, 0.7, 0.5, 1e-4);
   a.on_write(at::arange(10, at::kLong));

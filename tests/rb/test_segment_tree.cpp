@@ -140,6 +140,33 @@ TEST(SegmentTree, LoadLeavesRebuilds) {
   EXPECT_TRUE(torch::equal(a.find_prefix_sum(masses), b.find_prefix_sum(masses)));
 }
 
+// Sets of more leaves than a level has nodes recompute the top of the tree
+// whole rather than path by path: every node must still be what a rebuild
+// from the leaves gives, to the bit (a stale node would show in the total or
+// send a mass to another leaf).
+TEST(SegmentTree, LargeBatchedSetsEqualARebuild) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  for (int64_t capacity : {1, 6, 1000, 100000}) {
+    rb::SumTree sum(capacity);
+    rb::MinTree min(capacity);
+    for (int64_t k : {1, 7, 300, 5000, 1}) {
+      const at::Tensor idx = at::randint(capacity, {k}, gen, at::kLong);
+      const at::Tensor val = at::rand({k}, gen, at::kDouble) * 10;
+      sum.set(idx, val);
+      min.set(idx, val);
+      rb::SumTree rebuilt(capacity);
+      rb::MinTree rebuilt_min(capacity);
+      rebuilt.load_leaves(sum.leaves());
+      rebuilt_min.load_leaves(min.leaves());
+      ASSERT_EQ(sum.total(), rebuilt.total()) << "capacity " << capacity << ", " << k << " leaves";
+      ASSERT_EQ(min.min(), rebuilt_min.min()) << "capacity " << capacity << ", " << k << " leaves";
+      const at::Tensor masses = at::rand({2000}, gen, at::kDouble) * sum.total();
+      ASSERT_TRUE(torch::equal(sum.find_prefix_sum(masses), rebuilt.find_prefix_sum(masses)))
+          << "capacity " << capacity << ", " << k << " leaves";
+    }
+  }
+}
+
 TEST(SegmentTree, BadInputChangesNothing) {
   rb::SumTree sum(4);
   rb::MinTree min(4);

@@ -69,15 +69,19 @@ rb::SliceSamplerOptions options(int64_t slice_len, bool by_traj, bool strict = t
   return o;
 }
 
+// Writes `data` into `buffer` by extends of `chunk` rows (the last shorter).
+void extend_in_chunks(rb::ReplayBuffer& buffer, const td::TensorDictBase& data, int64_t chunk) {
+  const int64_t n = data.batch_size()[0];
+  for (int64_t start = 0; start < n; start += chunk)
+    buffer.extend(data.index({at::indexing::Slice(start, std::min(n, start + chunk))}));
+}
+
 rb::ReplayBuffer filled(const Layout& layout, const rb::SliceSamplerOptions& o,
                         bool is_init = false, const std::string& kind = "memory") {
   const auto [storage, storage_options] = rb::test::lazy_storage(kind);
   rb::ReplayBuffer buffer(layout.capacity, std::make_shared<rb::SliceSampler>(o), storage,
                           storage_options);
-  const td::TensorDict data = steps(layout.lengths, is_init);
-  const int64_t n = data.batch_size()[0];
-  for (int64_t start = 0; start < n; start += layout.chunk)
-    buffer.extend(data.index({at::indexing::Slice(start, std::min(n, start + layout.chunk))}));
+  extend_in_chunks(buffer, steps(layout.lengths, is_init), layout.chunk);
   return buffer;
 }
 
@@ -85,6 +89,12 @@ rb::StorageView view_of(const rb::ReplayBuffer& buffer, const td::TensorDictBase
   const rb::WriterState w = buffer.writer_state();
   return {&storage, buffer.size(), buffer.capacity(),
           (w.cursor + buffer.capacity() - 1) % buffer.capacity()};
+}
+
+// The trajectories the buffer's SliceSampler finds in its storage.
+std::vector<rb::Trajectory> trajectories_of(const rb::ReplayBuffer& buffer) {
+  const td::TensorDictBase storage = buffer.storage();
+  return dynamic_cast<rb::SliceSampler&>(*buffer.sampler()).trajectories(view_of(buffer, storage));
 }
 
 std::vector<int64_t> as_vector(const at::Tensor& t) {
@@ -125,12 +135,9 @@ TEST(SliceSampler, FindsTrajectoriesInAWrappedBufferAsHandComputed) {
   // Trajectory 3 runs from row 9 on to row 1; trajectory 1 keeps one step.
   const std::vector<rb::Trajectory> expected = {{9, 1, 3}, {2, 3, 2}, {4, 4, 1}, {5, 8, 4}};
   for (bool by_traj : {true, false}) {
-    rb::ReplayBuffer buffer = filled(kWrapped, options(2, by_traj));
-    const td::TensorDictBase storage = buffer.storage();
-    auto* sampler = dynamic_cast<rb::SliceSampler*>(buffer.sampler().get());
     // From the done flags the same: done at rows 1 (trajectory 3), 4 (1) and
     // 8 (2); the newest row 3 ends trajectory 4, still running.
-    EXPECT_EQ(sampler->trajectories(view_of(buffer, storage)), expected) << by_traj;
+    EXPECT_EQ(trajectories_of(filled(kWrapped, options(2, by_traj))), expected) << by_traj;
   }
 }
 
@@ -322,11 +329,7 @@ TEST(SliceSampler, PadOutputRepeatsTheLastStepAndMasksIt) {
 
 TEST(SliceSampler, EndKeysAreOredAndMissingOnesSkipped) {
   // The done flags of kWrapped split over two entries: the same trajectories.
-  rb::ReplayBuffer reference = filled(kWrapped, options(2, false));
-  const td::TensorDictBase stored = reference.storage();
-  const std::vector<rb::Trajectory> want =
-      dynamic_cast<rb::SliceSampler*>(reference.sampler().get())
-          ->trajectories(view_of(reference, stored));
+  const std::vector<rb::Trajectory> want = trajectories_of(filled(kWrapped, options(2, false)));
 
   rb::SliceSamplerOptions o = options(2, false);
   o.end_key.reset();
@@ -340,13 +343,8 @@ TEST(SliceSampler, EndKeysAreOredAndMissingOnesSkipped) {
   ASSERT_TRUE(data.get({"next", "done"}).any().item<bool>());
   ASSERT_TRUE(data.get({"next", "stop"}).any().item<bool>());
   rb::ReplayBuffer split(kWrapped.capacity, std::make_shared<rb::SliceSampler>(o));
-  const int64_t n = data.batch_size()[0];
-  for (int64_t start = 0; start < n; start += kWrapped.chunk)
-    split.extend(data.index({at::indexing::Slice(start, std::min(n, start + kWrapped.chunk))}));
-  const td::TensorDictBase split_storage = split.storage();
-  EXPECT_EQ(dynamic_cast<rb::SliceSampler*>(split.sampler().get())
-                ->trajectories(view_of(split, split_storage)),
-            want);
+  extend_in_chunks(split, data, kWrapped.chunk);
+  EXPECT_EQ(trajectories_of(split), want);
 
   rb::SliceSamplerOptions none = options(2, false);
   none.end_key.reset();
@@ -358,6 +356,21 @@ TEST(SliceSampler, EndKeysAreOredAndMissingOnesSkipped) {
   EXPECT_THROW(rb::SliceSampler{both}, td::ValueError);
 }
 
+// End flags stored as integers rather than bool: any non-zero value ends a
+// trajectory, as in TorchRL (bool flags are read as they are, the others
+// compared with 0).
+TEST(SliceSampler, IntegerEndFlagsMarkTheSameTrajectories) {
+  const std::vector<rb::Trajectory> want = trajectories_of(filled(kWrapped, options(2, false)));
+  for (at::ScalarType type : {at::kByte, at::kInt, at::kLong}) {
+    td::TensorDict data = steps(kWrapped.lengths);
+    data.set({"next", "done"}, data.get({"next", "done"}).to(type).mul(7));
+    rb::ReplayBuffer buffer(kWrapped.capacity,
+                            std::make_shared<rb::SliceSampler>(options(2, false)));
+    extend_in_chunks(buffer, data, kWrapped.chunk);
+    EXPECT_EQ(trajectories_of(buffer), want) << c10::toString(type);
+  }
+}
+
 TEST(SliceSampler, DefaultsFindTorchRLKeys) {
   rb::SliceSamplerOptions neither;
   neither.slice_len = 2;
@@ -367,10 +380,7 @@ TEST(SliceSampler, DefaultsFindTorchRLKeys) {
       {{"collector", td::TensorDict({{"traj_ids", at::tensor({0, 0, 0, 1, 1, 1})}}, {6})},
        {"episode", at::zeros({6})}},
       {6}));
-  const td::TensorDictBase storage = buffer.storage();
-  auto* sampler = dynamic_cast<rb::SliceSampler*>(buffer.sampler().get());
-  EXPECT_EQ(sampler->trajectories(view_of(buffer, storage)),
-            (std::vector<rb::Trajectory>{{0, 2, 3}, {3, 5, 3}}));
+  EXPECT_EQ(trajectories_of(buffer), (std::vector<rb::Trajectory>{{0, 2, 3}, {3, 5, 3}}));
 }
 
 TEST(SliceSampler, CheckpointHoldsNoSamplerState) {

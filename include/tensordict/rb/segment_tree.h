@@ -24,7 +24,18 @@
 
 namespace tensordict::rb {
 
+class SumTree;
+class MinTree;
+
 namespace detail {
+
+/// Sets leaves rows[k] of both trees (one capacity) to weights[k] in one pass
+/// over the shared paths: PrioritizedSampler's update, which would otherwise
+/// walk every path twice. Rows must be in [0, capacity) (the caller checked
+/// them); ValueError for a weight that is negative, NaN or infinite, and then
+/// neither tree changes.
+void set_sum_and_min(SumTree& sums, MinTree& mins, const int64_t* rows, const double* weights,
+                     int64_t n);
 
 /// The flat array and the checks SumTree and MinTree share; they differ in
 /// the inner nodes' operation (sum or min) and its neutral value.
@@ -50,6 +61,8 @@ class SegmentTreeBase {
   void set_one_impl(int64_t index, double value, bool allow_inf, Combine combine);
   template <class Combine>
   void load_impl(const at::Tensor& leaves, bool allow_inf, Combine combine);
+
+  friend void set_sum_and_min(SumTree&, MinTree&, const int64_t*, const double*, int64_t);
 
   const char* name_;
   int64_t capacity_;
