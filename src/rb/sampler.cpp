@@ -4,28 +4,20 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/rand.h>
-#include <ATen/ops/randint.h>
-#include <ATen/ops/randperm.h>
-#include <c10/util/Optional.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
+#include "rb/random_draws.h"
 #include "rb/tensor_args.h"
 
 namespace tensordict::rb {
 
 namespace {
-
-// c10::optional is not std::optional in LibTorch 1.13.
-c10::optional<at::Generator> maybe(at::Generator* generator) {
-  if (generator == nullptr) return c10::nullopt;
-  return *generator;
-}
 
 void check_sample_args(const Sampler& sampler, int64_t size, int64_t batch_size) {
   if (batch_size <= 0)
@@ -43,13 +35,22 @@ void Sampler::on_write_row(int64_t row) { on_write(at::full({1}, row, at::kLong)
 
 SampleInfo RandomSampler::sample(int64_t size, int64_t batch_size, at::Generator* generator) {
   check_sample_args(*this, size, batch_size);
-  return {at::randint(size, {batch_size}, maybe(generator), at::kLong), at::Tensor(), {}};
+  at::Tensor index = at::empty({batch_size}, at::kLong);
+  detail::CpuDraws(generator).integers(size, index.data_ptr<int64_t>(), batch_size);
+  return {index, at::Tensor(), {}};
 }
 
 // ---- SamplerWithoutReplacement ------------------------------------------------------
 
 void SamplerWithoutReplacement::start_epoch(int64_t size, at::Generator* generator) {
-  order_ = shuffle_ ? at::randperm(size, maybe(generator), at::kLong) : at::arange(size, at::kLong);
+  // Every epoch shuffles 0, 1, ..., size - 1, so that the order depends on
+  // the generator alone (a buffer loaded from a checkpoint, which holds only
+  // the rest of an epoch, goes on drawing as the saved one). The tensor of
+  // the last epoch is reused when it has the size: samples hold copies.
+  if (!order_.defined() || order_.numel() != size) order_ = at::empty({size}, at::kLong);
+  int64_t* order = order_.data_ptr<int64_t>();
+  std::iota(order, order + size, int64_t{0});
+  if (shuffle_) detail::CpuDraws(generator).shuffle(order, size);
   epoch_size_ = size;
   next_ = 0;
 }
@@ -63,7 +64,8 @@ SampleInfo SamplerWithoutReplacement::sample(int64_t size, int64_t batch_size,
                      std::to_string(size) + " rows");
   if (!order_.defined() || epoch_size_ != size) start_epoch(size, generator);
   const int64_t take = std::min(batch_size, order_.numel() - next_);
-  at::Tensor index = order_.narrow(0, next_, take).clone();
+  at::Tensor index = at::empty({take}, at::kLong);
+  std::copy_n(order_.data_ptr<int64_t>() + next_, take, index.data_ptr<int64_t>());
   next_ += take;
   const int64_t left = order_.numel() - next_;
   ran_out_ = left == 0 || (drop_last_ && left < batch_size);
@@ -115,7 +117,10 @@ SampleInfo PrioritizedSampler::sample(int64_t size, int64_t batch_size, at::Gene
     throw ValueError("PrioritizedSampler::sample: the rows have no positive weight (sum " +
                      std::to_string(total) + ", min " + std::to_string(smallest) +
                      "); write rows or give positive priorities (or eps > 0)");
-  at::Tensor mass = at::rand({batch_size}, maybe(generator), at::kDouble).mul_(total);
+  at::Tensor mass = at::empty({batch_size}, at::kDouble);
+  double* m = mass.data_ptr<double>();
+  detail::CpuDraws(generator).unit_doubles(m, batch_size);
+  for (int64_t b = 0; b < batch_size; ++b) m[b] *= total;
   at::Tensor index = sum_tree_.find_prefix_sum(mass);
   at::Tensor weight = at::empty({batch_size}, at::kFloat);
   int64_t* idx = index.data_ptr<int64_t>();

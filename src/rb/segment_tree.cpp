@@ -210,9 +210,6 @@ at::Tensor SumTree::find_prefix_sum(const at::Tensor& mass) const {
           static_cast<int64_t>(!(rest[k] < left)) & static_cast<int64_t>(nodes[at + 1] > 0.0);
       rest[k] -= left * static_cast<double>(right);
       node[k] = at + right;
-      // The children this mass reads at the next level, fetched while the
-      // other masses take their step.
-      __builtin_prefetch(nodes + 2 * node[k]);
     }
   }
   for (int64_t k = 0; k < n; ++k) node[k] -= leaf_count_;

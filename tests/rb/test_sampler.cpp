@@ -66,6 +66,39 @@ TEST(SamplerWithoutReplacement, EveryRowOncePerEpoch) {
   }
 }
 
+// Each epoch's order is a fresh uniform shuffle (the order of the last epoch
+// is reshuffled in place): over 3 rows, the 6 orders come out equally often.
+TEST(SamplerWithoutReplacement, EpochOrdersAreUniform) {
+  rb::SamplerWithoutReplacement s;
+  at::Generator g = seeded(12);
+  const int64_t epochs = 12000;
+  at::Tensor code = at::empty({epochs}, at::kLong);
+  for (int64_t e = 0; e < epochs; ++e) {
+    const at::Tensor rows = s.sample(3, 3, &g).index;
+    ASSERT_TRUE(s.ran_out());
+    // The order (a, b, c) as one of 6 codes: 2 * a + (b > c).
+    const int64_t a = rows[0].item<int64_t>(), b = rows[1].item<int64_t>(),
+                  c = rows[2].item<int64_t>();
+    ASSERT_EQ(a + b + c, 3) << "not a permutation of 0, 1, 2";
+    code[e] = 2 * a + (b > c ? 1 : 0);
+  }
+  EXPECT_LT(chi_square(code, std::vector<double>(6, 1.0 / 6)), 20.5);  // 5 dof, p = 0.001
+}
+
+// Rows past 2^32 are drawn too (a 64-bit draw), still below the size.
+TEST(RandomSampler, DrawsBeyondThirtyTwoBits) {
+  rb::RandomSampler s;
+  at::Generator g = seeded(13);
+  const int64_t size = (int64_t{1} << 34) + 5;
+  const at::Tensor rows = s.sample(size, 4000, &g).index;
+  EXPECT_GE(rows.min().item<int64_t>(), 0);
+  EXPECT_LT(rows.max().item<int64_t>(), size);
+  // Three quarters of the draws are past 2^32 (4,000 draws: 2,850 to 3,150 almost surely).
+  const int64_t high = rows.ge(int64_t{1} << 32).sum().item<int64_t>();
+  EXPECT_GT(high, 2850);
+  EXPECT_LT(high, 3150);
+}
+
 TEST(SamplerWithoutReplacement, DropLastSkipsTheRemainder) {
   rb::SamplerWithoutReplacement s(/*drop_last=*/true);
   at::Generator g = seeded(3);
