@@ -53,7 +53,9 @@ struct StorageView {
 };
 
 /// The sampler interface. `generator` may be null (LibTorch's default CPU
-/// generator is used then).
+/// generator is used then). The built-in samplers take their draws from it
+/// directly, not through at::randint / at::rand / at::randperm: the same
+/// generator state gives the same rows, but not the rows those calls would.
 class Sampler {
  public:
   virtual ~Sampler() = default;
