@@ -24,7 +24,6 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -440,27 +439,11 @@ INSTANTIATE_TEST_SUITE_P(Storages, EnvTimeSlices, ::testing::ValuesIn(kStorageKi
 
 namespace {
 
-struct EnvTorchRLCase {
-  EnvLayout layout;
-  int64_t slice_len;
-  bool by_traj;
-  bool strict;
-  int64_t span_left = 0;  // SliceSamplerOptions::kWholeSpan (-1) is TorchRL's True
-  int64_t span_right = 0;
-  bool pad = false;
-};
-
-std::string join(const std::vector<int64_t>& v) {
-  std::ostringstream out;
-  for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
-  return out.str();
-}
+using EnvTorchRLCase = rb::test::SliceCase<EnvLayout>;
+using rb::test::join;
+using rb::test::span_name;
 
 class EnvSlicesAgainstTorchRL : public ::testing::TestWithParam<EnvTorchRLCase> {};
-
-std::string span_name(int64_t span) {
-  return span == rb::SliceSamplerOptions::kWholeSpan ? "whole" : std::to_string(span);
-}
 
 }  // namespace
 

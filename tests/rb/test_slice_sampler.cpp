@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -491,27 +490,11 @@ TEST(SliceSamplerWithoutReplacement, StrictSkipsShortTrajectoriesAndCheckpointsI
 
 // ---- against TorchRL ---------------------------------------------------------------------
 
-struct TorchRLCase {
-  Layout layout;
-  int64_t slice_len;
-  bool by_traj;
-  bool strict;
-  int64_t span_left = 0;  // SliceSamplerOptions::kWholeSpan (-1) is TorchRL's True
-  int64_t span_right = 0;
-  bool pad = false;
-};
-
-std::string join(const std::vector<int64_t>& v) {
-  std::ostringstream out;
-  for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
-  return out.str();
-}
+using TorchRLCase = rb::test::SliceCase<Layout>;
+using rb::test::join;
+using rb::test::span_name;
 
 class SliceAgainstTorchRL : public ::testing::TestWithParam<TorchRLCase> {};
-
-std::string span_name(int64_t span) {
-  return span == rb::SliceSamplerOptions::kWholeSpan ? "whole" : std::to_string(span);
-}
 
 TEST_P(SliceAgainstTorchRL, SameTrajectoriesSameSlices) {
   const TorchRLCase c = GetParam();

@@ -2,14 +2,44 @@
 // Runs tests/rb/python/torchrl_slice_writer.py in the real TorchRL
 // (TENSORDICT_RB_TORCHRL_PYTHON) as a child process and parses the JSON line
 // it prints.
+#include <tensordict/rb/slice_sampler.h>
+
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tensordict::rb::test {
+
+/// A case compared with TorchRL's slice sampler: the buffer's layout (1-D or
+/// [env, time]) and the sampler's options.
+template <class Layout>
+struct SliceCase {
+  Layout layout;
+  int64_t slice_len;
+  bool by_traj;
+  bool strict;
+  int64_t span_left = 0;  // SliceSamplerOptions::kWholeSpan (-1) is TorchRL's True
+  int64_t span_right = 0;
+  bool pad = false;
+};
+
+/// "1,2,3": a list argument of the child script.
+inline std::string join(const std::vector<int64_t>& v) {
+  std::ostringstream out;
+  for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
+  return out.str();
+}
+
+/// A span in a test's name: "whole" for kWholeSpan.
+inline std::string span_name(int64_t span) {
+  return span == SliceSamplerOptions::kWholeSpan ? "whole" : std::to_string(span);
+}
 
 inline nlohmann::json run_torchrl(const std::string& args) {
   const std::string command = std::string("\"") + TENSORDICT_RB_TORCHRL_PYTHON + "\" \"" +
