@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 namespace tensordict::rb {
@@ -252,24 +253,42 @@ SampleInfo SliceSampler::sample_from(const StorageView& view, int64_t batch_size
   // before 16 (so clang-tidy 14) refuses for a binding.
   const std::pair<int64_t, int64_t> shape = slice_shape(batch_size);
   const int64_t seq = shape.first, count = shape.second;
-  std::vector<Trajectory> pool = trajectories(view);
-  const int64_t longest = longest_of(pool);
-  const bool pad = options_.pad_output && any_shorter(pool, seq);
+  std::vector<Trajectory> scratch, long_enough;
+  const std::vector<Trajectory>& all = found(view, scratch);
+  const bool pad = options_.pad_output && any_shorter(all, seq);
+  const std::vector<Trajectory>* pool = &all;
   if (options_.strict_length) {
-    std::erase_if(pool, [seq](const Trajectory& t) { return t.length < seq; });
-    if (pool.empty())
+    std::copy_if(all.begin(), all.end(), std::back_inserter(long_enough),
+                 [seq](const Trajectory& t) { return t.length >= seq; });
+    if (long_enough.empty())
       throw ValueError(name() + "::sample: no trajectory has " + std::to_string(seq) +
-                       " steps (the longest has " + std::to_string(longest) +
+                       " steps (the longest has " + std::to_string(longest_of(all)) +
                        "); use strict_length = false to sample shorter ones whole");
+    pool = &long_enough;
   }
   // The draws TorchRL makes: a trajectory per slice, then a start in each.
   const at::Tensor which =
-      at::randint(static_cast<int64_t>(pool.size()), {count}, maybe(generator), at::kLong);
+      at::randint(static_cast<int64_t>(pool->size()), {count}, maybe(generator), at::kLong);
   const int64_t* w = which.data_ptr<int64_t>();
   std::vector<Trajectory> chosen;
   chosen.reserve(static_cast<std::size_t>(count));
-  for (int64_t k = 0; k < count; ++k) chosen.push_back(pool[static_cast<std::size_t>(w[k])]);
+  for (int64_t k = 0; k < count; ++k) chosen.push_back((*pool)[static_cast<std::size_t>(w[k])]);
   return slices_of(view, chosen, seq, pad, generator);
+}
+
+const std::vector<Trajectory>& SliceSampler::found(const StorageView& view,
+                                                   std::vector<Trajectory>& scratch) {
+  if (!options_.cache_values) {
+    scratch = trajectories(view);
+    return scratch;
+  }
+  const bool same = cache_ && cache_->storage == view.storage && cache_->size == view.size &&
+                    cache_->capacity == view.capacity && cache_->last_row == view.last_row &&
+                    cache_->envs == view.envs;
+  if (!same)
+    cache_ =
+        Cache{view.storage, view.size, view.capacity, view.last_row, view.envs, trajectories(view)};
+  return cache_->trajectories;
 }
 
 SampleInfo SliceSampler::slices_of(const StorageView& view, const std::vector<Trajectory>& chosen,
@@ -386,7 +405,8 @@ SliceSamplerWithoutReplacement::SliceSamplerWithoutReplacement(SliceSamplerOptio
 SampleInfo SliceSamplerWithoutReplacement::sample_from(const StorageView& view, int64_t batch_size,
                                                        at::Generator* generator) {
   const auto [seq, count] = slice_shape(batch_size);
-  const std::vector<Trajectory> all = trajectories(view);
+  std::vector<Trajectory> scratch;
+  const std::vector<Trajectory>& all = found(view, scratch);
   // The next trajectory numbers of the epoch (fewer at its end).
   const at::Tensor drawn =
       epoch_.sample(static_cast<int64_t>(all.size()), count, generator).index.contiguous();

@@ -370,6 +370,43 @@ TEST(SliceSampler, IntegerEndFlagsMarkTheSameTrajectories) {
   }
 }
 
+// cache_values keeps the trajectories found at a sample until a write goes
+// through the buffer: done flags changed behind its back are not read, the
+// next extend (or empty) makes the sampler read them again. Without it they
+// are read at every sample. With and without replacement alike.
+TEST(SliceSampler, CachedTrajectoriesLastUntilAWrite) {
+  for (bool with_replacement : {true, false}) {
+    SCOPED_TRACE(with_replacement ? "SliceSampler" : "SliceSamplerWithoutReplacement");
+    auto make = [&](bool cache) {
+      rb::SliceSamplerOptions o = options(2, false);
+      o.cache_values = cache;
+      std::shared_ptr<rb::Sampler> sampler =
+          with_replacement ? std::make_shared<rb::SliceSampler>(o)
+                           : std::make_shared<rb::SliceSamplerWithoutReplacement>(o);
+      rb::ReplayBuffer buffer(kWrapped.capacity, sampler);
+      extend_in_chunks(buffer, steps(kWrapped.lengths), kWrapped.chunk);
+      buffer.manual_seed(5);
+      return buffer;
+    };
+    rb::ReplayBuffer cached = make(true), reference = make(false), uncached = make(false);
+    EXPECT_TRUE(torch::equal(cached.sample(4).get("index"), reference.sample(4).get("index")));
+    // Every row now ends a trajectory: none is 2 steps long, read afresh that
+    // is an error (strict_length).
+    for (rb::ReplayBuffer* b : {&cached, &uncached}) b->storage().get({"next", "done"}).fill_(true);
+    EXPECT_THROW(uncached.sample(4), td::ValueError);
+    EXPECT_TRUE(torch::equal(cached.sample(4).get("index"), reference.sample(4).get("index")));
+    td::TensorDict one = steps({1});
+    one.get({"next", "done"}).fill_(true);
+    cached.extend(one);
+    EXPECT_THROW(cached.sample(4), td::ValueError);
+    // Emptied and refilled: found again.
+    cached.empty();
+    extend_in_chunks(cached, steps(kWrapped.lengths), kWrapped.chunk);
+    EXPECT_EQ(trajectories_of(cached), trajectories_of(reference));
+    EXPECT_NO_THROW(cached.sample(4));
+  }
+}
+
 TEST(SliceSampler, DefaultsFindTorchRLKeys) {
   rb::SliceSamplerOptions neither;
   neither.slice_len = 2;

@@ -89,6 +89,12 @@ struct SliceSamplerOptions {
   /// ("collector", "mask") (bool [batch_size]) is true at the real steps
   /// (TorchRL's pad_output). ValueError with strict_length (at construction).
   bool pad_output = false;
+  /// Keep the trajectories found at a sample for the next samples (TorchRL's
+  /// cache_values, for datasets that do not change), until a row is written
+  /// through the buffer or the buffer is emptied; also dropped when the
+  /// buffer's size, capacity or newest row differ. Rows changed another way
+  /// (the storage's tensors written directly) are not seen while it is kept.
+  bool cache_values = false;
 };
 
 /// One trajectory found in the stored rows: `start` and `stop` (inclusive)
@@ -126,7 +132,10 @@ class SliceSampler : public Sampler {
   /// Always UnsupportedError: a SliceSampler reads the stored rows, so it
   /// samples through a ReplayBuffer (or sample_from()).
   SampleInfo sample(int64_t size, int64_t batch_size, at::Generator* generator) override;
-  void on_write_row(int64_t) override {}
+  /// Writes and emptying drop the trajectories kept with cache_values.
+  void on_write(const at::Tensor&) override { cache_.reset(); }
+  void on_write_row(int64_t) override { cache_.reset(); }
+  void on_empty() override { cache_.reset(); }
   std::string name() const override { return "SliceSampler"; }
   /// Writes nothing: TorchRL's SliceSampler saves no state either.
   void dumps(const std::filesystem::path& dir) const override;
@@ -149,9 +158,20 @@ class SliceSampler : public Sampler {
   /// trajectory is shorter than `seq`).
   SampleInfo slices_of(const StorageView& view, const std::vector<Trajectory>& chosen, int64_t seq,
                        bool pad, at::Generator* generator) const;
+  /// The trajectories of `view`: found now (into `scratch`), or the ones
+  /// kept from an earlier sample with cache_values.
+  const std::vector<Trajectory>& found(const StorageView& view, std::vector<Trajectory>& scratch);
 
  private:
+  // The trajectories kept with cache_values, and the view they were found in.
+  struct Cache {
+    const TensorDictBase* storage;
+    int64_t size, capacity, last_row, envs;
+    std::vector<Trajectory> trajectories;
+  };
+
   SliceSamplerOptions options_;
+  std::optional<Cache> cache_;
 };
 
 /// Slices without replacement (TorchRL's SliceSamplerWithoutReplacement):
@@ -170,7 +190,10 @@ class SliceSamplerWithoutReplacement : public SliceSampler {
   /// trajectory drawn is too short (strict_length).
   SampleInfo sample_from(const StorageView& view, int64_t batch_size,
                          at::Generator* generator) override;
-  void on_empty() override { epoch_.on_empty(); }
+  void on_empty() override {
+    SliceSampler::on_empty();
+    epoch_.on_empty();
+  }
   std::string name() const override { return "SliceSamplerWithoutReplacement"; }
   /// SamplerWithoutReplacement's files over the trajectory numbers, as
   /// TorchRL (len_storage is the trajectory count).
