@@ -199,7 +199,7 @@ at::Tensor SumTree::find_prefix_sum(const at::Tensor& mass) const {
   // leaves is larger than L2), where one mass after another would wait for
   // each miss in turn. The step has no branch: left or right is a coin toss
   // the CPU cannot predict, and a mispredicted branch at every level cost
-  // 5x the whole descent (docs/benchmarks.md, rb).
+  // 5x the whole descent (docs/replay_buffer_library.md, Speed).
   for (int64_t width = 1; width < leaf_count_; width <<= 1) {
     for (int64_t k = 0; k < n; ++k) {
       const int64_t at = 2 * node[k];
